@@ -1,0 +1,25 @@
+# Two entry points for a fresh clone: `make demo` and `make test`.
+# Both create a local virtualenv in .venv on first use.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PYTHON ?= python3
+
+.PHONY: demo test bench clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q -U pip
+	$(PY) -m pip install -q -e '.[test]'
+	touch $@
+
+demo: $(VENV)/.installed
+	$(PY) examples/quickstart.py
+
+test: $(VENV)/.installed
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+bench: $(VENV)/.installed
+	$(PY) benchmarks/digest.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis *.egg-info

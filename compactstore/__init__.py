@@ -1,0 +1,42 @@
+"""compactstore: tamper-evident, compaction-aware memory for AI agents.
+
+An append-only event log per session, every event a leaf of the session's Merkle
+tree (RFC 9162 shape, BLAKE3), with tree heads, span roots and proofs.
+"""
+
+from .errors import (
+    CompactionInvariantError,
+    CompactStoreError,
+    ConflictError,
+    IntegrityError,
+    InvalidArgument,
+    InvalidEvent,
+    MarkerInvalid,
+    ReconstructionUnsoundError,
+)
+from .events import Event, ToolCall, ToolResult, Turn, tick_clock
+from .store import Record, Session, Store, TreeHead, open
+from .verify import Problem, VerifyReport
+
+__all__ = [
+    "CompactStoreError",
+    "CompactionInvariantError",
+    "ConflictError",
+    "Event",
+    "IntegrityError",
+    "InvalidArgument",
+    "InvalidEvent",
+    "MarkerInvalid",
+    "Problem",
+    "ReconstructionUnsoundError",
+    "Record",
+    "Session",
+    "Store",
+    "ToolCall",
+    "ToolResult",
+    "TreeHead",
+    "Turn",
+    "VerifyReport",
+    "open",
+    "tick_clock",
+]

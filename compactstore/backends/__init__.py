@@ -1,0 +1,152 @@
+"""The storage protocol every backend implements, and the choice of backend by target.
+
+A backend stores rows and answers range queries; it knows nothing of hashing, events
+or compaction. The store above it does the Merkle arithmetic once, for every backend.
+
+Tables (the same in every backend):
+
+- ``meta(name, value)``: schema version, hash, key check. Checked on open.
+- ``sessions(id, name)``: covered by the tree heads, whose seals include the name.
+- ``events(seq, session_id, pos, kind, idem_key, leaf, body)``: the log. ``leaf`` is
+  ``H(0x00 || body)``; ``kind`` and ``idem_key`` repeat what the body says, for indexes.
+- ``nodes(session_id, level, idx, hash)``: every complete interior subtree root.
+- ``heads(session_id, size, root, seal)``: a tree head per write transaction, sealed
+  with a keyed BLAKE3 MAC when the store has a key (a plain BLAKE3 digest otherwise).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
+from typing import NamedTuple, Protocol
+
+SCHEMA_VERSION = "1"
+
+
+class Row(NamedTuple):
+    """One stored event, as the backend keeps it."""
+
+    seq: int
+    session_id: int
+    pos: int
+    kind: str
+    idem_key: str | None
+    leaf: bytes
+    body: bytes
+
+
+class HeadRow(NamedTuple):
+    """One stored tree head."""
+
+    size: int
+    root: bytes
+    seal: bytes
+
+
+class Writer(Protocol):
+    """One write transaction holding a session's append lock."""
+
+    session_id: int
+
+    def head(self) -> HeadRow | None:
+        """Return the session's latest stored head (None for a new session)."""
+        ...
+
+    def hashes(self, coords: Sequence[tuple[int, int]]) -> list[bytes]:
+        """Return the subtree roots at ``(level, idx)`` coordinates (level 0: leaves)."""
+        ...
+
+    def find_idempotent(self, key: str) -> Row | None:
+        """Return the session's event appended with idempotency key ``key``, if any."""
+        ...
+
+    def next_seq(self) -> int | None:
+        """Return the next global sequence number, or None when the database assigns it."""
+        ...
+
+    def insert(
+        self,
+        rows: Sequence[Row],
+        nodes: Sequence[tuple[int, int, bytes]],
+        head: HeadRow,
+    ) -> list[int]:
+        """Insert events, completed subtree roots and the new head; return the events' seqs."""
+        ...
+
+
+class Backend(Protocol):
+    """Storage for one store: the tables above, append-only, transactional."""
+
+    #: Whether global sequence numbers are gapless (so verify can check that).
+    gapless_seq: bool
+
+    def close(self) -> None:
+        """Release connections; the backend is unusable afterwards."""
+        ...
+
+    def meta(self) -> dict[str, str]:
+        """Return the meta table."""
+        ...
+
+    def init_meta(self, values: dict[str, str]) -> dict[str, str]:
+        """Write ``values`` into an empty meta table; return what is stored either way."""
+        ...
+
+    def sessions(self) -> list[tuple[int, str]]:
+        """Return ``(id, name)`` of every session, ordered by name."""
+        ...
+
+    def session_id(self, name: str) -> int | None:
+        """Return the id of session ``name``, or None when it has no events."""
+        ...
+
+    def writer(self, name: str) -> AbstractContextManager[Writer]:
+        """Open a write transaction on session ``name``, creating it; commit on success."""
+        ...
+
+    def row(self, session_id: int, pos: int) -> Row | None:
+        """Return the event at ``pos``."""
+        ...
+
+    def rows(self, session_id: int, start: int, stop: int | None, chunk: int) -> Iterator[Row]:
+        """Yield events with ``start <= pos < stop`` in position order, ``chunk`` per query."""
+        ...
+
+    def head(self, session_id: int) -> HeadRow | None:
+        """Return the latest stored head of a session."""
+        ...
+
+    def hashes(self, session_id: int, coords: Sequence[tuple[int, int]]) -> list[bytes]:
+        """Return the subtree roots at ``coords``; raise KeyError naming a missing one."""
+        ...
+
+    def node_range(self, session_id: int, level: int, lo: int, hi: int) -> list[tuple[int, bytes]]:
+        """Return ``(idx, hash)`` of stored nodes at ``level`` with ``lo <= idx < hi``."""
+        ...
+
+    def node_counts(self, session_id: int) -> dict[int, int]:
+        """Return the number of stored nodes per level."""
+        ...
+
+    def heads(self, session_id: int, after: int, limit: int) -> list[HeadRow]:
+        """Return up to ``limit`` stored heads with ``size > after``, by size."""
+        ...
+
+    def orphans(self) -> list[tuple[str, int]]:
+        """Return ``(table, session_id)`` for rows that name no existing session."""
+        ...
+
+    def seq_bounds(self) -> tuple[int, int, int]:
+        """Return ``(count, min, max)`` of event sequence numbers."""
+        ...
+
+
+def open_backend(target: str, *, durable: bool) -> Backend:
+    """Return the backend for ``target``: a PostgreSQL URL, or a SQLite path (":memory:" too)."""
+    if target.startswith(("postgresql://", "postgres://")):
+        from ..errors import InvalidArgument
+
+        raise InvalidArgument("target", "the PostgreSQL backend is not available in this version")
+    from .sqlite import SQLiteBackend
+
+    return SQLiteBackend(target, durable=durable)

@@ -1,0 +1,261 @@
+"""The embedded default: one SQLite file in WAL mode, append-only enforced by triggers.
+
+Writers take the database's write lock up front (``BEGIN IMMEDIATE``) and wait for it
+up to a busy timeout, so several processes can append to one file and positions stay
+gapless: the position is read and written under the same lock.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+import sqlite_utils
+
+from ..errors import CompactStoreError, IntegrityError
+from . import SCHEMA_VERSION, HeadRow, Row
+
+if TYPE_CHECKING:
+    from . import Backend
+
+BUSY_TIMEOUT_MS = 60_000
+LOG_TABLES = ("meta", "sessions", "events", "nodes", "heads")
+
+
+def _schema(db: sqlite_utils.Database) -> None:
+    db.table("meta").create({"name": str, "value": str}, pk="name", not_null={"value"}, strict=True)
+    db.table("sessions").create({"id": int, "name": str}, pk="id", not_null={"name"}, strict=True)
+    db.table("sessions").create_index(["name"], unique=True)
+    db.table("events").create(
+        {"seq": int, "session_id": int, "pos": int, "kind": str, "idem_key": str, "leaf": bytes, "body": bytes},
+        pk="seq",
+        not_null={"session_id", "pos", "kind", "leaf", "body"},
+        strict=True,
+    )
+    db.table("events").create_index(["session_id", "pos"], unique=True)
+    db.execute(
+        "CREATE UNIQUE INDEX idx_events_idem ON events(session_id, idem_key) WHERE idem_key IS NOT NULL"
+    )
+    db.table("nodes").create(
+        {"session_id": int, "level": int, "idx": int, "hash": bytes},
+        pk=("session_id", "level", "idx"),
+        not_null={"hash"},
+        strict=True,
+    )
+    db.table("heads").create(
+        {"session_id": int, "size": int, "root": bytes, "seal": bytes},
+        pk=("session_id", "size"),
+        not_null={"root", "seal"},
+        strict=True,
+    )
+    for table in LOG_TABLES:
+        for op in ("UPDATE", "DELETE"):
+            db.execute(
+                f"CREATE TRIGGER {table}_no_{op.lower()} BEFORE {op} ON {table} "
+                f"BEGIN SELECT RAISE(ABORT, 'compactstore: {table} is append-only'); END"
+            )
+    # A readable view for people browsing the file with sqlite-utils or Datasette.
+    db.execute(
+        "CREATE VIEW events_readable AS SELECT e.seq, s.name AS session, e.pos, e.kind, "
+        "e.idem_key, hex(e.leaf) AS leaf, CAST(e.body AS TEXT) AS body "
+        "FROM events e JOIN sessions s ON s.id = e.session_id"
+    )
+
+
+class SQLiteBackend:
+    """A store in one SQLite file (or ``":memory:"``)."""
+
+    gapless_seq = True
+
+    def __init__(self, path: str, *, durable: bool = False) -> None:
+        """Open or create the database at ``path``.
+
+        Args:
+            path: a file path, or ``":memory:"``.
+            durable: ``synchronous=FULL`` (survives power loss) instead of ``NORMAL``
+                (survives a process crash).
+        """
+        self._lock = threading.RLock()
+        try:
+            self._conn = sqlite3.connect(
+                path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000
+            )
+            conn = self._conn
+            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            if path != ":memory:":
+                conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute(f"PRAGMA synchronous = {'FULL' if durable else 'NORMAL'}")
+            with self._write():
+                if not conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'meta'").fetchone():
+                    _schema(sqlite_utils.Database(conn, execute_plugins=False))
+        except sqlite3.DatabaseError as exc:
+            raise CompactStoreError(f"cannot open SQLite store {path!r}: {exc}") from exc
+
+    def close(self) -> None:
+        self._conn.close()
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        conn = self._conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    def _all(self, sql: str, args: Sequence[object] = ()) -> list[Any]:
+        with self._lock:
+            return self._conn.execute(sql, args).fetchall()
+
+    def meta(self) -> dict[str, str]:
+        return {str(n): str(v) for n, v in self._all("SELECT name, value FROM meta")}
+
+    def init_meta(self, values: dict[str, str]) -> dict[str, str]:
+        with self._lock, self._write() as conn:
+            if not conn.execute("SELECT 1 FROM meta LIMIT 1").fetchone():
+                conn.executemany(
+                    "INSERT INTO meta (name, value) VALUES (?, ?)",
+                    [("schema_version", SCHEMA_VERSION), *values.items()],
+                )
+        return self.meta()
+
+    def sessions(self) -> list[tuple[int, str]]:
+        return [(int(i), str(n)) for i, n in self._all("SELECT id, name FROM sessions ORDER BY name")]
+
+    def session_id(self, name: str) -> int | None:
+        got = self._all("SELECT id FROM sessions WHERE name = ?", (name,))
+        return int(got[0][0]) if got else None
+
+    @contextmanager
+    def writer(self, name: str) -> Iterator[_SQLiteWriter]:
+        with self._lock, self._write() as conn:
+            got = conn.execute("SELECT id FROM sessions WHERE name = ?", (name,)).fetchone()
+            if got is None:
+                sid = conn.execute("INSERT INTO sessions (name) VALUES (?)", (name,)).lastrowid
+                assert sid is not None
+            else:
+                sid = got[0]
+            yield _SQLiteWriter(conn, sid)
+
+    def row(self, session_id: int, pos: int) -> Row | None:
+        got = self._all(
+            "SELECT seq, session_id, pos, kind, idem_key, leaf, body FROM events WHERE session_id = ? AND pos = ?",
+            (session_id, pos),
+        )
+        return Row(*got[0]) if got else None
+
+    def rows(self, session_id: int, start: int, stop: int | None, chunk: int) -> Iterator[Row]:
+        end = stop if stop is not None else 1 << 62
+        while start < end:
+            got = self._all(
+                "SELECT seq, session_id, pos, kind, idem_key, leaf, body FROM events "
+                "WHERE session_id = ? AND pos >= ? AND pos < ? ORDER BY pos LIMIT ?",
+                (session_id, start, end, chunk),
+            )
+            for r in got:
+                yield Row(*r)
+            if len(got) < chunk:
+                return
+            start = int(got[-1][2]) + 1
+
+    def head(self, session_id: int) -> HeadRow | None:
+        got = self._all(
+            "SELECT size, root, seal FROM heads WHERE session_id = ? ORDER BY size DESC LIMIT 1", (session_id,)
+        )
+        return HeadRow(*got[0]) if got else None
+
+    def hashes(self, session_id: int, coords: Sequence[tuple[int, int]]) -> list[bytes]:
+        with self._lock:
+            return _hashes(self._conn, session_id, coords)
+
+    def node_range(self, session_id: int, level: int, lo: int, hi: int) -> list[tuple[int, bytes]]:
+        return self._all(
+            "SELECT idx, hash FROM nodes WHERE session_id = ? AND level = ? AND idx >= ? AND idx < ? ORDER BY idx",
+            (session_id, level, lo, hi),
+        )
+
+    def node_counts(self, session_id: int) -> dict[int, int]:
+        got = self._all("SELECT level, count(*) FROM nodes WHERE session_id = ? GROUP BY level", (session_id,))
+        return {int(lv): int(n) for lv, n in got}
+
+    def heads(self, session_id: int, after: int, limit: int) -> list[HeadRow]:
+        got = self._all(
+            "SELECT size, root, seal FROM heads WHERE session_id = ? AND size > ? ORDER BY size LIMIT ?",
+            (session_id, after, limit),
+        )
+        return [HeadRow(*r) for r in got]
+
+    def orphans(self) -> list[tuple[str, int]]:
+        out: list[tuple[str, int]] = []
+        for table in ("events", "nodes", "heads"):
+            got = self._all(
+                f"SELECT DISTINCT session_id FROM {table} WHERE session_id NOT IN (SELECT id FROM sessions)"
+            )
+            out.extend((table, int(sid)) for (sid,) in got)
+        return out
+
+    def seq_bounds(self) -> tuple[int, int, int]:
+        n, lo, hi = self._all("SELECT count(*), coalesce(min(seq), 0), coalesce(max(seq), 0) FROM events")[0]
+        return int(n), int(lo), int(hi)
+
+
+def _hashes(conn: sqlite3.Connection, session_id: int, coords: Sequence[tuple[int, int]]) -> list[bytes]:
+    out: list[bytes] = []
+    for level, idx in coords:
+        if level == 0:
+            got = conn.execute("SELECT leaf FROM events WHERE session_id = ? AND pos = ?", (session_id, idx)).fetchone()
+        else:
+            got = conn.execute(
+                "SELECT hash FROM nodes WHERE session_id = ? AND level = ? AND idx = ?", (session_id, level, idx)
+            ).fetchone()
+        if got is None:
+            raise IntegrityError(f"subtree ({level}, {idx}) is missing", pos=idx << level)
+        out.append(got[0])
+    return out
+
+
+class _SQLiteWriter:
+    __slots__ = ("_conn", "session_id")
+
+    def __init__(self, conn: sqlite3.Connection, session_id: int) -> None:
+        self._conn = conn
+        self.session_id = session_id
+
+    def head(self) -> HeadRow | None:
+        got = self._conn.execute(
+            "SELECT size, root, seal FROM heads WHERE session_id = ? ORDER BY size DESC LIMIT 1", (self.session_id,)
+        ).fetchone()
+        return HeadRow(*got) if got else None
+
+    def hashes(self, coords: Sequence[tuple[int, int]]) -> list[bytes]:
+        return _hashes(self._conn, self.session_id, coords)
+
+    def find_idempotent(self, key: str) -> Row | None:
+        got = self._conn.execute(
+            "SELECT seq, session_id, pos, kind, idem_key, leaf, body FROM events WHERE session_id = ? AND idem_key = ?",
+            (self.session_id, key),
+        ).fetchone()
+        return Row(*got) if got else None
+
+    def next_seq(self) -> int | None:
+        # Under the write lock max(seq) + 1 is exactly what SQLite would assign.
+        return int(self._conn.execute("SELECT coalesce(max(seq), 0) + 1 FROM events").fetchone()[0])
+
+    def insert(self, rows: Sequence[Row], nodes: Sequence[tuple[int, int, bytes]], head: HeadRow) -> list[int]:
+        conn, sid = self._conn, self.session_id
+        conn.executemany("INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+        conn.executemany(
+            "INSERT INTO nodes (session_id, level, idx, hash) VALUES (?, ?, ?, ?)",
+            [(sid, lv, i, h) for lv, i, h in nodes],
+        )
+        conn.execute("INSERT INTO heads (session_id, size, root, seal) VALUES (?, ?, ?, ?)", (sid, *head))
+        return [r.seq for r in rows]
+
+
+if TYPE_CHECKING:
+    _check: Backend = SQLiteBackend(":memory:")

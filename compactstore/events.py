@@ -1,0 +1,195 @@
+"""Event types and their one canonical encoding.
+
+Every event is a frozen msgspec Struct tagged by ``kind``. The canonical encoding is
+JSON with struct fields and map keys sorted and default-valued fields omitted, so
+the same event always gives the same bytes, and an optional field added in a later
+version does not change the bytes (or the Merkle leaves) of events that do not use it.
+Everything about an event except its storage coordinates (sequence number, session
+position) lives inside those bytes, its timestamp and idempotency key included.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from typing import Any, Literal, TypeAlias
+
+import msgspec
+
+from .errors import InvalidEvent
+
+#: A JSON value: None, bool, int, float (finite), str, list, or dict with str keys.
+JSON: TypeAlias = Any
+
+Status = Literal["ok", "failed", "rejected", "superseded"]
+
+#: A clock returns microseconds since the Unix epoch. Inject one for determinism.
+Clock = Callable[[], int]
+
+#: Bounds that keep one event well inside what SQLite and PostgreSQL store in a row.
+MAX_TEXT = 64 * 1024 * 1024
+MAX_DEPTH = 64
+
+
+def system_clock() -> int:
+    """Return the wall clock in microseconds since the Unix epoch."""
+    return time.time_ns() // 1000
+
+
+def tick_clock(start: int = 1_767_225_600_000_000, step: int = 1_000_000) -> Clock:
+    """Return a deterministic clock: ``start``, then ``start + step``, and so on.
+
+    The default start is 2026-01-01T00:00:00Z; the default step one second.
+    """
+    now = start - step
+
+    def clock() -> int:
+        nonlocal now
+        now += step
+        return now
+
+    return clock
+
+
+class Event(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, tag_field="kind"):
+    """Fields every event carries.
+
+    Attributes:
+        status: ``ok``, ``failed``, ``rejected`` or ``superseded``; None when not stated.
+        supersedes: the position (in the same session) of the event this one replaces.
+        ts: microseconds since the Unix epoch; stamped by the store's clock when None.
+        idempotency_key: set by the store from ``append(..., idempotency_key=...)``.
+        meta: free-form JSON the caller wants kept with the event.
+    """
+
+    status: Status | None = None
+    supersedes: int | None = None
+    ts: int | None = None
+    idempotency_key: str | None = None
+    meta: dict[str, JSON] | None = None
+
+    @property
+    def kind(self) -> str:
+        """Return the event's kind tag (``turn``, ``tool_call``, ...)."""
+        tag = type(self).__struct_config__.tag
+        assert isinstance(tag, str)
+        return tag
+
+
+class Turn(Event, frozen=True, tag="turn"):
+    """A conversational turn: ``role`` (user, assistant, system, ...) said ``content``."""
+
+    role: str
+    content: str
+    name: str | None = None
+
+
+class ToolCall(Event, frozen=True, tag="tool_call"):
+    """A request to run tool ``name`` with ``args``; paired with its result by ``call_id``."""
+
+    call_id: str
+    name: str
+    args: dict[str, JSON] = {}
+
+
+class ToolResult(Event, frozen=True, tag="tool_result"):
+    """The outcome of the tool call ``call_id``: its ``output`` and whether it was ``ok``."""
+
+    call_id: str
+    output: JSON = None
+    ok: bool = True
+
+
+#: Every event type, in one tagged union: the canonical decoder accepts these only.
+EVENT_TYPES: tuple[type[Event], ...] = (Turn, ToolCall, ToolResult)
+KINDS: frozenset[str] = frozenset(str(t.__struct_config__.tag) for t in EVENT_TYPES)
+
+#: Text fields that identify something, and so must not be empty.
+_REQUIRED_TEXT: dict[type[Event], tuple[str, ...]] = {
+    Turn: ("role",),
+    ToolCall: ("call_id", "name"),
+    ToolResult: ("call_id",),
+}
+
+_encoder = msgspec.json.Encoder(order="sorted")
+_decoder: msgspec.json.Decoder[Any] = msgspec.json.Decoder(Turn | ToolCall | ToolResult)
+
+
+def encode(event: Event) -> bytes:
+    """Return the canonical bytes of ``event``. Does not validate; see :func:`canonical`."""
+    return _encoder.encode(event)
+
+
+def decode(body: bytes) -> Event:
+    """Decode canonical bytes back into an event.
+
+    Raises:
+        InvalidEvent: the bytes are not a valid event of a registered kind.
+    """
+    try:
+        event: Event = _decoder.decode(body)
+    except msgspec.ValidationError as exc:
+        raise InvalidEvent(_field_of(str(exc)), str(exc)) from exc
+    except msgspec.DecodeError as exc:
+        raise InvalidEvent("body", str(exc)) from exc
+    return event
+
+
+def canonical(event: Event) -> tuple[Event, bytes]:
+    """Validate ``event`` and return it in canonical form with its bytes.
+
+    The returned event is what decoding the bytes gives (tuples become lists, and so
+    on), so ``encode(returned) == bytes`` holds.
+
+    Raises:
+        InvalidEvent: naming the field and why; for example ``args.x``: not finite.
+    """
+    if not isinstance(event, Event) or type(event) not in EVENT_TYPES:
+        raise InvalidEvent("event", f"expected a registered event type, got {type(event).__name__}")
+    for name in event.__struct_fields__:
+        value = getattr(event, name)
+        if type(value) is not str and value is not None:
+            _check_json(value, name, 0)
+        elif isinstance(value, str) and len(value) > MAX_TEXT:
+            raise InvalidEvent(name, f"longer than {MAX_TEXT} characters")
+    if event.supersedes is not None and event.supersedes < 0:
+        raise InvalidEvent("supersedes", f"must be a position >= 0, got {event.supersedes}")
+    try:
+        body = _encoder.encode(event)
+    except (TypeError, UnicodeEncodeError, OverflowError) as exc:
+        raise InvalidEvent("event", str(exc)) from exc
+    decoded = decode(body)
+    for name in _REQUIRED_TEXT.get(type(decoded), ()):
+        if not getattr(decoded, name):
+            raise InvalidEvent(name, "must not be empty")
+    return decoded, body
+
+
+def _check_json(value: object, path: str, depth: int) -> None:
+    # JSON silently maps NaN to null and int keys to strings; refuse both rather than
+    # store something other than what the caller gave.
+    if depth > MAX_DEPTH:
+        raise InvalidEvent(path, f"nested deeper than {MAX_DEPTH}")
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise InvalidEvent(path, f"not a finite number: {value!r}")
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise InvalidEvent(path, f"keys must be str, got {type(k).__name__} {k!r}")
+            _check_json(v, f"{path}.{k}", depth + 1)
+    elif isinstance(value, list | tuple):
+        for i, v in enumerate(value):
+            _check_json(v, f"{path}[{i}]", depth + 1)
+    elif isinstance(value, str) and len(value) > MAX_TEXT:
+        raise InvalidEvent(path, f"longer than {MAX_TEXT} characters")
+
+
+def _field_of(message: str) -> str:
+    # msgspec says "... - at `$.args.x`"; report the path without the `$.`.
+    marker = "at `$"
+    if marker in message:
+        path = message.split(marker, 1)[1].split("`", 1)[0]
+        return path.lstrip(".") or "event"
+    return "event"

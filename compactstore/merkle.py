@@ -1,0 +1,388 @@
+"""Merkle trees in the RFC 9162 shape: roots, span roots, proofs and their verification.
+
+A leaf is ``H(0x00 || entry)`` and an interior node ``H(0x01 || left || right)``; the
+two prefixes keep a leaf from ever being passed off as a node (the second-preimage
+attack on plain Merkle trees). The hash is BLAKE3 by default; ``algo="sha256"``
+gives exactly RFC 6962 / RFC 9162, which is how the published test vectors are checked.
+
+Everything here is pure: functions over in-memory entries (leaf data, not hashes),
+plus the coordinate arithmetic a store uses to serve the same answers from stored
+subtree roots in O(log n). A subtree is named by ``(level, index)``: it covers
+positions ``[index << level, (index + 1) << level)``; level 0 is a leaf.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterable, Mapping, Sequence
+
+from blake3 import blake3
+
+from .errors import InvalidArgument
+
+LEAF_PREFIX = b"\x00"
+NODE_PREFIX = b"\x01"
+HASH_SIZE = 32
+ALGOS = ("blake3", "sha256")
+
+Coord = tuple[int, int]
+"""A complete, aligned subtree: ``(level, index)``."""
+
+Span = tuple[int, int]
+"""Positions ``[start, stop)``."""
+
+
+def _b3_leaf(entry: bytes) -> bytes:
+    return blake3(LEAF_PREFIX + entry).digest()
+
+
+def _b3_node(left: bytes, right: bytes) -> bytes:
+    return blake3(b"".join((NODE_PREFIX, left, right))).digest()
+
+
+def _sha_leaf(entry: bytes) -> bytes:
+    return hashlib.sha256(LEAF_PREFIX + entry).digest()
+
+
+def _sha_node(left: bytes, right: bytes) -> bytes:
+    return hashlib.sha256(b"".join((NODE_PREFIX, left, right))).digest()
+
+
+_HASHERS: dict[str, tuple[Callable[[bytes], bytes], Callable[[bytes, bytes], bytes], bytes]] = {
+    "blake3": (_b3_leaf, _b3_node, blake3(b"").digest()),
+    "sha256": (_sha_leaf, _sha_node, hashlib.sha256(b"").digest()),
+}
+
+
+def _hasher(algo: str) -> tuple[Callable[[bytes], bytes], Callable[[bytes, bytes], bytes], bytes]:
+    try:
+        return _HASHERS[algo]
+    except KeyError:
+        raise InvalidArgument("algo", f"unknown hash {algo!r}; use one of {ALGOS}") from None
+
+
+def leaf_hash(entry: bytes, algo: str = "blake3") -> bytes:
+    """Return ``H(0x00 || entry)``."""
+    return _hasher(algo)[0](entry)
+
+
+def node_hash(left: bytes, right: bytes, algo: str = "blake3") -> bytes:
+    """Return ``H(0x01 || left || right)``."""
+    return _hasher(algo)[1](left, right)
+
+
+def empty_root(algo: str = "blake3") -> bytes:
+    """Return the root of the empty tree, ``H("")``."""
+    return _hasher(algo)[2]
+
+
+# --- coordinate arithmetic -------------------------------------------------------
+
+
+def _split(n: int) -> int:
+    """Return the largest power of two smaller than ``n`` (RFC 9162's k). Requires n > 1."""
+    return 1 << ((n - 1).bit_length() - 1)
+
+
+def cover(start: int, stop: int) -> list[Coord]:
+    """Return the compact range of ``[start, stop)``: its fewest aligned complete subtrees.
+
+    They are listed left to right; at most ``2 * log2(stop - start)`` of them.
+    """
+    out: list[Coord] = []
+    while start < stop:
+        level = (start & -start).bit_length() - 1 if start else (stop - start).bit_length() - 1
+        while (1 << level) > stop - start:
+            level -= 1
+        out.append((level, start >> level))
+        start += 1 << level
+    return out
+
+
+def inclusion_spans(index: int, size: int) -> list[Span]:
+    """Return the spans whose roots form the inclusion proof of ``index`` in ``size``.
+
+    Ordered as RFC 9162 orders the proof: from the leaf's sibling up to the root's
+    child. Requires ``0 <= index < size``.
+    """
+    path: list[Span] = []
+    lo, hi = 0, size
+    while hi - lo > 1:
+        k = _split(hi - lo)
+        if index < lo + k:
+            path.append((lo + k, hi))
+            hi = lo + k
+        else:
+            path.append((lo, lo + k))
+            lo += k
+    path.reverse()
+    return path
+
+
+def consistency_spans(old_size: int, new_size: int) -> list[Span]:
+    """Return the spans whose roots form the consistency proof from ``old_size`` to ``new_size``.
+
+    RFC 9162 SUBPROOF, iteratively. Requires ``0 <= old_size <= new_size``; the proof is
+    empty when ``old_size`` is 0 or equals ``new_size``.
+    """
+    if old_size == 0 or old_size == new_size:
+        return []
+    lo, hi, complete = 0, new_size, True
+    tail: list[Span] = []
+    while old_size != hi:
+        k = _split(hi - lo)
+        if old_size <= lo + k:
+            tail.append((lo + k, hi))
+            hi = lo + k
+        else:
+            tail.append((lo, lo + k))
+            lo += k
+            complete = False
+    head: list[Span] = [] if complete else [(lo, hi)]
+    return head + tail[::-1]
+
+
+def fold(hashes: Sequence[bytes], algo: str = "blake3") -> bytes:
+    """Return the root of a compact range's hashes (left to right), merged right to left.
+
+    For the compact range of ``[0, n)`` this is the RFC 9162 tree root of size n; for
+    an empty sequence it is the empty root.
+    """
+    node = _hasher(algo)[1]
+    if not hashes:
+        return empty_root(algo)
+    acc = hashes[-1]
+    for h in reversed(hashes[:-1]):
+        acc = node(h, acc)
+    return acc
+
+
+def spans_root(
+    spans: Iterable[Span], lookup: Mapping[Coord, bytes], algo: str = "blake3"
+) -> list[bytes]:
+    """Return the root of each span from stored subtree roots (``lookup`` by coordinate)."""
+    return [fold([lookup[c] for c in cover(a, b)], algo) for a, b in spans]
+
+
+# --- roots and proofs over in-memory entries ---------------------------------------
+
+
+def _levels(entries: Sequence[bytes], algo: str) -> list[list[bytes]]:
+    # Complete subtrees only, level by level: levels[l][i] is the root of (l, i).
+    leaf, node, _ = _hasher(algo)
+    level = [leaf(e) for e in entries]
+    levels = [level]
+    while len(level) > 1:
+        level = [node(level[i], level[i + 1]) for i in range(0, len(level) - 1, 2)]
+        levels.append(level)
+    return levels
+
+
+def _check_size(name: str, value: int, lo: int, hi: int) -> None:
+    if not lo <= value <= hi:
+        raise InvalidArgument(name, f"must be in [{lo}, {hi}], got {value}")
+
+
+def _lookup(levels: list[list[bytes]], coords: Iterable[Coord]) -> dict[Coord, bytes]:
+    return {(lv, i): levels[lv][i] for lv, i in coords}
+
+
+def tree_root(entries: Sequence[bytes], algo: str = "blake3") -> bytes:
+    """Return the RFC 9162 Merkle Tree Hash of ``entries``."""
+    leaf, node, empty = _hasher(algo)
+    level = [leaf(e) for e in entries]
+    if not level:
+        return empty
+    # Pair neighbours bottom-up, carrying an odd last node up unchanged: the same
+    # tree as RFC 9162's recursive split at the largest power of two.
+    while len(level) > 1:
+        paired = [node(level[i], level[i + 1]) for i in range(0, len(level) - 1, 2)]
+        if len(level) % 2:
+            paired.append(level[-1])
+        level = paired
+    return level[0]
+
+
+def span_root(entries: Sequence[bytes], start: int, stop: int, algo: str = "blake3") -> bytes:
+    """Return the root of positions ``[start, stop)`` of ``entries``.
+
+    It is the fold of the span's compact range, which a store serves in O(log n) from
+    stored subtree roots. It equals RFC 9162's Merkle Tree Hash of
+    ``entries[start:stop]`` whenever ``start`` is a multiple of the smallest power of
+    two >= ``stop - start`` (every prefix ``[0, n)`` among them).
+    Requires ``0 <= start <= stop <= len(entries)``.
+    """
+    _check_size("stop", stop, 0, len(entries))
+    _check_size("start", start, 0, stop)
+    roots = [tree_root(entries[i << lv : (i + 1) << lv], algo) for lv, i in cover(start, stop)]
+    return fold(roots, algo)
+
+
+def inclusion_proof(entries: Sequence[bytes], index: int, algo: str = "blake3") -> list[bytes]:
+    """Return the RFC 9162 inclusion proof of ``entries[index]`` in the tree of all entries.
+
+    Requires ``0 <= index < len(entries)``.
+    """
+    _check_size("index", index, 0, len(entries) - 1)
+    spans = inclusion_spans(index, len(entries))
+    levels = _levels(entries, algo)
+    need = {c for a, b in spans for c in cover(a, b)}
+    return spans_root(spans, _lookup(levels, need), algo)
+
+
+def consistency_proof(entries: Sequence[bytes], old_size: int, algo: str = "blake3") -> list[bytes]:
+    """Return the RFC 9162 consistency proof from the first ``old_size`` entries to all.
+
+    Requires ``0 <= old_size <= len(entries)``.
+    """
+    _check_size("old_size", old_size, 0, len(entries))
+    spans = consistency_spans(old_size, len(entries))
+    levels = _levels(entries, algo)
+    need = {c for a, b in spans for c in cover(a, b)}
+    return spans_root(spans, _lookup(levels, need), algo)
+
+
+# --- verification: needs no store -----------------------------------------------
+
+
+def _well_formed(hashes: Iterable[object]) -> bool:
+    return all(isinstance(h, bytes) and len(h) == HASH_SIZE for h in hashes)
+
+
+def root_from_inclusion(
+    leaf: bytes, index: int, size: int, proof: Sequence[bytes], algo: str = "blake3"
+) -> bytes | None:
+    """Return the root that ``proof`` implies for leaf hash ``leaf`` at ``index``.
+
+    RFC 9162 section 2.1.3.2. Returns None when the proof cannot be valid for that
+    index and size (wrong length, malformed hash).
+    """
+    node = _hasher(algo)[1]
+    if not (0 <= index < size) or not _well_formed([leaf, *proof]):
+        return None
+    fn, sn, r = index, size - 1, leaf
+    for p in proof:
+        if sn == 0:
+            return None
+        if fn & 1 or fn == sn:
+            r = node(p, r)
+            if not fn & 1:
+                while fn and not fn & 1:
+                    fn >>= 1
+                    sn >>= 1
+        else:
+            r = node(r, p)
+        fn >>= 1
+        sn >>= 1
+    return r if sn == 0 else None
+
+
+def verify_inclusion(
+    entry: bytes, index: int, size: int, proof: Sequence[bytes], root: bytes, algo: str = "blake3"
+) -> bool:
+    """Return whether ``proof`` shows ``entry`` at ``index`` in the tree of ``size`` with ``root``."""
+    got = root_from_inclusion(_hasher(algo)[0](entry), index, size, proof, algo)
+    return got is not None and got == root
+
+
+def verify_inclusion_hash(
+    leaf: bytes, index: int, size: int, proof: Sequence[bytes], root: bytes, algo: str = "blake3"
+) -> bool:
+    """Return whether ``proof`` shows leaf hash ``leaf`` at ``index`` in the tree with ``root``."""
+    got = root_from_inclusion(leaf, index, size, proof, algo)
+    return got is not None and got == root
+
+
+def verify_consistency(
+    old_size: int,
+    new_size: int,
+    old_root: bytes,
+    new_root: bytes,
+    proof: Sequence[bytes],
+    algo: str = "blake3",
+) -> bool:
+    """Return whether ``proof`` shows the tree ``(old_size, old_root)`` is a prefix of ``(new_size, new_root)``.
+
+    RFC 9162 section 2.1.4.2, plus the trivial cases: equal sizes need an empty proof
+    and equal roots; the empty tree (root ``H("")``) is a prefix of every tree, with an
+    empty proof. Roots and proof hashes must be 32 bytes.
+    """
+    _, node, empty = _hasher(algo)
+    if not (0 <= old_size <= new_size) or not _well_formed([old_root, new_root, *proof]):
+        return False
+    if old_size == 0:
+        return not proof and old_root == empty and (new_size > 0 or new_root == empty)
+    if old_size == new_size:
+        return not proof and old_root == new_root
+    path = list(proof)
+    if old_size & (old_size - 1) == 0:  # a power of two: the old root is the first node
+        path.insert(0, old_root)
+    if not path:
+        return False
+    fn, sn = old_size - 1, new_size - 1
+    while fn & 1:
+        fn >>= 1
+        sn >>= 1
+    fr = sr = path[0]
+    for c in path[1:]:
+        if sn == 0:
+            return False
+        if fn & 1 or fn == sn:
+            fr = node(c, fr)
+            sr = node(c, sr)
+            if not fn & 1:
+                while fn and not fn & 1:
+                    fn >>= 1
+                    sn >>= 1
+        else:
+            sr = node(sr, c)
+        fn >>= 1
+        sn >>= 1
+    return sn == 0 and fr == old_root and sr == new_root
+
+
+# --- incremental appends ------------------------------------------------------------
+
+
+class Frontier:
+    """The compact range ``[0, size)`` of a growing tree: O(log n) hashes, O(log n) per append.
+
+    ``append`` returns the interior subtrees it completes, so a store can persist them
+    and later serve span roots and proofs without rehashing.
+    """
+
+    __slots__ = ("size", "hashes", "_node", "_algo")
+
+    def __init__(self, size: int = 0, hashes: Sequence[bytes] = (), algo: str = "blake3") -> None:
+        """Start from ``hashes``, the roots of ``cover(0, size)`` left to right."""
+        if len(hashes) != len(cover(0, size)):
+            raise InvalidArgument("hashes", f"size {size} needs {len(cover(0, size))} roots, got {len(hashes)}")
+        self.size = size
+        self.hashes = list(hashes)
+        self._node = _hasher(algo)[1]
+        self._algo = algo
+
+    def append(self, leaf: bytes) -> list[tuple[int, int, bytes]]:
+        """Add leaf hash ``leaf``; return the completed subtrees as ``(level, index, root)``."""
+        made: list[tuple[int, int, bytes]] = []
+        hashes = self.hashes
+        hashes.append(leaf)
+        n = self.size + 1
+        level = 0
+        # Each trailing 1-bit of the old size is a pair of equal subtrees to merge.
+        while (n >> level) & 1 == 0:
+            right = hashes.pop()
+            merged = self._node(hashes.pop(), right)
+            hashes.append(merged)
+            level += 1
+            made.append((level, (n >> level) - 1, merged))
+        self.size = n
+        return made
+
+    def root(self) -> bytes:
+        """Return the RFC 9162 root of the tree so far."""
+        return fold(self.hashes, self._algo)
+
+    def copy(self) -> Frontier:
+        """Return an independent copy."""
+        return Frontier(self.size, self.hashes, self._algo)

@@ -1,0 +1,371 @@
+"""The store and its sessions: append, read, tree heads, proofs.
+
+A session is one append-only log with gapless positions from 0 and one Merkle tree
+over its events. Every write transaction stores the subtree roots it completes and a
+sealed tree head, so span roots, heads and proofs for any size are served in O(log n)
+from stored roots, and the frontier (the compact range of the whole tree) is cached
+between appends and re-read only when another writer has moved the session on.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator, Sequence
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from . import events as ev
+from . import merkle
+from .backends import SCHEMA_VERSION, Backend, HeadRow, Row, open_backend
+from .errors import CompactStoreError, ConflictError, IntegrityError, InvalidArgument, InvalidEvent
+from .seal import derive_key, key_check, seal
+
+if TYPE_CHECKING:
+    from .verify import VerifyReport
+
+HASH = "blake3"
+MAX_SESSION_NAME = 512
+_CHUNK = 2048
+
+
+class Record(msgspec.Struct, frozen=True):
+    """One stored event.
+
+    Attributes:
+        session: the session's name.
+        seq: the global sequence number (order of commit across sessions).
+        pos: the position in the session, gapless from 0.
+        kind: the event's kind tag.
+        event: the decoded event.
+        body: exactly the bytes hashed: the event's canonical encoding.
+        leaf: ``H(0x00 || body)``.
+    """
+
+    session: str
+    seq: int
+    pos: int
+    kind: str
+    event: ev.Event
+    body: bytes
+    leaf: bytes
+
+
+class TreeHead(msgspec.Struct, frozen=True):
+    """The root of a session's tree at ``size``, with a MAC when the store is keyed."""
+
+    session: str
+    size: int
+    root: bytes
+    mac: bytes | None = None
+
+
+def open(  # noqa: A001 - the public name the API promises
+    target: str = "compactstore.db",
+    *,
+    key: bytes | str | None = None,
+    clock: ev.Clock | None = None,
+    durable: bool = False,
+) -> Store:
+    """Open (creating if needed) the store at ``target``.
+
+    Args:
+        target: a SQLite file path or ``":memory:"``.
+        key: a secret; tree heads are then sealed with a keyed BLAKE3 MAC. A store
+            created with a key must be opened with the same key to append or verify.
+        clock: returns microseconds since the epoch; stamps events that carry no ``ts``.
+        durable: survive power loss (``synchronous=FULL``), not only a process crash.
+
+    Raises:
+        IntegrityError: the key does not match the store's.
+        CompactStoreError: the target is not a compactstore store, or is of a newer schema.
+    """
+    return Store(open_backend(str(target), durable=durable), key=key, clock=clock)
+
+
+def _check_name(name: str) -> str:
+    if not isinstance(name, str) or not name:
+        raise InvalidArgument("session", "must be a non-empty str")
+    if len(name) > MAX_SESSION_NAME or re.search(r"[\x00-\x1f\x7f]", name):
+        raise InvalidArgument("session", f"at most {MAX_SESSION_NAME} characters, no control characters")
+    return name
+
+
+class Store:
+    """A compactstore: named sessions, each an append-only log with its own Merkle tree.
+
+    Use as a context manager, or call :meth:`close`.
+    """
+
+    def __init__(self, backend: Backend, *, key: bytes | str | None = None, clock: ev.Clock | None = None) -> None:
+        """Wrap an open backend. Prefer :func:`open`."""
+        self.backend = backend
+        self.clock: ev.Clock = clock or ev.system_clock
+        self.mac_key = derive_key(key) if key is not None else None
+        self._frontiers: dict[int, merkle.Frontier] = {}
+        try:
+            self._check_meta()
+        except BaseException:
+            backend.close()
+            raise
+
+    def _check_meta(self) -> None:
+        wanted = {"hash": HASH, "keyed": "1" if self.mac_key else "0"}
+        if self.mac_key:
+            wanted["key_check"] = key_check(self.mac_key)
+        meta = self.backend.init_meta(wanted)
+        if meta.get("schema_version") != SCHEMA_VERSION:
+            raise CompactStoreError(
+                f"unsupported schema version {meta.get('schema_version')!r}; this library reads {SCHEMA_VERSION!r}"
+            )
+        if meta.get("hash") != HASH:
+            raise CompactStoreError(f"unsupported hash {meta.get('hash')!r}; want {HASH!r}")
+        self.keyed = meta.get("keyed") == "1"
+        if self.mac_key and not self.keyed:
+            raise IntegrityError("the store was created without a key", hint="open it without key=")
+        if self.mac_key and meta.get("key_check") != wanted["key_check"]:
+            raise IntegrityError("wrong key for this store")
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: tuple[type[BaseException] | None, BaseException | None, TracebackType | None]) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the store's connections."""
+        self.backend.close()
+
+    def session(self, name: str) -> Session:
+        """Return the session ``name``; it is created by its first append."""
+        return Session(self, _check_name(name))
+
+    def sessions(self) -> list[str]:
+        """Return the names of every session with at least one event, sorted."""
+        return [name for _, name in self.backend.sessions()]
+
+    def verify(self, *, progress: Callable[[int, int], None] | None = None) -> VerifyReport:
+        """Re-hash every body, rebuild every tree and check every stored node, head and seal.
+
+        Streams: memory stays flat however long the log. ``progress(done, total)`` is
+        called per session with the events checked so far.
+        """
+        from .verify import verify_store
+
+        return verify_store(self, progress=progress)
+
+    def _seal(self, session: str, size: int, root: bytes) -> bytes:
+        return seal(self.mac_key, session, size, root)
+
+
+class Session:
+    """One named, append-only log with its Merkle tree. Obtain with :meth:`Store.session`."""
+
+    def __init__(self, store: Store, name: str) -> None:
+        self.store = store
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"Session({self.name!r})"
+
+    def _sid(self) -> int | None:
+        return self.store.backend.session_id(self.name)
+
+    @property
+    def size(self) -> int:
+        """Return the number of events in the session."""
+        sid = self._sid()
+        head = self.store.backend.head(sid) if sid is not None else None
+        return head.size if head else 0
+
+    # --- writing ---------------------------------------------------------------
+
+    def append(self, event: ev.Event, *, idempotency_key: str | None = None) -> Record:
+        """Append one event and return its record.
+
+        With ``idempotency_key``, a retry of the same event returns the first record and
+        writes nothing (a timestamp the store stamped is not compared).
+
+        Raises:
+            InvalidEvent: naming the bad field; nothing is written.
+            ConflictError: the key was already used for a different event.
+        """
+        keys = None if idempotency_key is None else [idempotency_key]
+        return self.extend([event], idempotency_keys=keys)[0]
+
+    def extend(
+        self, events: Sequence[ev.Event], *, idempotency_keys: Sequence[str | None] | None = None
+    ) -> list[Record]:
+        """Append events in one transaction; all are written or none.
+
+        Raises:
+            InvalidEvent: naming the event's index and field; nothing is written.
+            ConflictError: an idempotency key was already used for a different event.
+        """
+        events = list(events)
+        if idempotency_keys is not None and len(idempotency_keys) != len(events):
+            raise InvalidArgument("idempotency_keys", f"{len(idempotency_keys)} keys for {len(events)} events")
+        if idempotency_keys is not None:
+            given = [k for k in idempotency_keys if k is not None]
+            if len(set(given)) != len(given):
+                raise InvalidArgument("idempotency_keys", "a key appears twice in one batch")
+        if self.store.keyed and self.store.mac_key is None:
+            raise CompactStoreError("this store is keyed", hint="open it with its key to append")
+        prepared = [self._prepare(i, e, idempotency_keys[i] if idempotency_keys else None, len(events) > 1)
+                    for i, e in enumerate(events)]
+        if not prepared:
+            return []
+        store, backend = self.store, self.store.backend
+        with backend.writer(self.name) as w:
+            sid = w.session_id
+            head = w.head()
+            frontier = self._frontier(sid, head, w.hashes)
+            seq = w.next_seq()
+            rows: list[Row] = []
+            nodes: list[tuple[int, int, bytes]] = []
+            records: list[Record | None] = []
+            for i, (event, key) in enumerate(prepared):
+                if key is not None:
+                    earlier = w.find_idempotent(key)
+                    if earlier is not None:
+                        records.append(self._replay(earlier, event, key))
+                        continue
+                pos = frontier.size
+                if event.supersedes is not None and event.supersedes >= pos:
+                    where = f"events[{i}].supersedes" if len(prepared) > 1 else "supersedes"
+                    raise InvalidEvent(where, f"must name an earlier position (< {pos}), got {event.supersedes}")
+                if event.ts is None:
+                    event = msgspec.structs.replace(event, ts=store.clock())
+                body = ev.encode(event)
+                leaf = merkle.leaf_hash(body)
+                nodes.extend(frontier.append(leaf))
+                rows.append(Row(seq + len(rows) if seq is not None else 0, sid, pos, event.kind, key, leaf, body))
+                records.append(None)
+            if rows:
+                root = frontier.root()
+                seqs = w.insert(rows, nodes, HeadRow(frontier.size, root, store._seal(self.name, frontier.size, root)))
+                rows = [r._replace(seq=s) for r, s in zip(rows, seqs)]
+        if rows:
+            self.store._frontiers[sid] = frontier
+        fresh = iter(rows)
+        return [r if r is not None else self._record(next(fresh)) for r in records]
+
+    def _prepare(self, i: int, event: ev.Event, key: str | None, batch: bool) -> tuple[ev.Event, str | None]:
+        try:
+            if key is not None and (not isinstance(key, str) or not key or len(key) > 1024):
+                raise InvalidEvent("idempotency_key", "must be a non-empty str of at most 1024 characters")
+            if key is not None and event.idempotency_key not in (None, key):
+                raise InvalidEvent("idempotency_key", "the event carries a different idempotency key")
+            if key is not None:
+                event = msgspec.structs.replace(event, idempotency_key=key)
+            elif isinstance(event, ev.Event) and event.idempotency_key is not None:
+                raise InvalidEvent("idempotency_key", "pass it as append(..., idempotency_key=...)")
+            canon, _ = ev.canonical(event)
+        except InvalidEvent as exc:
+            if not batch:
+                raise
+            raise InvalidEvent(f"events[{i}].{exc.field}", exc.reason) from exc
+        return canon, key
+
+    def _replay(self, row: Row, event: ev.Event, key: str) -> Record:
+        """Return the earlier record for ``key`` if ``event`` is the same event, else raise."""
+        earlier = ev.decode(row.body)
+        if event.ts is None:  # the store stamped it: not part of the comparison
+            earlier = msgspec.structs.replace(earlier, ts=None)
+        if ev.encode(earlier) != ev.encode(event):
+            raise ConflictError(
+                f"idempotency key {key!r} was used at pos {row.pos} for a different event",
+                session=self.name,
+                pos=row.pos,
+            )
+        return self._record(row)
+
+    def _frontier(
+        self, sid: int, head: HeadRow | None, fetch: Callable[[Sequence[tuple[int, int]]], list[bytes]]
+    ) -> merkle.Frontier:
+        size = head.size if head else 0
+        cached = self.store._frontiers.get(sid)
+        if cached is not None and cached.size == size:
+            return cached.copy()
+        return merkle.Frontier(size, fetch(merkle.cover(0, size)), HASH)
+
+    # --- reading ---------------------------------------------------------------
+
+    def _record(self, row: Row) -> Record:
+        return Record(self.name, row.seq, row.pos, row.kind, ev.decode(row.body), row.body, row.leaf)
+
+    def _require_sid(self) -> int:
+        sid = self._sid()
+        if sid is None:
+            raise InvalidArgument("session", f"{self.name!r} has no events")
+        return sid
+
+    def read(self, pos: int) -> Record:
+        """Return the record at ``pos``.
+
+        Raises:
+            InvalidArgument: no event at ``pos``.
+        """
+        sid = self._sid()
+        row = self.store.backend.row(sid, pos) if sid is not None else None
+        if row is None:
+            raise InvalidArgument("pos", f"no event at {pos} in session {self.name!r} (size {self.size})")
+        return self._record(row)
+
+    def scan(self, start: int = 0, stop: int | None = None) -> Iterator[Record]:
+        """Yield the records at positions ``[start, stop)`` in order, streaming."""
+        sid = self._sid()
+        if sid is None:
+            return
+        for row in self.store.backend.rows(sid, start, stop, _CHUNK):
+            yield self._record(row)
+
+    def _bounded(self, name: str, value: int | None, lo: int) -> tuple[int, int]:
+        """Return ``(value or size, size)`` after checking ``lo <= value <= size``."""
+        size = self.size
+        value = size if value is None else value
+        if not isinstance(value, int) or not lo <= value <= size:
+            raise InvalidArgument(name, f"must be in [{lo}, {size}] for session {self.name!r}, got {value!r}")
+        return value, size
+
+    def _roots(self, spans: Sequence[merkle.Span]) -> list[bytes]:
+        sid = self._sid()
+        coords = sorted({c for a, b in spans for c in merkle.cover(a, b)})
+        hashes = self.store.backend.hashes(sid, coords) if sid is not None and coords else []
+        return merkle.spans_root(spans, dict(zip(coords, hashes)), HASH)
+
+    def head(self, size: int | None = None) -> TreeHead:
+        """Return the tree head at ``size`` (default: now), with a MAC when the store is keyed."""
+        size, _ = self._bounded("size", size, 0)
+        (root,) = self._roots([(0, size)])
+        mac = self.store._seal(self.name, size, root) if self.store.mac_key else None
+        return TreeHead(self.name, size, root, mac)
+
+    def span_root(self, start: int, stop: int) -> bytes:
+        """Return the root of positions ``[start, stop)`` (see :func:`merkle.span_root`), in O(log n)."""
+        stop, _ = self._bounded("stop", stop, 0)
+        if not isinstance(start, int) or not 0 <= start <= stop:
+            raise InvalidArgument("start", f"must be in [0, {stop}], got {start!r}")
+        return self._roots([(start, stop)])[0]
+
+    def inclusion_proof(self, pos: int, size: int | None = None) -> list[bytes]:
+        """Return the RFC 9162 inclusion proof of ``pos`` in the tree of ``size`` (default: now).
+
+        Check it with :func:`compactstore.merkle.verify_inclusion`.
+        """
+        size, _ = self._bounded("size", size, 1)
+        if not isinstance(pos, int) or not 0 <= pos < size:
+            raise InvalidArgument("pos", f"must be in [0, {size - 1}], got {pos!r}")
+        return self._roots(merkle.inclusion_spans(pos, size))
+
+    def consistency_proof(self, old_size: int, new_size: int | None = None) -> list[bytes]:
+        """Return the RFC 9162 consistency proof between tree sizes ``old_size`` and ``new_size``.
+
+        Check it with :func:`compactstore.merkle.verify_consistency`.
+        """
+        new_size, _ = self._bounded("new_size", new_size, 0)
+        if not isinstance(old_size, int) or not 0 <= old_size <= new_size:
+            raise InvalidArgument("old_size", f"must be in [0, {new_size}], got {old_size!r}")
+        return self._roots(merkle.consistency_spans(old_size, new_size))
+
