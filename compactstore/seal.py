@@ -13,6 +13,7 @@ from blake3 import blake3
 from .errors import InvalidArgument
 
 _KEY_CONTEXT = "compactstore 2026-11 tree head MAC v1"
+_SEAL_DOMAIN = b"compactstore/seal/v1\x00"
 _HEAD_DOMAIN = b"compactstore/head/v1\x00"
 _KEY_CHECK = b"compactstore/key-check/v1"
 
@@ -25,16 +26,22 @@ def derive_key(key: bytes | str) -> bytes:
     return blake3(raw, derive_key_context=_KEY_CONTEXT).digest()
 
 
-def head_message(session: str, size: int, root: bytes) -> bytes:
-    """Return the bytes a seal covers: session name, size and root, unambiguously framed."""
+def _message(domain: bytes, session: str, size: int, root: bytes, prev: int) -> bytes:
     name = session.encode()
-    return b"".join((_HEAD_DOMAIN, len(name).to_bytes(4, "big"), name, size.to_bytes(8, "big"), root))
+    return b"".join(
+        (domain, len(name).to_bytes(4, "big"), name, size.to_bytes(8, "big"), root, prev.to_bytes(8, "big"))
+    )
 
 
-def seal(mac_key: bytes | None, session: str, size: int, root: bytes) -> bytes:
-    """Return the seal of a tree head."""
-    message = head_message(session, size, root)
+def seal(mac_key: bytes | None, session: str, size: int, root: bytes, prev: int) -> bytes:
+    """Return the seal of a stored tree head (``prev``: the size of the head before it, 0 first)."""
+    message = _message(_SEAL_DOMAIN, session, size, root, prev)
     return (blake3(message, key=mac_key) if mac_key else blake3(message)).digest()
+
+
+def head_mac(mac_key: bytes, session: str, size: int, root: bytes) -> bytes:
+    """Return the MAC of a tree head handed to a caller: over session name, size and root."""
+    return blake3(_message(_HEAD_DOMAIN, session, size, root, 0), key=mac_key).digest()
 
 
 def key_check(mac_key: bytes) -> str:

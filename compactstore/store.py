@@ -20,7 +20,7 @@ from . import events as ev
 from . import merkle
 from .backends import SCHEMA_VERSION, Backend, HeadRow, Row, open_backend
 from .errors import CompactStoreError, ConflictError, IntegrityError, InvalidArgument, InvalidEvent
-from .seal import derive_key, key_check, seal
+from .seal import derive_key, head_mac, key_check, seal
 
 if TYPE_CHECKING:
     from .verify import VerifyReport
@@ -121,6 +121,8 @@ class Store:
             )
         if meta.get("hash") != HASH:
             raise CompactStoreError(f"unsupported hash {meta.get('hash')!r}; want {HASH!r}")
+        if meta.get("keyed") not in ("0", "1") or ("key_check" in meta) != (meta.get("keyed") == "1"):
+            raise IntegrityError(f"meta table is inconsistent: {sorted(meta)}")
         self.keyed = meta.get("keyed") == "1"
         if self.mac_key and not self.keyed:
             raise IntegrityError("the store was created without a key", hint="open it without key=")
@@ -155,8 +157,18 @@ class Store:
 
         return verify_store(self, progress=progress)
 
-    def _seal(self, session: str, size: int, root: bytes) -> bytes:
-        return seal(self.mac_key, session, size, root)
+    def check_head(self, head: TreeHead) -> bool:
+        """Return whether ``head`` carries a valid MAC under this store's key.
+
+        Raises:
+            CompactStoreError: the store was opened without a key.
+        """
+        if self.mac_key is None:
+            raise CompactStoreError("no key: open the store with its key to check head MACs")
+        return head.mac is not None and head.mac == head_mac(self.mac_key, head.session, head.size, head.root)
+
+    def _seal(self, session: str, size: int, root: bytes, prev: int) -> bytes:
+        return seal(self.mac_key, session, size, root, prev)
 
 
 class Session:
@@ -244,7 +256,9 @@ class Session:
                 records.append(None)
             if rows:
                 root = frontier.root()
-                seqs = w.insert(rows, nodes, HeadRow(frontier.size, root, store._seal(self.name, frontier.size, root)))
+                prev = head.size if head else 0
+                new_head = HeadRow(frontier.size, root, prev, store._seal(self.name, frontier.size, root, prev))
+                seqs = w.insert(rows, nodes, new_head)
                 rows = [r._replace(seq=s) for r, s in zip(rows, seqs)]
         if rows:
             self.store._frontiers[sid] = frontier
@@ -339,7 +353,7 @@ class Session:
         """Return the tree head at ``size`` (default: now), with a MAC when the store is keyed."""
         size, _ = self._bounded("size", size, 0)
         (root,) = self._roots([(0, size)])
-        mac = self.store._seal(self.name, size, root) if self.store.mac_key else None
+        mac = head_mac(self.store.mac_key, self.name, size, root) if self.store.mac_key else None
         return TreeHead(self.name, size, root, mac)
 
     def span_root(self, start: int, stop: int) -> bytes:

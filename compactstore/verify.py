@@ -43,7 +43,7 @@ class Problem(msgspec.Struct, frozen=True):
 
     def __str__(self) -> str:
         where = f"{self.session!r}" if self.session is not None else "store"
-        at = f" pos {self.pos}" if self.pos is not None else ""
+        at = "" if self.pos is None else f" {'size' if self.table == 'heads' else 'pos'} {self.pos}"
         return f"{where} {self.table}{at}: {self.what}"
 
 
@@ -100,6 +100,7 @@ def _verify_session(store: Store, sid: int, name: str, found: _Problems) -> Iter
     frontier = merkle.Frontier(algo="blake3")
     heads = _stream_heads(store, sid)
     head = next(heads, None)
+    prev = 0
     last_seq = 0
     for chunk in _chunks(backend.rows(sid, 0, None, _CHUNK)):
         made: dict[int, dict[int, bytes]] = defaultdict(dict)
@@ -117,7 +118,8 @@ def _verify_session(store: Store, sid: int, name: str, found: _Problems) -> Iter
             for level, idx, h in frontier.append(leaf):
                 made[level][idx] = h
             while head is not None and head.size <= frontier.size:
-                _check_head(store, name, head, frontier, found)
+                _check_head(store, name, head, prev, frontier, found)
+                prev = head.size
                 head = next(heads, None)
         for level, want in made.items():
             stored = dict(backend.node_range(sid, level, min(want), max(want) + 1))
@@ -133,6 +135,8 @@ def _verify_session(store: Store, sid: int, name: str, found: _Problems) -> Iter
     while head is not None:
         found.add(name, "heads", head.size, f"head of size {head.size} beyond the log's {size} events")
         head = next(heads, None)
+    if size and prev != size:
+        found.add(name, "heads", prev, f"latest head is at size {prev}, but the log has {size} events")
     for level, n in backend.node_counts(sid).items():
         if n != size >> level:
             found.add(name, "nodes", None, f"{n} subtrees stored at level {level}, want {size >> level}")
@@ -152,15 +156,17 @@ def _check_body(body: bytes, kind: str, idem_key: str | None, name: str, pos: in
         found.add(name, "events", pos, f"idem_key column says {idem_key!r}, body says {event.idempotency_key!r}")
 
 
-def _check_head(store: Store, name: str, head: HeadRow, frontier: merkle.Frontier, found: _Problems) -> None:
+def _check_head(store: Store, name: str, head: HeadRow, prev: int, frontier: merkle.Frontier, found: _Problems) -> None:
     if head.size != frontier.size:  # a size the log never passed through in order
         found.add(name, "heads", head.size, "head of a size that was skipped")
         return
     root = frontier.root()
     if head.root != root:
         found.add(name, "heads", head.size, f"root mismatch: got {_short(head.root)}, want {_short(root)}")
-    if head.seal != store._seal(name, head.size, head.root):
-        found.add(name, "heads", head.size, "seal does not match (session name, size, root)" + (" under the key" if store.mac_key else ""))
+    if head.prev != prev:
+        found.add(name, "heads", head.size, f"chain broken: previous head is at size {head.prev}, want {prev}")
+    if head.seal != store._seal(name, head.size, head.root, head.prev):
+        found.add(name, "heads", head.size, "seal does not match (session name, size, root, prev)" + (" under the key" if store.mac_key else ""))
 
 
 def _stream_heads(store: Store, sid: int) -> Iterator[HeadRow]:

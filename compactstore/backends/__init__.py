@@ -10,8 +10,10 @@ Tables (the same in every backend):
 - ``events(seq, session_id, pos, kind, idem_key, leaf, body)``: the log. ``leaf`` is
   ``H(0x00 || body)``; ``kind`` and ``idem_key`` repeat what the body says, for indexes.
 - ``nodes(session_id, level, idx, hash)``: every complete interior subtree root.
-- ``heads(session_id, size, root, seal)``: a tree head per write transaction, sealed
-  with a keyed BLAKE3 MAC when the store has a key (a plain BLAKE3 digest otherwise).
+- ``heads(session_id, size, root, prev, seal)``: a tree head per write transaction,
+  chained to the previous one by its size ``prev``, sealed with a keyed BLAKE3 MAC
+  when the store has a key (a plain BLAKE3 digest otherwise). The chain makes a
+  removed head as visible as a changed one.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ class HeadRow(NamedTuple):
 
     size: int
     root: bytes
+    prev: int
     seal: bytes
 
 

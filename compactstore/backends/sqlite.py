@@ -46,9 +46,9 @@ def _schema(db: sqlite_utils.Database) -> None:
         strict=True,
     )
     db.table("heads").create(
-        {"session_id": int, "size": int, "root": bytes, "seal": bytes},
+        {"session_id": int, "size": int, "root": bytes, "prev": int, "seal": bytes},
         pk=("session_id", "size"),
-        not_null={"root", "seal"},
+        not_null={"root", "prev", "seal"},
         strict=True,
     )
     for table in LOG_TABLES:
@@ -165,7 +165,7 @@ class SQLiteBackend:
 
     def head(self, session_id: int) -> HeadRow | None:
         got = self._all(
-            "SELECT size, root, seal FROM heads WHERE session_id = ? ORDER BY size DESC LIMIT 1", (session_id,)
+            "SELECT size, root, prev, seal FROM heads WHERE session_id = ? ORDER BY size DESC LIMIT 1", (session_id,)
         )
         return HeadRow(*got[0]) if got else None
 
@@ -185,7 +185,7 @@ class SQLiteBackend:
 
     def heads(self, session_id: int, after: int, limit: int) -> list[HeadRow]:
         got = self._all(
-            "SELECT size, root, seal FROM heads WHERE session_id = ? AND size > ? ORDER BY size LIMIT ?",
+            "SELECT size, root, prev, seal FROM heads WHERE session_id = ? AND size > ? ORDER BY size LIMIT ?",
             (session_id, after, limit),
         )
         return [HeadRow(*r) for r in got]
@@ -228,7 +228,7 @@ class _SQLiteWriter:
 
     def head(self) -> HeadRow | None:
         got = self._conn.execute(
-            "SELECT size, root, seal FROM heads WHERE session_id = ? ORDER BY size DESC LIMIT 1", (self.session_id,)
+            "SELECT size, root, prev, seal FROM heads WHERE session_id = ? ORDER BY size DESC LIMIT 1", (self.session_id,)
         ).fetchone()
         return HeadRow(*got) if got else None
 
@@ -253,7 +253,7 @@ class _SQLiteWriter:
             "INSERT INTO nodes (session_id, level, idx, hash) VALUES (?, ?, ?, ?)",
             [(sid, lv, i, h) for lv, i, h in nodes],
         )
-        conn.execute("INSERT INTO heads (session_id, size, root, seal) VALUES (?, ?, ?, ?)", (sid, *head))
+        conn.execute("INSERT INTO heads (session_id, size, root, prev, seal) VALUES (?, ?, ?, ?, ?)", (sid, *head))
         return [r.seq for r in rows]
 
 

@@ -1,0 +1,110 @@
+"""Hypothesis strategies for Merkle tree tests: entries, sizes, indices and spans."""
+
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+ALGOS = ("blake3", "sha256")
+
+algos = st.sampled_from(ALGOS)
+"""A supported hash name."""
+
+entry = st.binary(max_size=48)
+"""One log entry: arbitrary bytes, the empty string included."""
+
+
+def entry_lists(min_size: int = 0, max_size: int = 40) -> st.SearchStrategy[list[bytes]]:
+    """Small lists of arbitrary entries, drawn element by element (shrinks well)."""
+    return st.lists(entry, min_size=min_size, max_size=max_size)
+
+
+def _synthetic(size: int, salt: bytes) -> list[bytes]:
+    # Distinct entries of varying length, cheap to build for hundreds of leaves.
+    return [salt + i.to_bytes(2 + i % 3, "big") for i in range(size)]
+
+
+def large_entry_lists(min_size: int = 65, max_size: int = 600) -> st.SearchStrategy[list[bytes]]:
+    """Larger lists built from a drawn size and salt, so Hypothesis need not draw each entry."""
+    return st.builds(_synthetic, st.integers(min_size, max_size), st.binary(max_size=8))
+
+
+def any_entry_lists(max_size: int = 600) -> st.SearchStrategy[list[bytes]]:
+    """Small hand-drawn lists or larger synthetic ones, up to ``max_size`` entries."""
+    return st.one_of(entry_lists(0, 40), large_entry_lists(41, max_size))
+
+
+@st.composite
+def with_index(draw: st.DrawFn, lists: st.SearchStrategy[list[bytes]]) -> tuple[list[bytes], int]:
+    """A non-empty entry list and a valid leaf index into it."""
+    entries = draw(lists.filter(bool))
+    return entries, draw(st.integers(0, len(entries) - 1))
+
+
+@st.composite
+def with_old_size(
+    draw: st.DrawFn, lists: st.SearchStrategy[list[bytes]], min_old: int = 0
+) -> tuple[list[bytes], int]:
+    """An entry list and an old size ``min_old <= m <= len(entries)``."""
+    entries = draw(lists.filter(lambda e: len(e) >= min_old))
+    return entries, draw(st.integers(min_old, len(entries)))
+
+
+@st.composite
+def with_span(draw: st.DrawFn, lists: st.SearchStrategy[list[bytes]]) -> tuple[list[bytes], int, int]:
+    """An entry list and a span ``0 <= start <= stop <= len(entries)``."""
+    entries = draw(lists)
+    stop = draw(st.integers(0, len(entries)))
+    return entries, draw(st.integers(0, stop)), stop
+
+
+sizes = st.integers(0, 2000)
+"""A tree size (for coordinate arithmetic that needs no entries)."""
+
+
+@st.composite
+def spans(draw: st.DrawFn, max_stop: int = 5000) -> tuple[int, int]:
+    """A span ``0 <= start <= stop <= max_stop``."""
+    stop = draw(st.integers(0, max_stop))
+    return draw(st.integers(0, stop)), stop
+
+
+# --- events -------------------------------------------------------------------------
+
+json_scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**63), 2**63 - 1),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.text(max_size=20),
+)
+json_values = st.recursive(
+    json_scalars,
+    lambda children: st.one_of(
+        st.lists(children, max_size=4), st.dictionaries(st.text(max_size=6), children, max_size=4)
+    ),
+    max_leaves=12,
+)
+"""Any JSON value the canonical encoding accepts (finite numbers, str keys)."""
+
+_status = st.sampled_from([None, "ok", "failed", "rejected", "superseded"])
+_common = {
+    "status": _status,
+    "supersedes": st.none() | st.integers(0, 10_000),
+    "ts": st.none() | st.integers(0, 2**62),
+    "meta": st.none() | st.dictionaries(st.text(max_size=6), json_values, max_size=3),
+}
+_ident = st.text(min_size=1, max_size=12)
+
+
+def events() -> st.SearchStrategy:  # type: ignore[type-arg]
+    """Any valid event of the built-in kinds."""
+    from compactstore import ToolCall, ToolResult, Turn
+
+    return st.one_of(
+        st.builds(Turn, role=_ident, content=st.text(max_size=60), name=st.none() | _ident, **_common),
+        st.builds(
+            ToolCall, call_id=_ident, name=_ident,
+            args=st.dictionaries(st.text(max_size=6), json_values, max_size=4), **_common,
+        ),
+        st.builds(ToolResult, call_id=_ident, output=json_values, ok=st.booleans(), **_common),
+    )

@@ -1,0 +1,67 @@
+"""The canonical encoding: one event, one byte string, whatever the caller's dict order."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import compactstore as cs
+from compactstore import events as ev
+
+from strategies import events, json_values
+
+
+@given(events())
+@settings(max_examples=300, deadline=None)
+def test_canonical_bytes_round_trip(event: cs.Event) -> None:
+    """Decoding the canonical bytes and encoding again gives the same bytes."""
+    canon, body = ev.canonical(event)
+    assert ev.encode(canon) == body
+    assert ev.decode(body) == canon
+    assert ev.canonical(canon)[1] == body
+
+
+@given(st.dictionaries(st.text(max_size=8), json_values, max_size=8))
+@settings(max_examples=200, deadline=None)
+def test_map_order_does_not_change_the_bytes(args: dict[str, object]) -> None:
+    """The same arguments inserted in another order encode identically."""
+    reordered = dict(reversed(list(args.items())))
+    a = ev.canonical(cs.ToolCall("c", "t", args))[1]
+    b = ev.canonical(cs.ToolCall("c", "t", reordered))[1]
+    assert a == b
+
+
+def test_defaults_are_omitted_so_new_optional_fields_keep_old_bytes() -> None:
+    """Unset optional fields are not encoded: bytes stay stable as the schema grows."""
+    _, body = ev.canonical(cs.Turn("user", "hi", ts=1))
+    assert body == b'{"content":"hi","kind":"turn","role":"user","ts":1}'
+
+
+def test_tuples_are_stored_as_lists() -> None:
+    """The canonical event is what decoding gives back (tuples become lists)."""
+    canon, _ = ev.canonical(cs.ToolCall("c", "t", {"xs": (1, 2)}))
+    assert canon.args == {"xs": [1, 2]}  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_non_finite_numbers_are_refused(bad: float) -> None:
+    """JSON would silently turn NaN into null; the store refuses it instead."""
+    with pytest.raises(cs.InvalidEvent) as info:
+        ev.canonical(cs.ToolResult("c", {"deep": [1, {"x": bad}]}))
+    assert info.value.field == "output.deep[1].x"
+
+
+def test_decode_rejects_unknown_kinds_and_garbage() -> None:
+    """Bytes that are not a registered event are refused with InvalidEvent."""
+    for body in (b'{"kind":"nope"}', b"not json", b'{"kind":"turn","role":"u"}'):
+        with pytest.raises(cs.InvalidEvent):
+            ev.decode(body)
+
+
+def test_every_event_type_has_a_distinct_kind() -> None:
+    """Kinds are the tags of the union the decoder accepts."""
+    assert ev.KINDS == {"turn", "tool_call", "tool_result"}
+    assert cs.Turn("u", "x").kind == "turn"
+    assert isinstance(msgspec.json.decode(ev.encode(cs.Turn("u", "x"))), dict)

@@ -1,0 +1,267 @@
+"""The store's contract: append, read, heads, proofs, idempotency, keys, bad input."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+import compactstore as cs
+from compactstore import merkle
+
+
+def _turns(n: int, prefix: str = "t") -> list[cs.Event]:
+    return [cs.Turn("user" if i % 2 else "assistant", f"{prefix}{i}") for i in range(n)]
+
+
+def test_append_assigns_gapless_positions_and_returns_the_stored_record(store: cs.Store) -> None:
+    """Appends get positions 0, 1, 2... and the record's leaf is H(0x00 || body)."""
+    s = store.session("run-1")
+    records = [s.append(e) for e in _turns(5)]
+    assert [r.pos for r in records] == [0, 1, 2, 3, 4]
+    assert [r.seq for r in records] == sorted(r.seq for r in records)
+    for r in records:
+        assert r.leaf == merkle.leaf_hash(r.body)
+        assert r.session == "run-1" and r.kind == "turn"
+        assert s.read(r.pos) == r
+    assert s.size == 5
+    assert list(s.scan()) == records
+    assert list(s.scan(1, 3)) == records[1:3]
+
+
+def test_the_timestamp_is_inside_the_body_and_comes_from_the_injected_clock(open_store) -> None:  # type: ignore[no-untyped-def]
+    """The clock stamps events without ts, and the stamp is part of the hashed bytes."""
+    store = open_store(clock=cs.tick_clock(start=1_000_000, step=5))
+    s = store.session("a")
+    r0, r1 = s.extend([cs.Turn("user", "x"), cs.Turn("user", "x", ts=42)])
+    assert r0.event.ts == 1_000_000 and b'"ts":1000000' in r0.body
+    assert r1.event.ts == 42
+
+
+def test_same_events_same_clock_give_identical_roots_in_two_stores(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Determinism: identical inputs produce byte-identical bodies, leaves and heads."""
+    heads = []
+    for name in ("a.db", "b.db"):
+        with cs.open(str(tmp_path / name), clock=cs.tick_clock()) as st:
+            s = st.session("s")
+            s.extend(_turns(10))
+            s.append(cs.ToolCall("c1", "grep", {"b": [1, 2.5], "a": {"z": None, "y": True}}))
+            heads.append(s.head())
+    assert heads[0] == heads[1]
+
+
+def test_extend_is_one_transaction_and_bad_input_writes_nothing(store: cs.Store) -> None:
+    """A batch with one bad event fails whole, naming the event and field."""
+    s = store.session("s")
+    s.append(cs.Turn("user", "first"))
+    bad = [cs.Turn("user", "ok"), cs.ToolCall("c1", "run", {"x": float("inf")})]
+    with pytest.raises(cs.InvalidEvent) as info:
+        s.extend(bad)
+    assert info.value.field == "events[1].args.x"
+    assert s.size == 1 and store.verify().ok
+
+
+@pytest.mark.parametrize(
+    ("event", "field"),
+    [
+        (cs.Turn("", "x"), "role"),
+        (cs.Turn(5, "x"), "role"),  # type: ignore[arg-type]
+        (cs.ToolCall("", "grep"), "call_id"),
+        (cs.ToolCall("c", "grep", {1: "x"}), "args"),  # type: ignore[dict-item]
+        (cs.ToolResult("c", {"n": float("nan")}), "output.n"),
+        (cs.Turn("user", "x", status="maybe"), "status"),  # type: ignore[arg-type]
+        (cs.Turn("user", "x", supersedes=-1), "supersedes"),
+        (cs.Turn("user", "x", supersedes=7), "supersedes"),
+        (cs.Turn("user", "\ud800"), "event"),
+    ],
+)
+def test_invalid_events_name_the_field_and_write_nothing(store: cs.Store, event: cs.Event, field: str) -> None:
+    """Every kind of bad input raises InvalidEvent naming the field, and the log is unchanged."""
+    s = store.session("s")
+    s.append(cs.Turn("user", "first"))
+    with pytest.raises(cs.InvalidEvent) as info:
+        s.append(event)
+    assert info.value.field == field
+    assert isinstance(info.value, ValueError)
+    assert s.size == 1 and store.sessions() == ["s"]
+
+
+def test_a_failed_first_append_does_not_create_the_session(store: cs.Store) -> None:
+    """A session exists only once an event is in it."""
+    with pytest.raises(cs.InvalidEvent):
+        store.session("new").append(cs.Turn("user", "x", supersedes=0))
+    assert store.sessions() == []
+
+
+def test_supersedes_names_an_earlier_position(store: cs.Store) -> None:
+    """An event may supersede an earlier position of its session, never a later one."""
+    s = store.session("s")
+    s.extend(_turns(3))
+    r = s.append(cs.Turn("user", "corrected", supersedes=1, status="ok"))
+    assert r.event.supersedes == 1
+
+
+def test_idempotent_retry_writes_one_event(store: cs.Store) -> None:
+    """A retry with the same key and event returns the first record and writes nothing."""
+    s = store.session("s")
+    first = s.append(cs.Turn("user", "pay 10"), idempotency_key="req-1")
+    again = s.append(cs.Turn("user", "pay 10"), idempotency_key="req-1")
+    assert again == first and s.size == 1
+    assert first.event.idempotency_key == "req-1"
+    # An explicit timestamp equal to the stamped one is the same event too.
+    assert s.append(cs.Turn("user", "pay 10", ts=first.event.ts), idempotency_key="req-1") == first
+    assert s.size == 1
+
+
+def test_reused_idempotency_key_with_a_different_event_conflicts(store: cs.Store) -> None:
+    """A key reused for a different event raises ConflictError and writes nothing."""
+    s = store.session("s")
+    s.append(cs.Turn("user", "pay 10"), idempotency_key="req-1")
+    with pytest.raises(cs.ConflictError) as info:
+        s.append(cs.Turn("user", "pay 99"), idempotency_key="req-1")
+    assert info.value.pos == 0
+    with pytest.raises(cs.ConflictError):
+        s.append(cs.Turn("user", "pay 10", ts=1), idempotency_key="req-1")
+    assert s.size == 1
+    # Keys are per session.
+    assert store.session("other").append(cs.Turn("user", "pay 99"), idempotency_key="req-1").pos == 0
+
+
+def test_idempotent_batch_mixes_replays_and_new_events(store: cs.Store) -> None:
+    """In a batch, keyed events already stored are returned, new ones appended."""
+    s = store.session("s")
+    a = s.append(cs.Turn("user", "a"), idempotency_key="ka")
+    got = s.extend([cs.Turn("user", "a"), cs.Turn("user", "b")], idempotency_keys=["ka", "kb"])
+    assert got[0] == a and got[1].pos == 1 and s.size == 2
+    with pytest.raises(cs.InvalidArgument):
+        s.extend([cs.Turn("user", "c"), cs.Turn("user", "c")], idempotency_keys=["kc", "kc"])
+
+
+def test_heads_and_span_roots_match_the_pure_functions(store: cs.Store) -> None:
+    """Heads at every size and span roots of every span equal the in-memory computation."""
+    s = store.session("s")
+    for batch in ([1], [3], [1, 1], [7], [2], [20]):
+        s.extend(_turns(sum(batch), prefix=f"b{len(batch)}-"))
+    bodies = [r.body for r in s.scan()]
+    n = len(bodies)
+    for size in range(n + 1):
+        head = s.head(size)
+        assert head.root == merkle.tree_root(bodies[:size]) and head.size == size and head.mac is None
+    for a in range(n + 1):
+        for b in range(a, n + 1):
+            assert s.span_root(a, b) == merkle.span_root(bodies, a, b)
+
+
+def test_store_proofs_verify_offline(store: cs.Store) -> None:
+    """Inclusion and consistency proofs served from stored subtrees verify with no store."""
+    s = store.session("s")
+    s.extend(_turns(37))
+    bodies = [r.body for r in s.scan()]
+    for size in (1, 2, 5, 16, 17, 37):
+        root = s.head(size).root
+        for pos in range(size):
+            proof = s.inclusion_proof(pos, size)
+            assert proof == merkle.inclusion_proof(bodies[:size], pos)
+            assert merkle.verify_inclusion(bodies[pos], pos, size, proof, root)
+            assert not merkle.verify_inclusion(bodies[pos] + b" ", pos, size, proof, root)
+        for old in range(size + 1):
+            proof = s.consistency_proof(old, size)
+            assert merkle.verify_consistency(old, size, s.head(old).root, root, proof)
+    with pytest.raises(cs.InvalidArgument):
+        s.inclusion_proof(37)
+    with pytest.raises(cs.InvalidArgument):
+        s.consistency_proof(5, 99)
+
+
+def test_keyed_store_macs_heads_and_refuses_other_keys(target: str) -> None:
+    """With a key, heads carry a MAC; a wrong or missing key is refused."""
+    with cs.open(target, key=b"secret", clock=cs.tick_clock()) as st:
+        s = st.session("s")
+        s.extend(_turns(4))
+        head = s.head()
+        assert head.mac is not None and len(head.mac) == 32
+        assert st.check_head(head) and st.check_head(s.head(2))
+        forged = cs.TreeHead(head.session, head.size, bytes(32), head.mac)
+        assert not st.check_head(forged)
+        assert st.verify().ok
+    with pytest.raises(cs.IntegrityError):
+        cs.open(target, key=b"other")
+    with cs.open(target) as st:
+        with pytest.raises(cs.CompactStoreError):
+            st.session("s").append(cs.Turn("user", "x"))
+        report = st.verify()
+        assert not report.ok and report.problems[0].table == "meta"
+
+
+def test_keyed_head_recomputed_without_the_key_fails(target: str) -> None:
+    """An attacker who rewrites a head's seal without the key is caught."""
+    from compactstore.seal import seal
+
+    with cs.open(target, key=b"secret", clock=cs.tick_clock()) as st:
+        st.session("s").extend(_turns(4))
+    conn = sqlite3.connect(target)
+    conn.execute("DROP TRIGGER heads_no_update")
+    size, root, prev = conn.execute("SELECT size, root, prev FROM heads ORDER BY size DESC LIMIT 1").fetchone()
+    conn.execute("UPDATE heads SET seal = ? WHERE size = ?", (seal(None, "s", size, root, prev), size))
+    conn.commit()
+    conn.close()
+    with cs.open(target, key=b"secret") as st:
+        report = st.verify()
+    assert not report.ok
+    assert [(p.table, p.pos) for p in report.problems] == [("heads", 4)]
+
+
+def test_log_tables_reject_update_and_delete(target: str) -> None:
+    """The database itself refuses to rewrite or remove log rows."""
+    with cs.open(target) as st:
+        st.session("s").extend(_turns(3))
+    conn = sqlite3.connect(target)
+    for sql in (
+        "UPDATE events SET body = x'00'",
+        "DELETE FROM events",
+        "UPDATE heads SET root = x'00'",
+        "DELETE FROM nodes",
+        "UPDATE sessions SET name = 'x'",
+        "DELETE FROM meta",
+    ):
+        with pytest.raises(sqlite3.DatabaseError, match="append-only"):
+            conn.execute(sql)
+    conn.close()
+
+
+def test_sessions_are_listed_and_independent(store: cs.Store) -> None:
+    """Each session has its own positions and tree."""
+    a, b = store.session("a"), store.session("b")
+    a.extend(_turns(3))
+    b.extend(_turns(3))
+    assert store.sessions() == ["a", "b"]
+    assert [r.pos for r in b.scan()] == [0, 1, 2]
+    for sess in (a, b):
+        assert sess.head().root == merkle.tree_root([r.body for r in sess.scan()])
+    with pytest.raises(cs.InvalidArgument):
+        store.session("")
+    with pytest.raises(cs.InvalidArgument):
+        store.session("bad\nname")
+
+
+def test_reopen_continues_the_same_tree(target: str) -> None:
+    """A reopened store appends onto the stored frontier and verifies."""
+    with cs.open(target, clock=cs.tick_clock()) as st:
+        st.session("s").extend(_turns(13))
+    with cs.open(target, clock=cs.tick_clock(start=5)) as st:
+        s = st.session("s")
+        s.extend(_turns(6))
+        bodies = [r.body for r in s.scan()]
+        assert s.head().root == merkle.tree_root(bodies)
+        assert st.verify().ok
+
+
+def test_a_second_handle_sees_and_extends_the_first_handles_writes(target: str) -> None:
+    """Two open stores on one file interleave appends with consistent trees."""
+    with cs.open(target) as one, cs.open(target) as two:
+        for i in range(20):
+            (one if i % 3 else two).session("s").append(cs.Turn("user", f"m{i}"))
+        bodies = [r.body for r in one.session("s").scan()]
+        assert len(bodies) == 20
+        assert two.session("s").head().root == merkle.tree_root(bodies)
+        assert one.verify().ok

@@ -1,0 +1,150 @@
+"""Tamper evidence: an attacker with write access to the file changes one cell at a time.
+
+The attacker drops the append-only triggers first, as anyone holding the file can.
+Every single-cell change to every table must then be reported by ``verify()`` (or
+refused when the store is opened).
+"""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+import compactstore as cs
+
+TABLES = ("meta", "sessions", "events", "nodes", "heads")
+
+
+def _build(path: Path, key: bytes | None) -> None:
+    with cs.open(str(path), key=key, clock=cs.tick_clock()) as st:
+        a = st.session("agent-a")
+        a.extend([cs.Turn("user", f"step {i}") for i in range(9)])
+        a.append(cs.ToolCall("c1", "run_sql", {"sql": "ALTER TABLE t ADD c"}), idempotency_key="k-1")
+        a.append(cs.ToolResult("c1", "dry run failed", ok=False, status="failed"))
+        b = st.session("agent-b")
+        for i in range(6):
+            b.append(cs.Turn("assistant", f"b{i}"))
+
+
+def _drop_triggers(conn: sqlite3.Connection) -> None:
+    for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall():
+        conn.execute(f"DROP TRIGGER {name}")
+
+
+def _mutations(value: object) -> list[object]:
+    if isinstance(value, bytes):
+        flipped = bytearray(value)
+        if flipped:
+            flipped[len(flipped) // 2] ^= 0x01
+        return [bytes(flipped), value[:-1]] if value else [b"\x00"]
+    if isinstance(value, int):
+        return [value + 1, value + 1000]
+    if isinstance(value, str):
+        return [value + "x", value[:-1]] if value else ["x"]
+    return ["x"]  # NULL
+
+
+def _cells(path: Path) -> list[tuple[str, int, str, object]]:
+    conn = sqlite3.connect(path)
+    cells = []
+    for table in TABLES:
+        cols = [r[1] for r in conn.execute(f"PRAGMA table_info({table})")]
+        for rowid, *values in conn.execute(f"SELECT rowid, * FROM {table}"):
+            for col, value in zip(cols, values):
+                for new in _mutations(value):
+                    cells.append((table, rowid, col, new))
+    conn.close()
+    return cells
+
+
+def _detected(path: Path, key: bytes | None) -> bool:
+    try:
+        with cs.open(str(path), key=key) as st:
+            return not st.verify().ok
+    except cs.CompactStoreError:
+        return True
+
+
+@pytest.mark.parametrize("key", [None, b"k" * 32], ids=["unkeyed", "keyed"])
+def test_every_single_cell_change_is_detected(tmp_path: Path, key: bytes | None) -> None:
+    """Changing any one cell of any table (triggers dropped) is reported by verify()."""
+    clean = tmp_path / "clean.db"
+    _build(clean, key)
+    with cs.open(str(clean), key=key) as st:
+        assert st.verify().ok
+    work = tmp_path / "work.db"
+    tried, missed = 0, []
+    for table, rowid, col, new in _cells(clean):
+        shutil.copyfile(clean, work)
+        conn = sqlite3.connect(work)
+        _drop_triggers(conn)
+        try:
+            conn.execute(f"UPDATE {table} SET {col} = ? WHERE rowid = ?", (new, rowid))
+        except sqlite3.DatabaseError:
+            conn.close()  # a constraint refused it: the attacker cannot make this change either
+            continue
+        conn.commit()
+        conn.close()
+        tried += 1
+        if not _detected(work, key):
+            missed.append((table, rowid, col, new))
+    assert tried > 300
+    assert missed == [], str(missed[:40])
+
+
+def test_deleting_any_row_is_detected(tmp_path: Path) -> None:
+    """Removing any one row from any table is reported."""
+    clean = tmp_path / "clean.db"
+    _build(clean, None)
+    work = tmp_path / "work.db"
+    conn = sqlite3.connect(clean)
+    rows = [(t, r) for t in TABLES for (r,) in conn.execute(f"SELECT rowid FROM {t}")]
+    conn.close()
+    missed = []
+    for table, rowid in rows:
+        shutil.copyfile(clean, work)
+        conn = sqlite3.connect(work)
+        _drop_triggers(conn)
+        conn.execute(f"DELETE FROM {table} WHERE rowid = ?", (rowid,))
+        conn.commit()
+        conn.close()
+        if not _detected(work, None):
+            missed.append((table, rowid))
+    assert missed == [], str(missed[:40])
+
+
+def test_a_consistent_rewrite_without_the_key_is_caught(tmp_path: Path) -> None:
+    """Rewriting a body and recomputing leaf, nodes and heads without the key fails the MACs."""
+    from compactstore import merkle
+    from compactstore.seal import seal
+
+    path = tmp_path / "s.db"
+    _build(path, b"k" * 32)
+    conn = sqlite3.connect(path)
+    _drop_triggers(conn)
+    sid = conn.execute("SELECT id FROM sessions WHERE name = 'agent-b'").fetchone()[0]
+    bodies = [b for (b,) in conn.execute("SELECT body FROM events WHERE session_id = ? ORDER BY pos", (sid,))]
+    bodies[2] = bodies[2].replace(b"b2", b"b9")
+    conn.execute("UPDATE events SET body = ?, leaf = ? WHERE session_id = ? AND pos = 2",
+                 (bodies[2], merkle.leaf_hash(bodies[2]), sid))
+    conn.execute("DELETE FROM nodes WHERE session_id = ?", (sid,))
+    frontier = merkle.Frontier()
+    for body in bodies:
+        for level, idx, h in frontier.append(merkle.leaf_hash(body)):
+            conn.execute("INSERT INTO nodes VALUES (?, ?, ?, ?)", (sid, level, idx, h))
+    for size in range(1, len(bodies) + 1):
+        root = merkle.tree_root(bodies[:size])
+        conn.execute("UPDATE heads SET root = ?, seal = ? WHERE session_id = ? AND size = ?",
+                     (root, seal(None, "agent-b", size, root, size - 1), sid, size))
+    conn.commit()
+    conn.close()
+    with cs.open(str(path), key=b"k" * 32) as st:
+        report = st.verify()
+    assert not report.ok
+    assert {p.table for p in report.problems} == {"heads"}
+    assert all("seal" in p.what for p in report.problems)
+    # Without a key the same rewrite is self-consistent: only the key makes it detectable.
+    assert report.problems[0].session == "agent-b"
