@@ -14,11 +14,47 @@ from .errors import (
     MarkerInvalid,
     ReconstructionUnsoundError,
 )
-from .events import Event, ToolCall, ToolResult, Turn, tick_clock
+from .compaction import AUTO, Finding, Node, Risk, extractive
+from .events import (
+    Binding,
+    Event,
+    Excerpt,
+    Fact,
+    Fulfilment,
+    HandleClosed,
+    HandleOpened,
+    Item,
+    LossClass,
+    Obligation,
+    Spill,
+    SpillRef,
+    Summary,
+    ToolCall,
+    ToolResult,
+    Turn,
+    tick_clock,
+)
 from .store import Record, Session, Store, TreeHead, open
 from .verify import Problem, VerifyReport
 
 __all__ = [
+    "AUTO",
+    "Binding",
+    "Excerpt",
+    "Fact",
+    "Finding",
+    "Fulfilment",
+    "HandleClosed",
+    "HandleOpened",
+    "Item",
+    "LossClass",
+    "Node",
+    "Obligation",
+    "Risk",
+    "Spill",
+    "SpillRef",
+    "Summary",
+    "extractive",
     "CompactStoreError",
     "CompactionInvariantError",
     "ConflictError",

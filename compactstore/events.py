@@ -10,10 +10,11 @@ position) lives inside those bytes, its timestamp and idempotency key included.
 
 from __future__ import annotations
 
+import enum
 import math
 import time
 from collections.abc import Callable
-from typing import Any, Literal, TypeAlias
+from typing import Any, Literal, TypeAlias, Union
 
 import msgspec
 
@@ -61,6 +62,7 @@ class Event(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, tag_f
         ts: microseconds since the Unix epoch; stamped by the store's clock when None.
         idempotency_key: set by the store from ``append(..., idempotency_key=...)``.
         meta: free-form JSON the caller wants kept with the event.
+        uses: the binding keys this step depends on (read by the audit, never from prose).
     """
 
     status: Status | None = None
@@ -68,6 +70,7 @@ class Event(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, tag_f
     ts: int | None = None
     idempotency_key: str | None = None
     meta: dict[str, JSON] | None = None
+    uses: list[str] | None = None
 
     @property
     def kind(self) -> str:
@@ -101,8 +104,133 @@ class ToolResult(Event, frozen=True, tag="tool_result"):
     ok: bool = True
 
 
+class Binding(Event, frozen=True, tag="binding"):
+    """A literal a later step may need (a commit id, a path, an exact error), under ``key``.
+
+    A regenerable binding can be re-fetched (``how`` says how); a non-regenerable one
+    exists only here, so compaction must keep it, spill it or refuse.
+    """
+
+    key: str
+    value: JSON
+    regenerable: bool = False
+    how: str | None = None
+
+
+class Obligation(Event, frozen=True, tag="obligation"):
+    """An open commitment ``name`` that will need the bindings ``needs``."""
+
+    name: str
+    needs: list[str] = []
+
+
+class Fulfilment(Event, frozen=True, tag="fulfilment"):
+    """Closes the obligation ``name``."""
+
+    name: str
+
+
+Resource = Literal["file", "subprocess", "socket", "lock", "other"]
+
+
+class HandleOpened(Event, frozen=True, tag="handle_opened"):
+    """A file, subprocess or other resource ``handle`` was opened."""
+
+    handle: str
+    resource: Resource = "other"
+    detail: str = ""
+
+
+class HandleClosed(Event, frozen=True, tag="handle_closed"):
+    """The resource ``handle`` was closed (or the subprocess exited)."""
+
+    handle: str
+
+
+class LossClass(str, enum.Enum):
+    """What a summary node lost. Unknown or absent means LOSSY_LITERAL, the pessimistic default."""
+
+    LOSSY_GIST = "LOSSY_GIST"
+    LOSSY_LITERAL = "LOSSY_LITERAL"
+    LOSSLESS = "LOSSLESS"
+
+
+class Fact(msgspec.Struct, frozen=True, omit_defaults=True):
+    """A negative fact a node retains: the event at ``pos`` failed, was rejected or superseded."""
+
+    pos: int
+    status: Status
+    text: str = ""
+
+
+class Item(msgspec.Struct, frozen=True, omit_defaults=True):
+    """Something open at a node's boundary: a ``tool_call``, ``handle`` or ``obligation``."""
+
+    pos: int
+    kind: Literal["tool_call", "handle", "obligation"]
+    id: str
+
+
+class Excerpt(msgspec.Struct, frozen=True, omit_defaults=True):
+    """A literal kept verbatim: ``value`` is field ``path`` of the event at ``pos``."""
+
+    pos: int
+    path: str
+    value: JSON = None
+
+
+class SpillRef(msgspec.Struct, frozen=True, omit_defaults=True):
+    """A binding spilled to the store: ``Session.spilled(handle)`` returns its exact value."""
+
+    handle: str
+    key: str
+    source: int
+    digest: str
+
+
+class Summary(Event, frozen=True, tag="node"):
+    """A summary node: tier 1 over raw positions, tier 2 over contiguous tier-1 nodes.
+
+    ``span_root`` (hex) is the root of raw positions ``[start, stop)``, which ties the
+    node to exactly the events it replaced.
+    """
+
+    tier: int
+    start: int
+    stop: int
+    span_root: str
+    summary: str
+    loss: LossClass = LossClass.LOSSY_LITERAL
+    children: list[int] = []
+    negative_facts: list[Fact] = []
+    unresolved: list[Item] = []
+    kept: list[Excerpt] = []
+    spills: list[SpillRef] = []
+    contract: str | None = None
+
+
+class Spill(Event, frozen=True, tag="spill"):
+    """The exact value of binding ``key`` (first bound at ``source``), stored outside any summary."""
+
+    key: str
+    value: JSON
+    source: int
+    digest: str
+
+
 #: Every event type, in one tagged union: the canonical decoder accepts these only.
-EVENT_TYPES: tuple[type[Event], ...] = (Turn, ToolCall, ToolResult)
+EVENT_TYPES: tuple[type[Event], ...] = (
+    Turn,
+    ToolCall,
+    ToolResult,
+    Binding,
+    Obligation,
+    Fulfilment,
+    HandleOpened,
+    HandleClosed,
+    Summary,
+    Spill,
+)
 KINDS: frozenset[str] = frozenset(str(t.__struct_config__.tag) for t in EVENT_TYPES)
 
 #: Text fields that identify something, and so must not be empty.
@@ -110,15 +238,26 @@ _REQUIRED_TEXT: dict[type[Event], tuple[str, ...]] = {
     Turn: ("role",),
     ToolCall: ("call_id", "name"),
     ToolResult: ("call_id",),
+    Binding: ("key",),
+    Obligation: ("name",),
+    Fulfilment: ("name",),
+    HandleOpened: ("handle",),
+    HandleClosed: ("handle",),
+    Spill: ("key",),
 }
 
 _encoder = msgspec.json.Encoder(order="sorted")
-_decoder: msgspec.json.Decoder[Any] = msgspec.json.Decoder(Turn | ToolCall | ToolResult)
+_decoder: msgspec.json.Decoder[Any] = msgspec.json.Decoder(Union[EVENT_TYPES])  # noqa: UP007
 
 
 def encode(event: Event) -> bytes:
     """Return the canonical bytes of ``event``. Does not validate; see :func:`canonical`."""
     return _encoder.encode(event)
+
+
+def encode_json(value: JSON) -> str:
+    """Return the canonical JSON text of a plain value (sorted keys)."""
+    return _encoder.encode(value).decode()
 
 
 def decode(body: bytes) -> Event:

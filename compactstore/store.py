@@ -10,14 +10,16 @@ between appends and re-read only when another writer has moved the session on.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING
 
 import msgspec
 
+from . import compaction, merkle
 from . import events as ev
-from . import merkle
+from .compaction import AUTO, Finding, Node, OnRisk, Summarizer, _Auto, _structure
+from .events import LossClass
 from .backends import SCHEMA_VERSION, Backend, HeadRow, Row, open_backend
 from .errors import CompactStoreError, ConflictError, IntegrityError, InvalidArgument, InvalidEvent
 from .seal import derive_key, head_mac, key_check, seal
@@ -222,17 +224,26 @@ class Session:
             given = [k for k in idempotency_keys if k is not None]
             if len(set(given)) != len(given):
                 raise InvalidArgument("idempotency_keys", "a key appears twice in one batch")
-        if self.store.keyed and self.store.mac_key is None:
-            raise CompactStoreError("this store is keyed", hint="open it with its key to append")
         prepared = [self._prepare(i, e, idempotency_keys[i] if idempotency_keys else None, len(events) > 1)
                     for i, e in enumerate(events)]
         if not prepared:
             return []
+        return self._commit(lambda _pos: prepared)
+
+    def _commit(self, build: Callable[[int], Sequence[tuple[ev.Event, str | None]]]) -> list[Record]:
+        """Append what ``build(first_position)`` returns, in one transaction under the session's lock.
+
+        ``build`` runs inside the transaction, so checks it makes against the session
+        (overlaps, open obligations) cannot be invalidated by a concurrent writer.
+        """
         store, backend = self.store, self.store.backend
+        if store.keyed and store.mac_key is None:
+            raise CompactStoreError("this store is keyed", hint="open it with its key to append")
         with backend.writer(self.name) as w:
             sid = w.session_id
             head = w.head()
             frontier = self._frontier(sid, head, w.hashes)
+            prepared = build(frontier.size)
             seq = w.next_seq()
             rows: list[Row] = []
             nodes: list[tuple[int, int, bytes]] = []
@@ -303,6 +314,120 @@ class Session:
         if cached is not None and cached.size == size:
             return cached.copy()
         return merkle.Frontier(size, fetch(merkle.cover(0, size)), HASH)
+
+    # --- structural facts and compaction ---------------------------------------
+
+    def bind(self, key: str, value: ev.JSON, *, regenerable: bool = False, how: str | None = None) -> Record:
+        """Record binding ``key`` = ``value``: a literal a later step may need.
+
+        Args:
+            regenerable: whether it can be re-fetched (a path you can list, an id you can
+                re-query); ``how`` says how. A non-regenerable binding exists only here.
+        """
+        return self.append(ev.Binding(key=key, value=value, regenerable=regenerable, how=how))
+
+    def oblige(self, name: str, needs: Sequence[str] = ()) -> Record:
+        """Open obligation ``name``, which will need the bindings ``needs``."""
+        return self.append(ev.Obligation(name=name, needs=list(needs)))
+
+    def fulfil(self, name: str) -> Record:
+        """Close obligation ``name``.
+
+        Raises:
+            InvalidArgument: no such obligation is open.
+        """
+        def build(size: int) -> list[tuple[ev.Event, str | None]]:
+            if not any(o.name == name for _, o in _structure(self, size).open_obligations()):
+                raise InvalidArgument("name", f"no open obligation {name!r} in session {self.name!r}")
+            return [self._prepare(0, ev.Fulfilment(name=name), None, False)]
+
+        return self._commit(build)[0]
+
+    def compact(
+        self,
+        start: int,
+        stop: int,
+        *,
+        summary: str | None = None,
+        summarizer: Summarizer | None = None,
+        loss: LossClass = LossClass.LOSSY_GIST,
+        negative_facts: Iterable[ev.Fact | int] | _Auto = AUTO,
+        unresolved: Iterable[ev.Item | str] | _Auto = AUTO,
+        keep: Iterable[str | tuple[int, str]] = (),
+        on_risk: OnRisk = "refuse",
+    ) -> Node:
+        """Append a compaction: an L1 summary node over raw positions ``[start, stop)``.
+
+        The node records the span root (from the tree, O(log n)), the summary (given,
+        or made by ``summarizer`` from the span's records; the extractive one by
+        default), its loss class, the negative facts it retains and the items it lists
+        as unresolved (both filled from the log's structure unless given), and the
+        bindings in ``keep`` (keys, or ``(pos, field path)``) verbatim.
+
+        Before a lossy compaction the gate runs: an open obligation that needs a
+        non-regenerable binding bound in the span makes it refuse (``on_risk="refuse"``),
+        keep the binding verbatim (``"preserve"``) or spill it to the store (``"spill"``).
+
+        Raises:
+            CompactionInvariantError: the gate refused, or LOSSLESS was claimed for a node
+                that does not keep every literal and fact of its span.
+            InvalidArgument: the span is empty, out of range, or overlaps an L1 node.
+        """
+        return compaction.compact(
+            self, start, stop, summary=summary, summarizer=summarizer, loss=loss,
+            negative_facts=negative_facts, unresolved=unresolved, keep=keep, on_risk=on_risk,
+        )
+
+    def digest(
+        self,
+        nodes: Sequence[Node | int],
+        *,
+        summary: str | None = None,
+        summarizer: Summarizer | None = None,
+        loss: LossClass | None = None,
+        negative_facts: Iterable[ev.Fact | int] | _Auto = AUTO,
+        unresolved: Iterable[ev.Item | str] | _Auto = AUTO,
+    ) -> Node:
+        """Append an L2 node over contiguous L1 ``nodes``, carrying their retained facts forward.
+
+        Its loss class defaults to the weakest of its children's, and cannot be stronger.
+
+        Raises:
+            InvalidArgument: the nodes are not contiguous L1 nodes, or overlap an L2 node.
+            CompactionInvariantError: ``loss`` claims more than the children give.
+        """
+        return compaction.digest(
+            self, nodes, summary=summary, summarizer=summarizer, loss=loss,
+            negative_facts=negative_facts, unresolved=unresolved,
+        )
+
+    def assert_compaction_safe(self, start: int, stop: int, keep: Iterable[str] = ()) -> None:
+        """Raise CompactionInvariantError if a lossy compaction of ``[start, stop)`` loses a needed binding.
+
+        Every open obligation is classified by whether the bindings it needs are
+        regenerable; the error's ``risks`` list each obligation and binding at risk.
+        """
+        compaction.assert_compaction_safe(self, start, stop, keep)
+
+    def spilled(self, handle: str) -> ev.JSON:
+        """Return the exact value spilled under ``handle``, checked against the tree and its digest.
+
+        Raises:
+            IntegrityError: the spill does not match its leaf, the tree or its digest.
+        """
+        return compaction.spilled(self, handle)
+
+    def node(self, pos: int) -> Node:
+        """Return the summary node at ``pos``."""
+        return Node.from_record(self.read(pos))
+
+    def nodes(self) -> list[Node]:
+        """Return every summary node of the session, by position."""
+        return [Node.from_record(r) for r in self.scan() if r.kind == "node"]
+
+    def audit(self) -> list[Finding]:
+        """Return each non-regenerable binding a lossy compaction swallowed and a later step needed."""
+        return compaction.audit(self)
 
     # --- reading ---------------------------------------------------------------
 

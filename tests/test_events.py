@@ -62,6 +62,7 @@ def test_decode_rejects_unknown_kinds_and_garbage() -> None:
 
 def test_every_event_type_has_a_distinct_kind() -> None:
     """Kinds are the tags of the union the decoder accepts."""
-    assert ev.KINDS == {"turn", "tool_call", "tool_result"}
+    assert len(ev.KINDS) == len(ev.EVENT_TYPES)
+    assert {"turn", "tool_call", "tool_result", "binding", "obligation", "node", "spill"} <= ev.KINDS
     assert cs.Turn("u", "x").kind == "turn"
     assert isinstance(msgspec.json.decode(ev.encode(cs.Turn("u", "x"))), dict)

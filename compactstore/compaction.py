@@ -1,0 +1,495 @@
+"""Summary nodes, loss classes and the pre-compaction gate.
+
+A compaction replaces raw positions ``[start, stop)`` of a session by an L1 summary
+node; a digest replaces contiguous L1 nodes by an L2 node. Nodes are events, so the
+tree covers them, and each carries the span root of the raw events it replaced.
+
+Before a lossy compaction runs, the gate classifies every open obligation by whether
+the binding it needs is regenerable. A non-regenerable binding whose latest value is
+bound inside the span must be kept verbatim, spilled to the store, or the compaction
+is refused: the failure it prevents shows up many steps later, at the first step that
+needs the lost literal, where nothing points back at the compaction.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Literal
+
+import msgspec
+from blake3 import blake3
+
+from . import events as ev
+from . import merkle
+from .errors import CompactionInvariantError, IntegrityError, InvalidArgument
+from .events import Excerpt, Fact, Item, LossClass, SpillRef
+from .structure import Structure, build, text_of
+
+if TYPE_CHECKING:
+    from .store import Record, Session
+
+__all__ = [
+    "AUTO",
+    "Finding",
+    "LossClass",
+    "Node",
+    "Risk",
+    "Summarizer",
+    "extractive",
+]
+
+OnRisk = Literal["refuse", "preserve", "spill"]
+Summarizer = Callable[[Sequence["Record"]], str]
+"""A plain callable from the span's records to summary text. The store never calls a model."""
+
+
+class _Auto(enum.Enum):
+    AUTO = "AUTO"
+
+    def __repr__(self) -> str:
+        return "AUTO"
+
+
+AUTO = _Auto.AUTO
+"""Let the store fill negative facts and unresolved items from the log's structure."""
+
+_LOSS_ORDER = {LossClass.LOSSLESS: 0, LossClass.LOSSY_GIST: 1, LossClass.LOSSY_LITERAL: 2}
+
+
+class Node(msgspec.Struct, frozen=True):
+    """A summary node as stored at position ``pos`` of its session.
+
+    Attributes:
+        tier: 1 over raw events, 2 over contiguous tier-1 nodes.
+        start, stop: the raw positions ``[start, stop)`` it covers.
+        span_root: the tree's root of that span when the node was written.
+        loss: its loss class.
+        children: positions of the tier-1 nodes an L2 node digests.
+        negative_facts, unresolved, kept, spills: what it retains.
+    """
+
+    session: str
+    pos: int
+    tier: int
+    start: int
+    stop: int
+    span_root: bytes
+    summary: str
+    loss: LossClass
+    children: list[int]
+    negative_facts: list[Fact]
+    unresolved: list[Item]
+    kept: list[Excerpt]
+    spills: list[SpillRef]
+    contract: str | None
+    leaf: bytes
+
+    @classmethod
+    def from_record(cls, record: Record) -> Node:
+        """Return the node stored in ``record``.
+
+        Raises:
+            InvalidArgument: the record is not a summary node.
+        """
+        s = record.event
+        if not isinstance(s, ev.Summary):
+            raise InvalidArgument("node", f"pos {record.pos} is a {record.kind!r} event, not a summary node")
+        return cls(
+            record.session, record.pos, s.tier, s.start, s.stop, bytes.fromhex(s.span_root), s.summary, s.loss,
+            list(s.children), list(s.negative_facts), list(s.unresolved), list(s.kept), list(s.spills),
+            s.contract, record.leaf,
+        )
+
+
+class Risk(msgspec.Struct, frozen=True):
+    """An open obligation that needs a non-regenerable binding bound inside the span."""
+
+    obligation: str
+    obligation_pos: int
+    key: str
+    binding_pos: int
+
+    def __str__(self) -> str:
+        return (
+            f"obligation {self.obligation!r} (pos {self.obligation_pos}) needs non-regenerable "
+            f"binding {self.key!r} bound at pos {self.binding_pos}"
+        )
+
+
+class Finding(msgspec.Struct, frozen=True):
+    """A binding destroyed by compaction and needed afterwards (seed 001's structural signal).
+
+    Attributes:
+        node: position of the lossy node whose span swallowed the binding.
+        key, binding_pos: the binding and where it was bound.
+        needed_at: the first step after the node that needed it.
+        steps_later: how many positions after the node that step came.
+        via: what needed it (an obligation, or an event's ``uses``).
+    """
+
+    node: int
+    key: str
+    binding_pos: int
+    needed_at: int
+    steps_later: int
+    via: str
+
+
+def extractive(records: Sequence[Record]) -> str:
+    """Summarize deterministically: one short line per event, literal values left out.
+
+    A binding shows as ``bound KEY`` without its value, so this summary keeps the gist
+    and drops literals, as a language-model summary would.
+    """
+    lines = []
+    for r in records:
+        event = r.event
+        if isinstance(event, ev.Summary):
+            lines.append(f"[{event.start}-{event.stop}) {event.summary}")
+            continue
+        status = f" [{event.status}]" if event.status not in (None, "ok") else ""
+        lines.append(f"{r.pos}: {text_of(event)[:80]}{status}")
+    return "\n".join(lines)
+
+
+# --- argument handling -----------------------------------------------------------
+
+
+def _facts(given: Iterable[Fact | int] | _Auto, structural: list[Fact], s: Structure) -> list[Fact]:
+    if given is AUTO:
+        return structural
+    out = []
+    for f in given:
+        if isinstance(f, Fact):
+            out.append(f)
+        elif isinstance(f, int) and f in s.negatives:
+            out.append(s.negatives[f])
+        else:
+            raise InvalidArgument("negative_facts", f"{f!r} is neither a Fact nor the position of a negative fact")
+    return sorted(set(out), key=lambda x: x.pos)
+
+
+def _items(given: Iterable[Item | str] | _Auto, structural: list[Item]) -> list[Item]:
+    if given is AUTO:
+        return structural
+    by_id = {i.id: i for i in structural}
+    out = []
+    for i in given:
+        if isinstance(i, Item):
+            out.append(i)
+        elif isinstance(i, str) and i in by_id:
+            out.append(by_id[i])
+        else:
+            raise InvalidArgument("unresolved", f"{i!r} is neither an Item nor the id of an open item")
+    return sorted(set(out), key=lambda x: (x.pos, x.kind, x.id))
+
+
+def _extract(event: ev.Event, path: str) -> ev.JSON:
+    """Return field ``path`` (``value``, ``args.sql``, ``output.rows[0]``) of ``event``."""
+    value: object = event
+    for part in path.replace("[", ".[").split("."):
+        if part.startswith("[") and part.endswith("]") and isinstance(value, list):
+            value = value[int(part[1:-1])]
+        elif isinstance(value, dict) and part in value:
+            value = value[part]
+        elif isinstance(value, msgspec.Struct) and part in value.__struct_fields__:
+            value = getattr(value, part)
+        else:
+            raise KeyError(path)
+    return msgspec.to_builtins(value)
+
+
+def excerpt(session: Session, pos: int, path: str) -> Excerpt:
+    """Return field ``path`` of the event at ``pos`` as an excerpt.
+
+    Raises:
+        InvalidArgument: no such field.
+    """
+    try:
+        value = _extract(session.read(pos).event, path)
+    except (KeyError, IndexError, ValueError) as exc:
+        raise InvalidArgument("keep", f"event at pos {pos} has no field {path!r}") from exc
+    return Excerpt(pos, path, value)
+
+
+def _kept(session: Session, keep: Iterable[str | tuple[int, str]], s: Structure, stop: int) -> list[Excerpt]:
+    out = []
+    for k in keep:
+        if isinstance(k, str):
+            found = s.latest_binding(k, stop)
+            if found is None:
+                raise InvalidArgument("keep", f"no binding {k!r} before pos {stop}")
+            out.append(Excerpt(found[0], "value", found[1].value))
+        elif isinstance(k, tuple) and len(k) == 2:
+            out.append(excerpt(session, k[0], k[1]))
+        else:
+            raise InvalidArgument("keep", f"want a binding key or (pos, path), got {k!r}")
+    return out
+
+
+def _keys_of(kept: Iterable[Excerpt], s: Structure) -> set[str]:
+    """Return the binding keys whose value an excerpt keeps."""
+    at = {e.pos for e in kept if e.path == "value"}
+    return {key for key, bound in s.bindings.items() if any(p in at for p, _ in bound)}
+
+
+def _dedupe(kept: Iterable[Excerpt]) -> list[Excerpt]:
+    # Excerpt values may be lists or dicts (unhashable): dedupe by where they come from.
+    return sorted({(e.pos, e.path): e for e in kept}.values(), key=lambda e: (e.pos, e.path))
+
+
+def kept_keys(node: ev.Summary | Node, s: Structure) -> set[str]:
+    """Return the binding keys a node keeps verbatim or spilled."""
+    return _keys_of(node.kept, s) | {sp.key for sp in node.spills}
+
+
+def value_digest(value: ev.JSON) -> str:
+    """Return the hex BLAKE3 digest of a value's canonical JSON."""
+    return blake3(ev.encode_json(value).encode()).hexdigest()
+
+
+# --- the gate ----------------------------------------------------------------------
+
+
+def risks(s: Structure, start: int, stop: int, kept: set[str] = frozenset()) -> list[Risk]:  # type: ignore[assignment]
+    """Return each open obligation that needs a non-regenerable binding last bound in ``[start, stop)``."""
+    out = []
+    for opos, obligation in s.open_obligations():
+        for key in obligation.needs:
+            found = s.latest_binding(key, s.size)
+            if found is None or key in kept:
+                continue
+            bpos, binding = found
+            if start <= bpos < stop and not binding.regenerable:
+                out.append(Risk(obligation.name, opos, key, bpos))
+    return out
+
+
+def _risk_error(found: list[Risk], start: int, stop: int) -> CompactionInvariantError:
+    lines = "; ".join(str(r) for r in found)
+    err = CompactionInvariantError(
+        f"compacting [{start}, {stop}) would lose what open obligations need: {lines}",
+        hint='pass on_risk="preserve" to keep these bindings verbatim, or on_risk="spill" to spill them',
+    )
+    err.risks = found  # type: ignore[attr-defined]
+    return err
+
+
+# --- compaction -------------------------------------------------------------------
+
+
+def _structure(session: Session, stop: int) -> Structure:
+    return build((r.pos, r.event) for r in session.scan(0, stop))
+
+
+def _check_span(start: int, stop: int, size: int) -> None:
+    if not isinstance(start, int) or not isinstance(stop, int) or not 0 <= start < stop <= size:
+        raise InvalidArgument("span", f"[{start}, {stop}) is not a non-empty span of the session's {size} positions")
+
+
+def _overlap(s: Structure, tier: int, start: int, stop: int) -> None:
+    for pos, node in sorted(s.nodes.items()):
+        if node.tier == tier and max(start, node.start) < min(stop, node.stop):
+            raise InvalidArgument(
+                "span", f"[{start}, {stop}) overlaps the L{tier} node at pos {pos} covering [{node.start}, {node.stop})"
+            )
+
+
+def _check_lossless(
+    s: Structure, start: int, stop: int, facts: list[Fact], items: list[Item], keys: set[str]
+) -> None:
+    missing = [k for k, bound in s.bindings.items() if any(start <= p < stop for p, _ in bound) and k not in keys]
+    missing_facts = [f.pos for f in s.negatives_in(start, stop) if f.pos not in {x.pos for x in facts}]
+    missing_items = [i.id for i in s.unresolved_at(start, stop) if i not in items]
+    problems = []
+    if missing:
+        problems.append(f"bindings not kept: {sorted(missing)}")
+    if missing_facts:
+        problems.append(f"negative facts not retained at pos {missing_facts}")
+    if missing_items:
+        problems.append(f"open items not listed: {missing_items}")
+    if problems:
+        raise CompactionInvariantError(f"[{start}, {stop}) cannot be LOSSLESS: " + "; ".join(problems))
+
+
+def compact(
+    session: Session,
+    start: int,
+    stop: int,
+    *,
+    summary: str | None = None,
+    summarizer: Summarizer | None = None,
+    loss: LossClass = LossClass.LOSSY_GIST,
+    negative_facts: Iterable[Fact | int] | _Auto = AUTO,
+    unresolved: Iterable[Item | str] | _Auto = AUTO,
+    keep: Iterable[str | tuple[int, str]] = (),
+    on_risk: OnRisk = "refuse",
+) -> Node:
+    """Append an L1 node over raw positions ``[start, stop)``; see :meth:`Session.compact`."""
+    if on_risk not in ("refuse", "preserve", "spill"):
+        raise InvalidArgument("on_risk", f'want "refuse", "preserve" or "spill", got {on_risk!r}')
+    loss = _loss(loss)
+    keep = list(keep)
+    if summary is not None and not isinstance(summary, str):
+        raise InvalidArgument("summary", f"must be str, got {type(summary).__name__}")
+
+    def build_events(size: int) -> list[tuple[ev.Event, str | None]]:
+        _check_span(start, stop, size)
+        s = _structure(session, size)
+        _overlap(s, 1, start, stop)
+        facts = _facts(negative_facts, s.negatives_in(start, stop), s)
+        items = _items(unresolved, s.unresolved_at(start, stop))
+        kept = _kept(session, keep, s, stop)
+        keys = _keys_of(kept, s)
+        at_risk = risks(s, start, stop, keys)
+        spill_events: list[ev.Spill] = []
+        refs: list[SpillRef] = []
+        contract = None
+        if at_risk and loss is not LossClass.LOSSLESS:
+            if on_risk == "refuse":
+                raise _risk_error(at_risk, start, stop)
+            needed = sorted({(r.key, r.binding_pos) for r in at_risk})
+            names = sorted({r.obligation for r in at_risk})
+            if on_risk == "preserve":
+                kept += [Excerpt(p, "value", s.bindings[k][-1][1].value) for k, p in needed]
+                contract = f"kept verbatim for obligations {names}: {[k for k, _ in needed]}"
+            else:
+                for i, (k, p) in enumerate(needed):
+                    value = s.bindings[k][-1][1].value
+                    d = value_digest(value)
+                    spill_events.append(ev.Spill(key=k, value=value, source=p, digest=d))
+                    refs.append(SpillRef(f"spill:{size + i}", k, p, d))
+                contract = f"spilled for obligations {names}: {[k for k, _ in needed]}"
+            keys |= {k for k, _ in needed}
+        kept = _dedupe(kept)
+        if loss is LossClass.LOSSLESS:
+            _check_lossless(s, start, stop, facts, items, keys)
+        text = summary
+        if text is None:
+            text = (summarizer or extractive)(list(session.scan(start, stop)))
+            if not isinstance(text, str):
+                raise InvalidArgument("summarizer", f"must return str, got {type(text).__name__}")
+        node = ev.Summary(
+            tier=1, start=start, stop=stop, span_root=session.span_root(start, stop).hex(), summary=text,
+            loss=loss, negative_facts=facts, unresolved=items, kept=kept, spills=refs, contract=contract,
+        )
+        return [(e, None) for e in [*spill_events, node]]
+
+    return Node.from_record(session._commit(build_events)[-1])
+
+
+def _loss(loss: object) -> LossClass:
+    try:
+        return LossClass(loss)
+    except ValueError:
+        raise InvalidArgument("loss", f"want one of {[c.value for c in LossClass]}, got {loss!r}") from None
+
+
+def digest(
+    session: Session,
+    nodes: Sequence[Node | int],
+    *,
+    summary: str | None = None,
+    summarizer: Summarizer | None = None,
+    loss: LossClass | None = None,
+    negative_facts: Iterable[Fact | int] | _Auto = AUTO,
+    unresolved: Iterable[Item | str] | _Auto = AUTO,
+) -> Node:
+    """Append an L2 node over contiguous L1 nodes; see :meth:`Session.digest`."""
+    positions = [n.pos if isinstance(n, Node) else n for n in nodes]
+    if not positions or not all(isinstance(p, int) for p in positions):
+        raise InvalidArgument("nodes", "want one or more L1 nodes (or their positions)")
+    children = sorted(
+        (Node.from_record(session.read(p)) for p in positions), key=lambda n: n.start
+    )
+    for c in children:
+        if c.tier != 1:
+            raise InvalidArgument("nodes", f"node at pos {c.pos} is L{c.tier}; an L2 digests L1 nodes")
+    for a, b in zip(children, children[1:]):
+        if a.stop != b.start:
+            raise InvalidArgument("nodes", f"nodes at pos {a.pos} and {b.pos} are not contiguous: [{a.start}, {a.stop}) then [{b.start}, {b.stop})")
+    start, stop = children[0].start, children[-1].stop
+    floor = max((c.loss for c in children), key=_LOSS_ORDER.__getitem__)
+    wanted = floor if loss is None else _loss(loss)
+    if _LOSS_ORDER[wanted] < _LOSS_ORDER[floor]:
+        raise CompactionInvariantError(f"an L2 node cannot be {wanted.value} over children that are {floor.value}")
+
+    def build_events(size: int) -> list[tuple[ev.Event, str | None]]:
+        s = _structure(session, size)
+        _overlap(s, 2, start, stop)
+        carried = sorted({f for c in children for f in c.negative_facts}, key=lambda f: f.pos)
+        still_open = sorted(
+            {i for c in children for i in c.unresolved if not s.resolved_before(i, stop)},
+            key=lambda i: (i.pos, i.kind, i.id),
+        )
+        facts = _facts(negative_facts, carried, s)
+        items = _items(unresolved, still_open)
+        text = summary
+        if text is None:
+            text = (summarizer or extractive)([session.read(c.pos) for c in children])
+        node = ev.Summary(
+            tier=2, start=start, stop=stop, span_root=session.span_root(start, stop).hex(), summary=text,
+            loss=wanted, children=[c.pos for c in children], negative_facts=facts, unresolved=items,
+            kept=_dedupe(e for c in children for e in c.kept),
+            spills=sorted({r for c in children for r in c.spills}, key=lambda r: r.handle),
+            contract="; ".join(c.contract for c in children if c.contract) or None,
+        )
+        return [(node, None)]
+
+    return Node.from_record(session._commit(build_events)[-1])
+
+
+def assert_compaction_safe(session: Session, start: int, stop: int, keep: Iterable[str] = ()) -> None:
+    """Raise CompactionInvariantError listing each obligation and binding a lossy compaction would lose."""
+    size = session.size
+    _check_span(start, stop, size)
+    found = risks(_structure(session, size), start, stop, set(keep))
+    if found:
+        raise _risk_error(found, start, stop)
+
+
+def spilled(session: Session, handle: str) -> ev.JSON:
+    """Return the exact value spilled under ``handle``, checked against its leaf, tree and digest."""
+    prefix = "spill:"
+    if not isinstance(handle, str) or not handle.startswith(prefix) or not handle[len(prefix):].isdigit():
+        raise InvalidArgument("handle", f"want 'spill:<pos>', got {handle!r}")
+    pos = int(handle[len(prefix):])
+    record = session.read(pos)
+    spill = record.event
+    if not isinstance(spill, ev.Spill):
+        raise InvalidArgument("handle", f"{handle} names a {record.kind!r} event, not a spill")
+    head = session.head()
+    if merkle.leaf_hash(record.body) != record.leaf or not merkle.verify_inclusion(
+        record.body, pos, head.size, session.inclusion_proof(pos, head.size), head.root
+    ):
+        raise IntegrityError(f"spill {handle} does not match the tree", session=session.name, pos=pos)
+    if value_digest(spill.value) != spill.digest:
+        raise IntegrityError(f"spill {handle}: value does not match its digest", session=session.name, pos=pos)
+    return spill.value
+
+
+def audit(session: Session) -> list[Finding]:
+    """Return every binding destroyed by a lossy compaction and needed by a later step."""
+    s = _structure(session, session.size)
+    findings: list[Finding] = []
+    seen: set[tuple[int, str]] = set()
+    for pos, key, via in sorted(s.needs):
+        bound = [(p, b) for p, b in s.bindings.get(key, []) if p < pos]
+        if not bound or bound[-1][1].regenerable:
+            continue
+        # Every source of the binding must lie in a lossy span compacted before this step
+        # by a node that kept nothing of it; one raw or kept source keeps it reachable.
+        swallowed_by = None
+        for bpos, _ in bound:
+            covering = [
+                (npos, n) for npos, n in s.nodes.items() if npos < pos and n.start <= bpos < n.stop
+            ]
+            if not covering or any(key in kept_keys(n, s) or n.loss is LossClass.LOSSLESS for _, n in covering):
+                swallowed_by = None
+                break
+            swallowed_by = min(npos for npos, _ in covering)
+        if swallowed_by is not None and (swallowed_by, key) not in seen:
+            seen.add((swallowed_by, key))
+            findings.append(Finding(swallowed_by, key, bound[-1][0], pos, pos - swallowed_by, via))
+    return findings
