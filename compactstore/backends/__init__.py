@@ -145,11 +145,26 @@ class Backend(Protocol):
 
 
 def open_backend(target: str, *, durable: bool) -> Backend:
-    """Return the backend for ``target``: a PostgreSQL URL, or a SQLite path (":memory:" too)."""
-    if target.startswith(("postgresql://", "postgres://")):
-        from ..errors import InvalidArgument
+    """Return the backend for ``target``: a PostgreSQL URL, or a SQLite path (":memory:" too).
 
-        raise InvalidArgument("target", "the PostgreSQL backend is not available in this version")
+    ``postgresql://`` and ``postgres://`` URLs need the ``postgres`` extra (psycopg 3 and
+    psycopg-pool), imported only here, so a SQLite-only install never loads them.
+
+    Raises:
+        CompactStoreError: a PostgreSQL URL was given and the driver is not installed.
+    """
+    if target.startswith(("postgresql://", "postgres://")):
+        try:
+            from .postgres import PostgresBackend
+        except ImportError as exc:
+            from ..errors import CompactStoreError
+
+            raise CompactStoreError(
+                "the PostgreSQL backend needs the compactstore[postgres] extra (psycopg 3 and psycopg-pool), "
+                f"which is not installed: {exc}",
+                hint="pip install 'compactstore[postgres]'",
+            ) from exc
+        return PostgresBackend(target, durable=durable)
     from .sqlite import SQLiteBackend
 
     return SQLiteBackend(target, durable=durable)
