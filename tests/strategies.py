@@ -13,9 +13,13 @@ entry = st.binary(max_size=48)
 """One log entry: arbitrary bytes, the empty string included."""
 
 
-def entry_lists(min_size: int = 0, max_size: int = 40) -> st.SearchStrategy[list[bytes]]:
-    """Small lists of arbitrary entries, drawn element by element (shrinks well)."""
-    return st.lists(entry, min_size=min_size, max_size=max_size)
+def entry_lists(min_size: int = 0, max_size: int = 40, unique: bool = False) -> st.SearchStrategy[list[bytes]]:
+    """Small lists of arbitrary entries, drawn element by element (shrinks well).
+
+    With ``unique`` no entry repeats, which tampering tests need: in a tree with
+    repeated entries a proof for one position can truly be a proof for another.
+    """
+    return st.lists(entry, min_size=min_size, max_size=max_size, unique=unique)
 
 
 def _synthetic(size: int, salt: bytes) -> list[bytes]:
@@ -24,13 +28,13 @@ def _synthetic(size: int, salt: bytes) -> list[bytes]:
 
 
 def large_entry_lists(min_size: int = 65, max_size: int = 600) -> st.SearchStrategy[list[bytes]]:
-    """Larger lists built from a drawn size and salt, so Hypothesis need not draw each entry."""
+    """Larger lists of distinct entries built from a drawn size and salt, not drawn one by one."""
     return st.builds(_synthetic, st.integers(min_size, max_size), st.binary(max_size=8))
 
 
-def any_entry_lists(max_size: int = 600) -> st.SearchStrategy[list[bytes]]:
-    """Small hand-drawn lists or larger synthetic ones, up to ``max_size`` entries."""
-    return st.one_of(entry_lists(0, 40), large_entry_lists(41, max_size))
+def any_entry_lists(max_size: int = 600, unique: bool = False) -> st.SearchStrategy[list[bytes]]:
+    """Small drawn lists or larger synthetic ones (always distinct), up to ``max_size`` entries."""
+    return st.one_of(entry_lists(0, 40, unique), large_entry_lists(41, max_size))
 
 
 @st.composite
@@ -96,7 +100,7 @@ _common = {
 _ident = st.text(min_size=1, max_size=12)
 
 
-def events() -> st.SearchStrategy:  # type: ignore[type-arg]
+def events() -> st.SearchStrategy[object]:
     """Any valid event of the built-in kinds."""
     from compactstore import ToolCall, ToolResult, Turn
 
