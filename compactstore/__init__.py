@@ -34,10 +34,20 @@ from .events import (
     Turn,
     tick_clock,
 )
+from .markers import Marker, Violation
+from .resolver import Artifact, ContextItem, RawItem, Resolution, SummaryItem, reconstruct
 from .store import Record, Session, Store, TreeHead, open
 from .verify import Problem, VerifyReport
 
 __all__ = [
+    "Artifact",
+    "ContextItem",
+    "Marker",
+    "RawItem",
+    "Resolution",
+    "SummaryItem",
+    "Violation",
+    "reconstruct",
     "AUTO",
     "Binding",
     "Excerpt",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 
 class CompactStoreError(Exception):
     """Base class of every error compactstore raises.
@@ -74,7 +76,7 @@ class MarkerInvalid(CompactStoreError):
         violations: one entry per failed condition, naming condition, position and item.
     """
 
-    def __init__(self, message: str, violations: list[object] | None = None) -> None:
+    def __init__(self, message: str, violations: Sequence[object] | None = None) -> None:
         super().__init__(message)
         self.violations = list(violations or [])
 

@@ -218,6 +218,29 @@ class Spill(Event, frozen=True, tag="spill"):
     digest: str
 
 
+class RecoveryMarker(Event, frozen=True, tag="marker"):
+    """A pointer plus a promise: resume from summary node ``node`` at raw checkpoint ``size``/``root``.
+
+    ``node`` is None for a raw-checkpoint marker. ``conditions`` lists what was
+    certified at emission; ``path`` the node positions whose digests were checked.
+    """
+
+    size: int
+    root: str
+    node: int | None = None
+    mac: str | None = None
+    conditions: list[str] = []
+    path: list[int] = []
+
+
+class Attempt(Event, frozen=True, tag="attempt"):
+    """The literals an operation acted on, under the attempt's idempotency ``key``."""
+
+    key: str
+    operation: str
+    literals: dict[str, JSON] = {}
+
+
 #: Every event type, in one tagged union: the canonical decoder accepts these only.
 EVENT_TYPES: tuple[type[Event], ...] = (
     Turn,
@@ -230,7 +253,11 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     HandleClosed,
     Summary,
     Spill,
+    RecoveryMarker,
+    Attempt,
 )
+#: Kinds the store derives from other events; the rest are raw (L0) events.
+DERIVED_KINDS: frozenset[str] = frozenset({"node", "spill", "marker", "attempt"})
 KINDS: frozenset[str] = frozenset(str(t.__struct_config__.tag) for t in EVENT_TYPES)
 
 #: Text fields that identify something, and so must not be empty.
@@ -244,6 +271,7 @@ _REQUIRED_TEXT: dict[type[Event], tuple[str, ...]] = {
     HandleOpened: ("handle",),
     HandleClosed: ("handle",),
     Spill: ("key",),
+    Attempt: ("key", "operation"),
 }
 
 _encoder = msgspec.json.Encoder(order="sorted")

@@ -189,8 +189,14 @@ def _lookup(levels: list[list[bytes]], coords: Iterable[Coord]) -> dict[Coord, b
 
 def tree_root(entries: Sequence[bytes], algo: str = "blake3") -> bytes:
     """Return the RFC 9162 Merkle Tree Hash of ``entries``."""
-    leaf, node, empty = _hasher(algo)
-    level = [leaf(e) for e in entries]
+    leaf = _hasher(algo)[0]
+    return root_of_leaves([leaf(e) for e in entries], algo)
+
+
+def root_of_leaves(leaves: Sequence[bytes], algo: str = "blake3") -> bytes:
+    """Return the RFC 9162 root over leaf hashes (not entries)."""
+    _, node, empty = _hasher(algo)
+    level = list(leaves)
     if not level:
         return empty
     # Pair neighbours bottom-up, carrying an odd last node up unchanged: the same
@@ -216,6 +222,13 @@ def span_root(entries: Sequence[bytes], start: int, stop: int, algo: str = "blak
     _check_size("start", start, 0, stop)
     roots = [tree_root(entries[i << lv : (i + 1) << lv], algo) for lv, i in cover(start, stop)]
     return fold(roots, algo)
+
+
+def span_root_of_leaves(leaves: Sequence[bytes], start: int, stop: int, algo: str = "blake3") -> bytes:
+    """Return :func:`span_root` of ``[start, stop)`` given every leaf hash (not entries)."""
+    _check_size("stop", stop, 0, len(leaves))
+    _check_size("start", start, 0, stop)
+    return fold([root_of_leaves(leaves[i << lv : (i + 1) << lv], algo) for lv, i in cover(start, stop)], algo)
 
 
 def inclusion_proof(entries: Sequence[bytes], index: int, algo: str = "blake3") -> list[bytes]:

@@ -10,16 +10,18 @@ between appends and re-read only when another writer has moved the session on.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING
 
 import msgspec
 
-from . import compaction, merkle
+from . import compaction, markers, merkle, resolver
 from . import events as ev
 from .compaction import AUTO, Finding, Node, OnRisk, Summarizer, _Auto, _structure
 from .events import LossClass
+from .markers import Marker
+from .resolver import Artifact, Resolution
 from .backends import SCHEMA_VERSION, Backend, HeadRow, Row, open_backend
 from .errors import CompactStoreError, ConflictError, IntegrityError, InvalidArgument, InvalidEvent
 from .seal import derive_key, head_mac, key_check, seal
@@ -428,6 +430,64 @@ class Session:
     def audit(self) -> list[Finding]:
         """Return each non-regenerable binding a lossy compaction swallowed and a later step needed."""
         return compaction.audit(self)
+
+    # --- markers, resume and reconstruction -----------------------------------------
+
+    def mark(self, node: Node | int) -> Marker:
+        """Emit a recovery marker pointing at ``node``, at the current raw checkpoint.
+
+        Checks closure, negative-fact retention and anchoring first (see
+        :mod:`compactstore.markers`) and records them as certified.
+
+        Raises:
+            MarkerInvalid: a condition fails; ``violations`` names each condition,
+                position and item. Nothing is written; ``mark_raw`` is the safe fallback.
+        """
+        return markers.mark(self, node.pos if isinstance(node, Node) else node)
+
+    def mark_raw(self, size: int | None = None) -> Marker:
+        """Emit a raw-checkpoint marker at ``size`` (default: now); it resumes in ``fallback`` mode."""
+        return markers.mark_raw(self, size)
+
+    def resume(self, marker: Marker | int) -> Resolution:
+        """Resume from ``marker``: certified summary tier, or exactly the raw events up to its checkpoint.
+
+        The marker is trusted wholesale or not at all: its checkpoint is re-verified from
+        the raw bodies and every emission check re-run; any failure gives ``fallback``
+        with the reasons. The same marker always gives a byte-identical ``digest``.
+
+        Raises:
+            IntegrityError: the raw events up to the checkpoint do not verify.
+        """
+        return resolver.resume(self, marker)
+
+    def artifact(self, node: Node | int) -> Artifact:
+        """Return the artifact a later instance expands from ``node``: loss class, payload, digest."""
+        return resolver.artifact(self, node if isinstance(node, Node) else self.node(node))
+
+    def lookup(self, name: str) -> ev.JSON | None:
+        """Return a literal's exact value from the log (a binding key, or ``pos:path``), or None."""
+        return resolver.lookup(self, name)
+
+    def reconstruct(
+        self,
+        artifact: Artifact,
+        operation: str,
+        *,
+        uses: Mapping[str, ev.JSON] | None = None,
+        tool_results: Iterable[ev.JSON] = (),
+        attempt: str | None = None,
+    ) -> dict[str, ev.JSON]:
+        """Run :func:`compactstore.reconstruct` against this log, guarding retries.
+
+        With ``attempt`` (an idempotency key), the literals acted on are recorded in the
+        log, and a later attempt under the same key that reconstructs a different
+        literal is refused.
+
+        Raises:
+            ReconstructionUnsoundError: naming the literal and why.
+        """
+        return resolver.restore(self, artifact, operation, uses=uses, tool_results=tool_results, attempt=attempt)
 
     # --- reading ---------------------------------------------------------------
 

@@ -62,6 +62,8 @@ class Structure:
     size: int = 0
     #: negative facts by position (derived events excluded).
     negatives: dict[int, ev.Fact] = field(default_factory=dict)
+    #: position -> the position that made it negative (itself, or what superseded it).
+    cause: dict[int, int] = field(default_factory=dict)
     #: (item kind, id) -> positions where it was opened, in order.
     opened: dict[tuple[str, str], list[int]] = field(default_factory=dict)
     #: (item kind, id) -> positions where it was closed, in order.
@@ -80,15 +82,17 @@ class Structure:
     def add(self, pos: int, event: ev.Event) -> None:
         """Take in the event at ``pos`` (positions must come in order)."""
         self.size = pos + 1
-        derived = isinstance(event, ev.Summary | ev.Spill)
+        derived = event.kind in ev.DERIVED_KINDS
         status = None if derived else _negative_status(event)
         if status is not None:
             self.negatives[pos] = ev.Fact(pos, status, text_of(event))
+            self.cause[pos] = pos
         elif not derived:
             self._texts[pos] = text_of(event)
         if event.supersedes is not None and event.supersedes not in self.negatives:
             old = self._texts.pop(event.supersedes, "")
             self.negatives[event.supersedes] = ev.Fact(event.supersedes, "superseded", old)
+            self.cause[event.supersedes] = pos
         kind = event.kind
         if kind in _OPENS:
             self.opened.setdefault((_OPENS[kind], _item_id(event)), []).append(pos)
@@ -105,8 +109,11 @@ class Structure:
             self.needs.append((pos, key, f"{kind} uses it"))
 
     def negatives_in(self, start: int, stop: int) -> list[ev.Fact]:
-        """Return the negative facts at positions ``[start, stop)``, by position."""
-        return [f for p, f in sorted(self.negatives.items()) if start <= p < stop]
+        """Return the negative facts at positions ``[start, stop)`` known by ``stop``, by position.
+
+        An event superseded only after ``stop`` was not yet negative at that boundary.
+        """
+        return [f for p, f in sorted(self.negatives.items()) if start <= p < stop and self.cause[p] < stop]
 
     def unresolved_at(self, start: int, stop: int) -> list[ev.Item]:
         """Return the items opened in ``[start, stop)`` and not closed before ``stop``."""

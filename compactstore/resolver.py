@@ -1,0 +1,344 @@
+"""Resume from a marker, and reconstruct from an artifact: certify by digest or refuse.
+
+``resume`` trusts a marker wholesale or not at all. It re-verifies the raw checkpoint
+the marker names, then re-runs the emission checks over the same inputs: if they all
+hold, the context is the summary tier with its verified excerpts (``certified``);
+otherwise it is exactly the raw events up to the checkpoint (``fallback``). It never
+patches a summary with raw events: a patched summary is neither the summary that was
+certified nor the log, and two resumes could patch it differently.
+
+``reconstruct`` is the boundary between expansion and restoration: tolerant operations
+may use a lossy artifact as a prior; restoration operations need a LOSSLESS artifact
+whose digest verifies and whose every literal matches the durable source.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Literal
+
+import msgspec
+from blake3 import blake3
+
+from . import events as ev
+from . import merkle
+from .compaction import Node
+from .errors import IntegrityError, InvalidArgument, ReconstructionUnsoundError
+from .events import JSON, LossClass
+from .markers import CONDITIONS, Marker, check
+from .seal import head_mac
+
+if TYPE_CHECKING:
+    from .store import Session
+
+TOLERANT_OPS = frozenset({"summarize", "plan", "brainstorm", "rank"})
+RESTORATION_OPS = frozenset({"authorize", "commit", "emit_authoritative", "retry_idempotent"})
+Mode = Literal["certified", "fallback"]
+
+_encoder = msgspec.json.Encoder(order="sorted")
+
+
+class RawItem(msgspec.Struct, frozen=True, tag="raw", tag_field="item"):
+    """A raw event the resumed agent loads as it was logged."""
+
+    pos: int
+    event: ev.Event
+
+
+class SummaryItem(msgspec.Struct, frozen=True, tag="summary", tag_field="item"):
+    """A certified summary node the resumed agent loads in place of the span it covers."""
+
+    pos: int
+    tier: int
+    start: int
+    stop: int
+    span_root: str
+    summary: str
+    loss: LossClass
+    negative_facts: list[ev.Fact]
+    unresolved: list[ev.Item]
+    kept: list[ev.Excerpt]
+    spills: list[ev.SpillRef]
+    contract: str | None = None
+
+
+ContextItem = RawItem | SummaryItem
+
+
+class Resolution(msgspec.Struct, frozen=True):
+    """The outcome of :meth:`Session.resume`.
+
+    Attributes:
+        mode: ``certified`` (context is the summary tier) or ``fallback`` (raw events).
+        context: the items a resumed agent loads, in log order.
+        reasons: why the mode was chosen (each failed condition, for a fallback).
+        digest: BLAKE3 of the canonical encoding of mode, checkpoint and context: the
+            same marker gives the same digest every time, on every backend.
+    """
+
+    session: str
+    marker: int
+    mode: Mode
+    size: int
+    root: bytes
+    context: list[ContextItem]
+    reasons: list[str]
+    digest: bytes
+
+
+def _verified_prefix(session: Session, marker_pos: int) -> tuple[list[ev.Event], list[bytes]]:
+    """Return events and re-computed leaves ``[0, marker_pos]``, checked against the stored tree."""
+    events, leaves = [], []
+    for r in session.scan(0, marker_pos + 1):
+        leaf = merkle.leaf_hash(r.body)
+        if leaf != r.leaf:
+            raise IntegrityError(f"event at pos {r.pos} does not match its leaf", session=session.name, pos=r.pos)
+        events.append(r.event)
+        leaves.append(leaf)
+    if len(leaves) != marker_pos + 1:
+        raise IntegrityError(f"positions missing before pos {marker_pos}", session=session.name)
+    if merkle.root_of_leaves(leaves) != session.head(marker_pos + 1).root:
+        raise IntegrityError(
+            f"events [0, {marker_pos + 1}) do not give the stored tree's root", session=session.name, pos=marker_pos
+        )
+    return events, leaves
+
+
+def resume(session: Session, marker: Marker | int) -> Resolution:
+    """Resume from ``marker``; see :meth:`Session.resume`."""
+    pos = marker.pos if isinstance(marker, Marker) else marker
+    if not isinstance(pos, int):
+        raise InvalidArgument("marker", f"want a Marker or its position, got {type(marker).__name__}")
+    m = Marker.from_record(session.read(pos))
+    events, leaves = _verified_prefix(session, pos)
+    size = m.size
+    if not 0 <= size <= pos:
+        raise IntegrityError(f"marker at pos {pos} names checkpoint size {size}, after itself", session=session.name, pos=pos)
+    root = merkle.root_of_leaves(leaves[:size])
+    if root != m.root:
+        raise IntegrityError(
+            f"raw checkpoint of marker at pos {pos} does not verify: root of [0, {size}) is {root.hex()[:16]}…, "
+            f"the marker names {m.root.hex()[:16]}…",
+            session=session.name,
+            pos=pos,
+        )
+    key = session.store.mac_key
+    if key is not None and m.mac != head_mac(key, session.name, size, root):
+        raise IntegrityError(f"marker at pos {pos}: checkpoint MAC does not verify", session=session.name, pos=pos)
+    events, leaves = events[:size], leaves[:size]
+    reasons: list[str]
+    mode: Mode
+    if m.node is None:
+        mode, reasons = "fallback", ["raw-checkpoint marker: the context is the raw log"]
+    else:
+        violations, _ = check(events, leaves, m.node)
+        reasons = [str(v) for v in violations]
+        if tuple(m.conditions) != CONDITIONS:
+            reasons.insert(0, f"marker certified {m.conditions}, not every condition {list(CONDITIONS)}")
+        mode = "fallback" if reasons else "certified"
+        if mode == "certified":
+            reasons = [f"every condition holds and every digest on path {sorted(_path(events, m.node))} matches the log"]
+    context = _certified(events, m.node) if mode == "certified" and m.node is not None else _raw(events, 0, size)
+    body = _encoder.encode({"marker": pos, "mode": mode, "size": size, "root": root.hex(), "context": context})
+    digest = blake3(b"compactstore/resolution/v1\x00" + body).digest()
+    return Resolution(session.name, pos, mode, size, root, context, reasons, digest)
+
+
+def _path(events: list[ev.Event], node: int) -> list[int]:
+    out, stack = [], [node]
+    while stack:
+        p = stack.pop()
+        out.append(p)
+        n = events[p]
+        if isinstance(n, ev.Summary):
+            stack.extend(n.children)
+    return out
+
+
+def _raw(events: list[ev.Event], start: int, stop: int) -> list[ContextItem]:
+    return [RawItem(p, events[p]) for p in range(start, stop) if events[p].kind not in ev.DERIVED_KINDS]
+
+
+def _certified(events: list[ev.Event], node_pos: int) -> list[ContextItem]:
+    n = events[node_pos]
+    assert isinstance(n, ev.Summary)
+    item = SummaryItem(
+        node_pos, n.tier, n.start, n.stop, n.span_root, n.summary, n.loss, list(n.negative_facts),
+        list(n.unresolved), list(n.kept), list(n.spills), n.contract,
+    )
+    return [*_raw(events, 0, n.start), item, *_raw(events, n.stop, len(events))]
+
+
+# --- artifacts and reconstruction --------------------------------------------------
+
+
+class Artifact(msgspec.Struct, frozen=True):
+    """What a later instance expands: loss class, payload (summary and literals), digest.
+
+    ``digest`` is BLAKE3 over the payload and the node's span root, so an artifact
+    altered on its way through a context window no longer verifies.
+    """
+
+    loss: LossClass | str | None
+    payload: dict[str, JSON]
+    digest: str | None
+    span_root: str | None = None
+
+
+def artifact_digest(payload: Mapping[str, JSON], span_root: str | None) -> str:
+    """Return the digest an artifact with this payload and span root must carry."""
+    body = _encoder.encode({"payload": payload, "span_root": span_root})
+    return blake3(b"compactstore/artifact/v1\x00" + body).hexdigest()
+
+
+def literal_name(excerpt: ev.Excerpt, binding_keys: Mapping[int, str]) -> str:
+    """Return how an excerpt is named among an artifact's literals: its binding key, or ``pos:path``."""
+    if excerpt.path == "value" and excerpt.pos in binding_keys:
+        return binding_keys[excerpt.pos]
+    return f"{excerpt.pos}:{excerpt.path}"
+
+
+def artifact(session: Session, node: Node) -> Artifact:
+    """Return the artifact of ``node``; see :meth:`Session.artifact`."""
+    keys = {}
+    for e in node.kept:
+        event = session.read(e.pos).event
+        if isinstance(event, ev.Binding):
+            keys[e.pos] = event.key
+    literals = {literal_name(e, keys): e.value for e in node.kept}
+    payload: dict[str, JSON] = {
+        "summary": node.summary,
+        "literals": literals,
+        "negative_facts": msgspec.to_builtins(node.negative_facts),
+        "unresolved": msgspec.to_builtins(node.unresolved),
+        "spills": {r.key: r.handle for r in node.spills},
+    }
+    span_root = node.span_root.hex()
+    return Artifact(node.loss, payload, artifact_digest(payload, span_root), span_root)
+
+
+def _loss_of(artifact: Artifact) -> LossClass:
+    # An absent or unreadable tag means LOSSY_LITERAL: a false LOSSLESS costs a silent
+    # divergence, a false LOSSY only a re-fetch.
+    try:
+        return LossClass(artifact.loss)
+    except ValueError:
+        return LossClass.LOSSY_LITERAL
+
+
+def reconstruct(
+    artifact: Artifact,
+    operation: str,
+    lookup: Callable[[str], JSON | None],
+    *,
+    uses: Mapping[str, JSON] | None = None,
+    tool_results: Iterable[JSON] = (),
+    prior: Mapping[str, JSON] | None = None,
+) -> dict[str, JSON]:
+    """Expand (tolerant operations) or restore (restoration operations) an artifact's payload.
+
+    Args:
+        operation: ``summarize``, ``plan``, ``brainstorm``, ``rank`` (tolerant) or
+            ``authorize``, ``commit``, ``emit_authoritative``, ``retry_idempotent``.
+        lookup: the durable source: returns a literal's exact value, or None.
+        uses: the literals (name -> value) the operation is about to act on; each must
+            be in the artifact or among ``tool_results`` (invention guard).
+        tool_results: values produced by tool calls in the current turn.
+        prior: the literals an earlier attempt of this operation used (retry guard).
+
+    Raises:
+        ReconstructionUnsoundError: naming the literal and why.
+    """
+    if operation not in TOLERANT_OPS | RESTORATION_OPS:
+        raise ReconstructionUnsoundError(f"unknown operation {operation!r}: refusing to guess its loss tolerance")
+    payload = dict(artifact.payload) if isinstance(artifact.payload, dict) else {}
+    raw_literals = payload.get("literals")
+    literals: dict[str, JSON] = raw_literals if isinstance(raw_literals, dict) else {}
+    produced = [_canonical(v) for v in tool_results]
+    for name, value in (uses or {}).items():
+        if name in literals:
+            if _canonical(literals[name]) != _canonical(value):
+                raise ReconstructionUnsoundError(f"literal {name!r}: {value!r} differs from the artifact's {literals[name]!r}")
+        elif _canonical(value) not in produced:
+            raise ReconstructionUnsoundError(
+                f"literal {name!r} = {value!r} is in neither the artifact nor a tool result of this turn: it would be invented"
+            )
+    acting = {**literals, **(uses or {})}
+    for name, value in (prior or {}).items():
+        if name in acting and _canonical(acting[name]) != _canonical(value):
+            raise ReconstructionUnsoundError(
+                f"retry reconstructs literal {name!r} as {acting[name]!r}, but the earlier attempt used {value!r}"
+            )
+    if operation in TOLERANT_OPS:
+        return payload
+    loss = _loss_of(artifact)
+    if loss is not LossClass.LOSSLESS or not artifact.digest:
+        raise ReconstructionUnsoundError(
+            f"operation {operation!r} needs restoration, but the artifact is {loss.value} with digest "
+            f"{artifact.digest!r}: re-fetch the literals from the durable source instead"
+        )
+    if artifact.digest != artifact_digest(artifact.payload, artifact.span_root):
+        raise ReconstructionUnsoundError("the artifact's digest does not verify: it was altered after it was made")
+    for name, value in literals.items():
+        durable = lookup(name)
+        if durable is None:
+            raise ReconstructionUnsoundError(f"literal {name!r} is absent from the durable source: cannot restore it")
+        if _canonical(durable) != _canonical(value):
+            raise ReconstructionUnsoundError(
+                f"literal {name!r}: the artifact says {value!r}, the durable source {durable!r}: the compaction layer is corrupt"
+            )
+    return payload
+
+
+def _canonical(value: JSON) -> bytes:
+    return _encoder.encode(value)
+
+
+def lookup(session: Session, name: str) -> JSON | None:
+    """Return the exact value of a literal from the log: a binding key, or ``pos:path``."""
+    from .compaction import _extract
+
+    if ":" in name and name.split(":", 1)[0].isdigit():
+        pos_text, path = name.split(":", 1)
+        pos = int(pos_text)
+        if not 0 <= pos < session.size:
+            return None
+        record = session.read(pos)
+        if merkle.leaf_hash(record.body) != record.leaf:
+            raise IntegrityError(f"event at pos {pos} does not match its leaf", session=session.name, pos=pos)
+        try:
+            return _extract(record.event, path)
+        except (KeyError, IndexError, ValueError):
+            return None
+    found = None
+    for record in session.scan():
+        if record.kind == "binding" and record.event.key == name:  # type: ignore[attr-defined]
+            if merkle.leaf_hash(record.body) != record.leaf:
+                raise IntegrityError(f"binding at pos {record.pos} does not match its leaf", session=session.name, pos=record.pos)
+            found = record.event.value  # type: ignore[attr-defined]
+    return found
+
+
+def restore(
+    session: Session,
+    artifact: Artifact,
+    operation: str,
+    *,
+    uses: Mapping[str, JSON] | None = None,
+    tool_results: Iterable[JSON] = (),
+    attempt: str | None = None,
+) -> dict[str, JSON]:
+    """Reconstruct against this session's log, recording the attempt's literals under ``attempt``."""
+    prior = None
+    if attempt is not None:
+        for record in session.scan():
+            if isinstance(record.event, ev.Attempt) and record.event.key == attempt:
+                prior = record.event.literals
+    payload = reconstruct(
+        artifact, operation, lambda n: lookup(session, n), uses=uses, tool_results=tool_results, prior=prior
+    )
+    if attempt is not None:
+        raw = payload.get("literals")
+        used = {**(raw if isinstance(raw, dict) else {}), **(uses or {})}
+        session.append(ev.Attempt(key=attempt, operation=operation, literals=used))
+    return payload

@@ -1,0 +1,191 @@
+"""Recovery markers: the three conditions at emission, and resume trusting a marker wholesale or not at all."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+from test_compaction import ROLLBACK, migration
+
+import compactstore as cs
+from compactstore import events as ev
+
+
+@pytest.fixture
+def session(store: cs.Store) -> cs.Session:
+    """Return a session holding the migration story."""
+    s = store.session("migration")
+    migration(s)
+    return s
+
+
+def _violations(exc: pytest.ExceptionInfo[cs.MarkerInvalid]) -> list[tuple[str, int]]:
+    return [(v.condition, v.pos) for v in exc.value.violations]  # type: ignore[attr-defined]
+
+
+def test_a_complete_node_is_marked_and_resumes_certified(session: cs.Session) -> None:
+    """A node with every fact, item and needed binding certifies all three conditions."""
+    node = session.compact(0, 8, on_risk="preserve")
+    session.append(cs.Turn("assistant", "after the compaction"))
+    marker = session.mark(node)
+    assert marker.conditions == ["closure", "negative_facts", "anchoring"]
+    assert (marker.node, marker.size, marker.root) == (node.pos, marker.pos, session.head(marker.pos).root)
+    res = session.resume(marker)
+    assert res.mode == "certified"
+    kinds = [type(i).__name__ for i in res.context]
+    assert kinds == ["SummaryItem", "RawItem", "RawItem", "RawItem", "RawItem"]
+    summary = res.context[0]
+    assert isinstance(summary, cs.SummaryItem) and cs.Excerpt(5, "value", ROLLBACK) in summary.kept
+    assert [i.pos for i in res.context if isinstance(i, cs.RawItem)] == [8, 9, 10, node.pos + 1]
+
+
+def test_closure_fails_when_an_open_call_is_not_listed(session: cs.Session) -> None:
+    """A tool call open at the boundary and missing from UNRESOLVED breaks closure."""
+    node = session.compact(0, 11, on_risk="preserve", unresolved=["finish-migration", "psql-1"])
+    with pytest.raises(cs.MarkerInvalid) as info:
+        session.mark(node)
+    assert _violations(info) == [("closure", 9)]
+    assert "c2" in str(info.value)
+
+
+def test_closure_holds_for_calls_resolved_inside_the_span(store: cs.Store) -> None:
+    """A call and its result both in the span need no UNRESOLVED entry."""
+    s = store.session("s")
+    s.append(cs.ToolCall("c1", "ls"))
+    s.append(cs.ToolResult("c1", ["a", "b"]))
+    assert s.mark(s.compact(0, 2)).conditions
+
+
+def test_negative_facts_fail_when_the_summary_drops_them(session: cs.Session) -> None:
+    """Seed 003: 'agent explored approaches' drops the failed dry run and the rejection: refused."""
+    node = session.compact(
+        0, 8, summary="User requested the schema migration be reversible; agent explored approaches.",
+        negative_facts=[], on_risk="preserve",
+    )
+    with pytest.raises(cs.MarkerInvalid) as info:
+        session.mark(node)
+    assert _violations(info) == [("negative_facts", 2), ("negative_facts", 4)]
+
+
+def test_anchoring_fails_for_a_needed_binding_neither_kept_nor_spilled(session: cs.Session) -> None:
+    """A binding compacted before an obligation needed it breaks anchoring once it is needed."""
+    session.fulfil("finish-migration")
+    node = session.compact(0, 8)  # nothing open needs the rollback script now
+    session.mark(node)  # so this marker is valid
+    session.oblige("roll-back", needs=["rollback"])
+    with pytest.raises(cs.MarkerInvalid) as info:
+        session.mark(node)
+    assert _violations(info) == [("anchoring", 5)]
+
+
+def test_anchoring_holds_for_a_spilled_binding(session: cs.Session) -> None:
+    """Spilling the binding anchors it: the marker certifies."""
+    node = session.compact(0, 8, on_risk="spill")
+    assert session.resume(session.mark(node)).mode == "certified"
+
+
+def test_anchoring_fails_for_a_forged_span_root(session: cs.Session) -> None:
+    """A node whose span root does not match the log is refused at emission."""
+    forged = session.append(ev.Summary(tier=1, start=0, stop=2, span_root="00" * 32, summary="x"))
+    with pytest.raises(cs.MarkerInvalid) as info:
+        session.mark(forged.pos)
+    assert ("anchoring", forged.pos) in _violations(info)
+
+
+def test_a_raw_marker_resumes_in_fallback_with_exactly_the_raw_events(session: cs.Session) -> None:
+    """mark_raw names a checkpoint whose context is the raw log."""
+    session.compact(0, 5)
+    marker = session.mark_raw()
+    res = session.resume(marker)
+    assert res.mode == "fallback" and "raw-checkpoint" in res.reasons[0]
+    raw = [r for r in session.scan(0, marker.size) if r.kind not in ev.DERIVED_KINDS]
+    assert [(i.pos, i.event) for i in res.context if isinstance(i, cs.RawItem)] == [(r.pos, r.event) for r in raw]
+    assert len(res.context) == len(raw)
+    older = session.mark_raw(3)
+    assert session.resume(older).size == 3 and len(session.resume(older).context) == 3
+
+
+def test_a_forged_marker_written_past_emission_falls_back(session: cs.Session) -> None:
+    """Seed 003's story: the lossy summary is refused at emission; forged into the log it resumes as fallback."""
+    node = session.compact(0, 8, summary="agent explored approaches", negative_facts=[], keep=[], on_risk="preserve")
+    with pytest.raises(cs.MarkerInvalid):
+        session.mark(node)
+    size = session.size
+    forged = session.append(ev.RecoveryMarker(
+        size=size, root=session.head(size).root.hex(), node=node.pos, conditions=["closure", "negative_facts", "anchoring"],
+    ))
+    res = session.resume(forged.pos)
+    assert res.mode == "fallback"
+    assert any("negative_facts at pos 2" in r for r in res.reasons)
+    assert all(isinstance(i, cs.RawItem) for i in res.context)
+    assert [i.pos for i in res.context] == [r.pos for r in session.scan(0, size) if r.kind not in ev.DERIVED_KINDS]
+
+
+def test_a_marker_that_certified_less_falls_back(session: cs.Session) -> None:
+    """A marker that does not claim every condition is not trusted."""
+    node = session.compact(0, 8, on_risk="preserve")
+    size = session.size
+    partial = session.append(ev.RecoveryMarker(size=size, root=session.head(size).root.hex(), node=node.pos,
+                                               conditions=["closure"]))
+    assert session.resume(partial.pos).mode == "fallback"
+
+
+def test_one_marker_gives_one_digest_over_a_thousand_resumes_and_a_reopen(target: str) -> None:
+    """Resolution digests are byte-identical on every call and after reopening."""
+    with cs.open(target, clock=cs.tick_clock()) as st:
+        s = st.session("m")
+        migration(s)
+        marker = s.mark(s.compact(0, 8, on_risk="spill"))
+        digests = {s.resume(marker).digest for _ in range(1000)}
+        raw = s.mark_raw()
+        fallback = {s.resume(raw).digest for _ in range(3)}
+    assert len(digests) == 1 and len(fallback) == 1 and digests != fallback
+    with cs.open(target) as st:
+        again = st.session("m").resume(marker.pos)
+    assert {again.digest} == digests and again.mode == "certified"
+
+
+def test_a_keyed_marker_carries_and_checks_a_mac(target: str) -> None:
+    """In a keyed store the marker's checkpoint carries a MAC that resume checks."""
+    with cs.open(target, key=b"k", clock=cs.tick_clock()) as st:
+        s = st.session("m")
+        migration(s)
+        marker = s.mark(s.compact(0, 8, on_risk="preserve"))
+        assert marker.mac is not None and st.check_head(s.head(marker.size))
+        assert s.resume(marker).mode == "certified"
+        size = s.size
+        forged = s.append(ev.RecoveryMarker(size=size, root=s.head(size).root.hex(), node=marker.node,
+                                            conditions=list(marker.conditions)))
+        with pytest.raises(cs.IntegrityError, match="MAC"):
+            s.resume(forged.pos)
+
+
+def _sqlite(target: str) -> sqlite3.Connection:
+    if "://" in target:
+        pytest.skip("edits the SQLite file directly")
+    conn = sqlite3.connect(target)
+    for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall():
+        conn.execute(f"DROP TRIGGER {name}")
+    return conn
+
+
+@pytest.mark.parametrize("pos", [0, 2, 5, 7])
+def test_one_tampered_raw_byte_under_a_certified_marker_never_certifies(target: str, pos: int) -> None:
+    """Flipping a byte of a raw body under the marker gives IntegrityError, never a silent certified."""
+    with cs.open(target, clock=cs.tick_clock()) as st:
+        s = st.session("m")
+        migration(s)
+        marker = s.mark(s.compact(0, 8, on_risk="preserve"))
+        assert s.resume(marker).mode == "certified"
+    conn = _sqlite(target)
+    body = bytearray(conn.execute("SELECT body FROM events WHERE pos = ?", (pos,)).fetchone()[0])
+    body[len(body) // 2] ^= 0x20
+    conn.execute("UPDATE events SET body = ? WHERE pos = ?", (bytes(body), pos))
+    conn.commit()
+    conn.close()
+    with cs.open(target) as st:
+        try:
+            res = st.session("m").resume(marker.pos)
+        except (cs.IntegrityError, cs.InvalidEvent):
+            return
+    assert res.mode == "fallback"
