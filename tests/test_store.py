@@ -193,10 +193,11 @@ def test_keyed_store_macs_heads_and_refuses_other_keys(target: str) -> None:
         assert not report.ok and report.problems[0].table == "meta"
 
 
-def test_keyed_head_recomputed_without_the_key_fails(target: str) -> None:
+def test_keyed_head_recomputed_without_the_key_fails(sqlite_target: str) -> None:
     """An attacker who rewrites a head's seal without the key is caught."""
     from compactstore.seal import seal
 
+    target = sqlite_target
     with cs.open(target, key=b"secret", clock=cs.tick_clock()) as st:
         st.session("s").extend(_turns(4))
     conn = sqlite3.connect(target)
@@ -211,8 +212,9 @@ def test_keyed_head_recomputed_without_the_key_fails(target: str) -> None:
     assert [(p.table, p.pos) for p in report.problems] == [("heads", 4)]
 
 
-def test_log_tables_reject_update_and_delete(target: str) -> None:
+def test_log_tables_reject_update_and_delete(sqlite_target: str) -> None:
     """The database itself refuses to rewrite or remove log rows."""
+    target = sqlite_target
     with cs.open(target) as st:
         st.session("s").extend(_turns(3))
     conn = sqlite3.connect(target)

@@ -1,0 +1,216 @@
+"""What only the PostgreSQL backend has: its schema, triggers, locks, errors and lazy import."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+
+import compactstore as cs
+
+pytest.importorskip("psycopg")
+
+import psycopg  # noqa: E402
+
+from compactstore.backends import SCHEMA_VERSION  # noqa: E402
+from compactstore.backends.postgres import _FOLD_SQL, LOG_TABLES, PostgresBackend, _lock_key, redact  # noqa: E402
+
+
+def _turns(n: int, prefix: str = "t") -> list[cs.Event]:
+    return [cs.Turn("user", f"{prefix}{i}") for i in range(n)]
+
+
+@pytest.fixture
+def owner(pg_url: str) -> Iterator[psycopg.Connection[Any]]:
+    """Return a plain psycopg connection to the test's store, as its owner."""
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        yield conn
+
+
+def test_schema_is_created_with_its_version_and_triggers(pg_url: str, owner: psycopg.Connection[Any]) -> None:
+    """Opening an empty database creates the five tables, records the schema version and arms the triggers."""
+    with cs.open(pg_url) as st:
+        st.session("s").extend(_turns(2))
+    tables = {r[0] for r in owner.execute("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")}
+    assert tables == set(LOG_TABLES)
+    assert owner.execute("SELECT value FROM meta WHERE name = 'schema_version'").fetchone() == (SCHEMA_VERSION,)
+    triggers = {r[0] for r in owner.execute("SELECT tgname FROM pg_trigger WHERE NOT tgisinternal")}
+    assert triggers == {f"{t}_no_{op}" for t in LOG_TABLES for op in ("update", "delete", "truncate")}
+    types = dict(
+        owner.execute(
+            "SELECT table_name || '.' || column_name, data_type FROM information_schema.columns "
+            "WHERE table_schema = current_schema() AND table_name = 'events'"
+        ).fetchall()
+    )
+    assert types == {
+        "events.seq": "bigint", "events.session_id": "bigint", "events.pos": "bigint", "events.kind": "text",
+        "events.idem_key": "text", "events.leaf": "bytea", "events.body": "bytea",
+    }
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "UPDATE events SET body = '\\x00'",
+        "DELETE FROM events",
+        "TRUNCATE events",
+        "UPDATE heads SET root = '\\x00'",
+        "DELETE FROM heads",
+        "TRUNCATE heads CASCADE",
+        "DELETE FROM nodes",
+        "UPDATE nodes SET hash = '\\x00'",
+        "TRUNCATE nodes",
+        "UPDATE sessions SET name = 'x'",
+        "DELETE FROM sessions",
+        "TRUNCATE sessions",
+        "UPDATE meta SET value = 'x'",
+        "DELETE FROM meta",
+        "TRUNCATE meta",
+    ],
+)
+def test_log_tables_reject_update_delete_and_truncate(pg_url: str, owner: psycopg.Connection[Any], sql: str) -> None:
+    """The database itself refuses to rewrite, remove or truncate log rows."""
+    with cs.open(pg_url) as st:
+        st.session("s").extend(_turns(3))
+    with pytest.raises(psycopg.errors.RestrictViolation, match="append-only"):
+        owner.execute(sql)
+
+
+def test_many_first_openers_create_the_schema_once(pg_url: str) -> None:
+    """Processes racing to open a fresh database all succeed and leave one schema and one meta."""
+    script = "import sys, compactstore as cs; cs.open(sys.argv[1], key=b'k').close()"
+    procs = [subprocess.Popen([sys.executable, "-c", script, pg_url], stderr=subprocess.PIPE, text=True)
+             for _ in range(6)]
+    errors = [p.communicate(timeout=120)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0] * 6, errors
+    with cs.open(pg_url, key=b"k") as st:
+        assert st.backend.meta()["schema_version"] == SCHEMA_VERSION
+        st.session("s").append(cs.Turn("user", "x"))
+        assert st.verify().ok
+
+
+def test_a_newer_schema_is_refused(pg_url: str, owner: psycopg.Connection[Any]) -> None:
+    """A database written by a newer library is refused, not misread."""
+    cs.open(pg_url).close()
+    owner.execute("ALTER TABLE meta DISABLE TRIGGER meta_no_update")
+    owner.execute("UPDATE meta SET value = '999' WHERE name = 'schema_version'")
+    with pytest.raises(cs.CompactStoreError, match="unsupported schema version '999'"):
+        cs.open(pg_url)
+
+
+def test_writers_to_different_sessions_do_not_block_each_other(pg_url: str) -> None:
+    """While one transaction holds session a's lock, b appends at once and a second writer to a waits."""
+    with cs.open(pg_url) as one, cs.open(pg_url) as two:
+        one.session("a").append(cs.Turn("user", "a0"))
+        done: list[float] = []
+
+        def append_a() -> None:
+            two.session("a").append(cs.Turn("user", "a-late"))
+            done.append(time.monotonic())
+
+        with one.backend.writer("a"):  # holds a's lock, appends nothing
+            t0 = time.monotonic()
+            two.session("b").append(cs.Turn("user", "b0"))
+            assert time.monotonic() - t0 < 5
+            waiter = threading.Thread(target=append_a)
+            waiter.start()
+            time.sleep(0.5)
+            assert done == []  # still waiting for a's lock
+            released = time.monotonic()
+        waiter.join(timeout=30)
+        assert done and done[0] >= released
+        assert [r.event.content for r in two.session("a").scan()] == ["a0", "a-late"]  # type: ignore[attr-defined]
+        assert two.verify().ok
+
+
+def test_the_lock_key_folds_session_ids_the_same_in_python_and_sql(owner: psycopg.Connection[Any]) -> None:
+    """The in-statement lock and the separate lock use the same key for the same session."""
+    for sid in (1, 2, 2**31 - 1, 2**31, 2**32 - 1, 2**32, 2**32 + 7, 2**62 + 5):
+        got = owner.execute(f"SELECT {_FOLD_SQL} FROM (SELECT %s::bigint AS id) t", (sid,)).fetchone()
+        assert got == (_lock_key(sid),)
+
+
+def test_driver_errors_become_compactstore_errors(pg_url: str) -> None:
+    """An unreachable server or missing database raises CompactStoreError, with the password redacted."""
+    missing = urlunsplit(urlsplit(pg_url)._replace(path="/no_such_database_here"))
+    with pytest.raises(cs.CompactStoreError) as info:
+        cs.open("postgresql://someone:sekrit@127.0.0.1:1/nothing")
+    assert isinstance(info.value.__cause__, psycopg.Error)
+    assert "sekrit" not in str(info.value) and "***" in str(info.value)
+    with pytest.raises(cs.CompactStoreError, match="no_such_database_here") as info:
+        cs.open(missing)
+    assert isinstance(info.value.__cause__, psycopg.Error)
+    assert redact("postgresql://u:p@h:5/d?x=1") == "postgresql://u:***@h:5/d?x=1"
+    assert redact("postgres://h/d") == "postgres://h/d"
+
+
+def test_errors_inside_an_append_are_wrapped_and_roll_back(pg_url: str, owner: psycopg.Connection[Any]) -> None:
+    """A driver failure mid-append surfaces as a compactstore error and writes nothing."""
+    with cs.open(pg_url) as st:
+        s = st.session("s")
+        s.extend(_turns(3))
+        owner.execute("ALTER TABLE heads ADD CONSTRAINT no_big CHECK (size < 5)")
+        with pytest.raises(cs.CompactStoreError) as info:
+            s.extend(_turns(4, "x"))
+        assert not isinstance(info.value, psycopg.Error)
+        assert isinstance(info.value.__cause__, psycopg.Error)
+        assert s.size == 3 and [r.pos for r in s.scan()] == [0, 1, 2]
+
+
+def test_a_nul_in_an_idempotency_key_is_refused_before_the_server(pg_url: str) -> None:
+    """PostgreSQL text cannot hold NUL: such a key is bad input, and nothing is written."""
+    with cs.open(pg_url) as st:
+        s = st.session("s")
+        with pytest.raises(cs.InvalidEvent) as info:
+            s.append(cs.Turn("user", "x"), idempotency_key="a\x00b")
+        assert info.value.field == "idempotency_key"
+        assert st.sessions() == []
+        # NUL inside event text is fine: bodies are bytes.
+        assert s.append(cs.Turn("user", "a\x00b")).event.content == "a\x00b"  # type: ignore[attr-defined]
+
+
+def test_sequence_numbers_are_unique_and_ordered_but_may_have_gaps(pg_url: str) -> None:
+    """seq comes from an identity column: verify does not ask for 1..n, only order within a session."""
+    with cs.open(pg_url) as st:
+        assert st.backend.gapless_seq is False
+        a, b = st.session("a"), st.session("b")
+        seqs = [r.seq for r in a.extend(_turns(3))] + [b.append(cs.Turn("user", "b")).seq]
+        seqs += [r.seq for r in a.extend(_turns(2, "y"))]
+        assert len(set(seqs)) == len(seqs)
+        assert [r.seq for r in a.scan()] == sorted(r.seq for r in a.scan())
+        assert st.verify().ok
+
+
+def test_durable_forces_synchronous_commit(pg_url: str) -> None:
+    """durable=True sets synchronous_commit=on on the pool's connections."""
+    backend = PostgresBackend(pg_url, durable=True)
+    try:
+        assert backend._all("SHOW synchronous_commit") == [("on",)]
+    finally:
+        backend.close()
+
+
+def test_a_missing_driver_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without psycopg, a PostgreSQL URL gives a clear error naming compactstore[postgres]."""
+    monkeypatch.setitem(sys.modules, "psycopg", None)
+    monkeypatch.delitem(sys.modules, "compactstore.backends.postgres", raising=False)
+    with pytest.raises(cs.CompactStoreError, match=r"compactstore\[postgres\]") as info:
+        cs.open("postgresql://localhost/x")
+    assert info.value.hint == "pip install 'compactstore[postgres]'"
+
+
+def test_a_sqlite_only_run_never_imports_psycopg(tmp_path: object) -> None:
+    """Importing compactstore and using SQLite loads neither psycopg nor psycopg_pool."""
+    script = (
+        "import sys, compactstore as cs\n"
+        "with cs.open(':memory:') as st: st.session('s').append(cs.Turn('user', 'x'))\n"
+        "print(sorted(m for m in sys.modules if m.startswith('psycopg')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
