@@ -92,3 +92,18 @@ def open_store(target: str) -> Iterator[Callable[..., cs.Store]]:
 def store(open_store: Callable[..., cs.Store]) -> cs.Store:
     """Return an open store with a deterministic clock."""
     return open_store()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """Register ``--slow``: also run the long campaigns marked ``slow``."""
+    parser.addoption("--slow", action="store_true", default=False, help="run the long campaigns marked slow")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip tests marked ``slow`` unless ``--slow`` was given."""
+    if config.getoption("--slow"):
+        return
+    skip = pytest.mark.skip(reason="long campaign: run with --slow")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)
