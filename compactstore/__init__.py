@@ -15,6 +15,7 @@ from .errors import (
     ReconstructionUnsoundError,
 )
 from .compaction import AUTO, Finding, Node, Risk, extractive
+from .copy import CopyReport, copy
 from .events import (
     Binding,
     Event,
@@ -67,6 +68,7 @@ __all__ = [
     "extractive",
     "CompactStoreError",
     "CompactionInvariantError",
+    "CopyReport",
     "ConflictError",
     "Event",
     "IntegrityError",
@@ -83,6 +85,7 @@ __all__ = [
     "TreeHead",
     "Turn",
     "VerifyReport",
+    "copy",
     "open",
     "tick_clock",
 ]

@@ -1,0 +1,166 @@
+"""Copy sessions between stores, and between backends, checking every root on arrival.
+
+Re-appending the decoded events reproduces the source's bytes exactly: the canonical
+encoding is deterministic, and an event's timestamp and idempotency key live in its
+body. Each session is copied in order, in batches (one transaction each), and each
+batch is checked on arrival: same positions, same leaves. At the end the session's
+root at the copied size must equal the source's, or :class:`IntegrityError` is raised.
+
+The destination's tree heads are the ones its own transactions made (one per batch),
+so its head chain differs from the source's; the roots at every size are the same.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+
+import msgspec
+
+from .errors import CompactStoreError, IntegrityError, InvalidArgument, InvalidEvent
+from .store import Record, Session, Store
+
+#: Events per destination transaction.
+BATCH = 1000
+
+
+class CopiedSession(msgspec.Struct, frozen=True):
+    """One session copied: its name, its number of events and its root at that size."""
+
+    name: str
+    events: int
+    root: bytes
+
+
+class CopyReport(msgspec.Struct, frozen=True):
+    """The outcome of :func:`copy`: the sessions copied, in order, and the total events."""
+
+    sessions: list[CopiedSession]
+    events: int
+
+
+def _source_records(session: Session, size: int) -> Iterator[Record]:
+    """Yield the source's records ``[0, size)``, turning an undecodable body into IntegrityError."""
+    pos = 0
+    it = session.scan(0, size)
+    while True:
+        try:
+            record = next(it)
+        except StopIteration:
+            return
+        except InvalidEvent as exc:
+            raise IntegrityError(
+                f"source session {session.name!r}: the event after pos {pos - 1} does not decode: {exc.reason}",
+                session=session.name,
+            ) from exc
+        pos = record.pos + 1
+        yield record
+
+
+def _copy_session(
+    src: Session, dst: Session, batch: int, progress: Callable[[str, int, int], None] | None
+) -> CopiedSession:
+    size = src.size
+    want = src.head(size).root
+    done = 0
+    chunk: list[Record] = []
+
+    def flush() -> None:
+        nonlocal done
+        got = dst.extend([r.event for r in chunk], idempotency_keys=[r.event.idempotency_key for r in chunk])
+        for mine, theirs in zip(got, chunk):
+            if mine.pos != theirs.pos:
+                raise IntegrityError(
+                    f"session {dst.name!r}: event landed at pos {mine.pos}, want {theirs.pos} "
+                    "(another writer appended to the destination during the copy)",
+                    session=dst.name,
+                    pos=theirs.pos,
+                )
+            if mine.leaf != theirs.leaf:
+                raise IntegrityError(
+                    f"session {dst.name!r} pos {theirs.pos}: copied leaf {mine.leaf.hex()[:16]} differs from "
+                    f"the source's stored leaf {theirs.leaf.hex()[:16]} (the source body or leaf was altered)",
+                    session=dst.name,
+                    pos=theirs.pos,
+                )
+        done += len(chunk)
+        chunk.clear()
+        if progress is not None:
+            progress(src.name, done, size)
+
+    for record in _source_records(src, size):
+        if not record.body:  # a canonical event is never empty: this body was erased
+            raise CompactStoreError(
+                f"source session {src.name!r} pos {record.pos}: the body was erased by a redaction, "
+                "and a copy can only re-append whole events",
+                hint="copy the other sessions with sessions=[...]",
+            )
+        if record.pos != done + len(chunk):
+            raise IntegrityError(
+                f"source session {src.name!r}: pos {record.pos} follows pos {done + len(chunk) - 1}",
+                session=src.name,
+                pos=record.pos,
+            )
+        chunk.append(record)
+        if len(chunk) == batch:
+            flush()
+    if chunk:
+        flush()
+    if done != size:
+        raise IntegrityError(
+            f"source session {src.name!r}: {done} events read, its head says {size}", session=src.name
+        )
+    got = dst.head(size).root
+    if got != want:
+        raise IntegrityError(
+            f"session {src.name!r}: root at size {size} is {got.hex()[:16]} in the destination, "
+            f"{want.hex()[:16]} in the source",
+            session=src.name,
+        )
+    return CopiedSession(src.name, size, got)
+
+
+def copy(
+    src: Store,
+    dst: Store,
+    *,
+    sessions: Iterable[str] | None = None,
+    progress: Callable[[str, int, int], None] | None = None,
+    batch: int = BATCH,
+) -> CopyReport:
+    """Copy sessions from ``src`` to ``dst`` (any backends), byte for byte, verifying every root.
+
+    Each session is copied up to the size it has when its copy starts. Nothing is
+    written unless every destination session is empty; a copy that fails part way
+    leaves a verified prefix of the session that failed (the log is append-only).
+
+    Args:
+        src: the store to read.
+        dst: the store to write; opened with its key if it is keyed.
+        sessions: the names to copy (default: every session of ``src``).
+        progress: called as ``progress(session, done, total)`` after every batch.
+        batch: events per destination transaction.
+
+    Raises:
+        InvalidArgument: a named session is not in ``src``, or a destination session
+            already has events.
+        IntegrityError: a copied leaf or root differs from the source's (the source
+            does not verify), or another writer appended to a destination session.
+        CompactStoreError: ``dst`` is keyed and was opened without its key.
+    """
+    if not isinstance(batch, int) or batch < 1:
+        raise InvalidArgument("batch", f"must be a positive int, got {batch!r}")
+    present = src.sessions()
+    names = present if sessions is None else list(dict.fromkeys(sessions))
+    missing = sorted(set(names) - set(present))
+    if missing:
+        raise InvalidArgument("sessions", f"not in the source store: {', '.join(map(repr, missing))}")
+    if dst.keyed and dst.mac_key is None:
+        raise CompactStoreError("the destination store is keyed", hint="open it with its key")
+    occupied = [(name, dst.session(name).size) for name in names]
+    occupied = [(name, n) for name, n in occupied if n]
+    if occupied:
+        listed = ", ".join(f"{name!r} ({n} events)" for name, n in occupied)
+        raise InvalidArgument("dst", f"destination sessions already hold events: {listed}",
+                              hint="copy into an empty store, or name other sessions")
+    copied = [_copy_session(src.session(name), dst.session(name), batch, progress) for name in names]
+    return CopyReport(copied, sum(c.events for c in copied))
