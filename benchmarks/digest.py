@@ -1,85 +1,66 @@
 #!/usr/bin/env python3
-"""Digest throughput: what the Merkle tree costs over hashing the same bytes once.
+"""Digest throughput: what the Merkle tree and the log cost over the plain references.
 
-    python benchmarks/digest.py [--repeat N]
+    python benchmarks/digest.py [--repeat N] [--verify-turns N]
 
-Part 1, Merkle roots: over random leaves of 1 KiB and 16 KiB it times, in one run,
+Part 1, Merkle roots: over random leaves of 1 KiB and 16 KiB it times, interleaved in
+one run,
 
 * raw BLAKE3: ``blake3.blake3(buf).digest()`` over all leaves as one buffer, single
-  threaded (the reference: no tree can hash its input faster than this);
-* ``merkle.tree_root`` over the leaves (BLAKE3, the default);
-* a ``merkle.Frontier`` fed one ``leaf_hash`` per leaf, as a store appends, then ``root()``;
-* ``merkle.tree_root`` with SHA-256, and raw SHA-256 over the buffer, for context.
+  threaded (no tree can hash its input faster than this);
+* the plain RFC 9162 tree (``plain.plain_tree_root``): the tightest plain tree in Python
+  over the same package, one call per leaf and per node, neighbours paired bottom-up.
+  This is the reference the library's roots are held to (ratio >= 1.0);
+* ``merkle.tree_root``, a ``merkle.Frontier`` fed one ``leaf_hash`` per leaf as a store
+  appends, and ``merkle.span_root`` of ``[1, n - 1)`` (against the plain tree over the
+  same entries);
+* ``Session.span_root`` of ``[1, n - 1)`` served from a store's stored subtree roots
+  (against the plain tree over the same stored bodies);
+* a SHA-256 tree and raw SHA-256, for context.
 
-Each measurement is repeated; the table gives min / median / max seconds, the median
-throughput in MB/s (10**6 bytes of leaf data per second) and the median throughput as a
-fraction of raw BLAKE3 over the same bytes. Further parts are more functions returning
-rows, listed in SECTIONS.
+Part 2, SQLite appends: ``Session.extend`` of 1,000 1 KiB turns per call (WAL,
+``synchronous=NORMAL``, the default) against plain ``sqlite3`` ``executemany`` of the very
+same rows, 1,000 per transaction, into the same table; and ``Session.append`` one event per
+call with ``durable=True`` (``synchronous=FULL``) against plain single-row commits at
+``synchronous=FULL``.
 
-Uses only the standard library, blake3 and compactstore.
+Part 3, verify: ``Store.verify()`` of a store pinned to one CPU against the same on every
+CPU, and raw BLAKE3 over the stored bodies, with CPU time / wall time and peak RSS.
+
+Each row is the min / median / max of several interleaved rounds; throughput and ratios
+come from medians of the same run. Writes benchmarks/results/digest.json.
 """
 
 from __future__ import annotations
 
 import argparse
-import gc
 import hashlib
 import os
-import platform
 import random
-import shlex
-import statistics
+import shutil
 import sys
+import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 
-try:
-    import compactstore  # noqa: F401
-except ImportError:  # run from a checkout without installing
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import blake3
+import harness  # noqa: E402
+from harness import Goal, Section, Stat, interleaved, rate, ratio, seconds  # noqa: E402
+from plain import CLOCK_START, PlainSQLite, plain_tree_root, turns  # noqa: E402
 
-from compactstore import merkle
+import blake3  # noqa: E402
 
-Row = tuple[str, ...]
+import compactstore as cs  # noqa: E402
+from compactstore import merkle  # noqa: E402
 
 # (label, leaf size in bytes, number of leaves)
 WORKLOADS = [("1 KiB leaves", 1024, 4096), ("16 KiB leaves", 16 * 1024, 512)]
 SEED = 20240601
 
 
-def cpu_model() -> str:
-    """Return the CPU model name from /proc/cpuinfo, or what platform knows."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith(("model name", "Hardware", "cpu model")):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown"
-
-
-def timings(fn: Callable[[], object], repeat: int) -> list[float]:
-    """Return ``repeat`` wall-clock durations of ``fn()``, after one untimed warm-up call."""
-    fn()
-    out = []
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        for _ in range(repeat):
-            t0 = time.perf_counter()
-            fn()
-            out.append(time.perf_counter() - t0)
-    finally:
-        if gc_was_enabled:
-            gc.enable()
-    return out
-
-
-def frontier_root(leaves: Sequence[bytes]) -> bytes:
+def frontier_root(leaves: list[bytes]) -> bytes:
     """Append every leaf to a fresh Frontier, as a store would, and return its root."""
     f = merkle.Frontier()
     leaf_hash, append = merkle.leaf_hash, f.append
@@ -88,82 +69,238 @@ def frontier_root(leaves: Sequence[bytes]) -> bytes:
     return f.root()
 
 
-def merkle_rows(repeat: int = 7) -> tuple[Row, list[Row]]:
-    """Time raw BLAKE3 against the Merkle root computations; return (header, rows)."""
-    header = ("workload", "method", "min s", "median s", "max s", "MB/s", "vs raw BLAKE3")
-    rows: list[Row] = []
+def _store_session(tmp: str, leaf_size: int, count: int) -> tuple[cs.Store, cs.Session, list[bytes]]:
+    """Return a store holding ``count`` turns of about ``leaf_size`` bytes, and their bodies."""
+    store = cs.open(os.path.join(tmp, f"span-{leaf_size}.db"), clock=cs.tick_clock(CLOCK_START, 1))
+    s = store.session("span")
     rng = random.Random(SEED)
-    for label, leaf_size, count in WORKLOADS:
-        leaves = [rng.randbytes(leaf_size) for _ in range(count)]
-        buf = b"".join(leaves)
-        # The tree and the Frontier must agree before their speed means anything.
-        assert frontier_root(leaves) == merkle.tree_root(leaves)
-        methods: list[tuple[str, Callable[[], object]]] = [
-            ("raw BLAKE3, one buffer", lambda: blake3.blake3(buf).digest()),
-            ("merkle.tree_root (BLAKE3)", lambda: merkle.tree_root(leaves)),
-            ("Frontier append loop (BLAKE3)", lambda: frontier_root(leaves)),
-            ("merkle.tree_root (SHA-256)", lambda: merkle.tree_root(leaves, "sha256")),
-            ("raw SHA-256, one buffer", lambda: hashlib.sha256(buf).digest()),
+    events = [cs.Turn("user", rng.randbytes(leaf_size // 2).hex()) for _ in range(count)]
+    for i in range(0, count, 512):
+        s.extend(events[i : i + 512])
+    bodies = [r.body for r in s.scan()]
+    return store, s, bodies
+
+
+def merkle_rows(repeat: int = 7) -> Section:
+    """Time the Merkle roots against the plain tree and raw hashing, interleaved.
+
+    Each root takes milliseconds, so this part runs three times ``repeat`` rounds.
+    """
+    section = Section(
+        "Merkle roots vs the plain RFC 9162 tree and raw hashing",
+        ("workload", "method", "MB", "min", "median", "max", "MB/s", "vs raw BLAKE3", "vs plain tree"),
+    )
+    rng = random.Random(SEED)
+    tmp = tempfile.mkdtemp(prefix="cs-bench-digest-")
+    try:
+        for label, leaf_size, count in WORKLOADS:
+            leaves = [rng.randbytes(leaf_size) for _ in range(count)]
+            buf = b"".join(leaves)
+            inner = leaves[1 : count - 1]
+            store, session, bodies = _store_session(tmp, leaf_size, count)
+            stored_inner = bodies[1 : count - 1]
+            # Every method must give the right answer before its speed means anything.
+            assert frontier_root(leaves) == merkle.tree_root(leaves) == plain_tree_root(leaves)
+            assert merkle.span_root(leaves, 0, count) == plain_tree_root(leaves)
+            assert session.span_root(0, count) == plain_tree_root(bodies) == session.head().root
+            # (method, bytes hashed, reference name, fn)
+            methods: list[tuple[str, int, str | None, Callable[[], object]]] = [
+                ("raw BLAKE3, one buffer", len(buf), None, lambda: blake3.blake3(buf).digest()),
+                ("plain RFC 9162 tree (reference)", len(buf), None, lambda: plain_tree_root(leaves)),
+                ("merkle.tree_root", len(buf), "plain RFC 9162 tree (reference)", lambda: merkle.tree_root(leaves)),
+                ("Frontier append loop", len(buf), "plain RFC 9162 tree (reference)", lambda: frontier_root(leaves)),
+                ("plain tree of [1, n-1)", sum(map(len, inner)), None, lambda: plain_tree_root(inner)),
+                ("merkle.span_root [1, n-1)", sum(map(len, inner)), "plain tree of [1, n-1)",
+                 lambda: merkle.span_root(leaves, 1, count - 1)),
+                ("plain tree of stored bodies [1, n-1)", sum(map(len, stored_inner)), None,
+                 lambda: plain_tree_root(stored_inner)),
+                ("Session.span_root [1, n-1), from the store", sum(map(len, stored_inner)),
+                 "plain tree of stored bodies [1, n-1)", lambda: session.span_root(1, count - 1)),
+                ("merkle.tree_root, SHA-256", len(buf), None, lambda: merkle.tree_root(leaves, "sha256")),
+                ("raw SHA-256, one buffer", len(buf), None, lambda: hashlib.sha256(buf).digest()),
+            ]
+            got = interleaved([(name, fn) for name, _, _, fn in methods], 3 * repeat)
+            med = {name: Stat.of(got[name]).median for name, *_ in methods}
+            raw_rate = len(buf) / med["raw BLAKE3, one buffer"]
+            workload = f"{count} x {label}"
+            for name, n, ref, _ in methods:
+                st = Stat.of(got[name])
+                mbps = n / st.median
+                vs_plain = med[ref] / st.median if ref else None
+                section.rows.append((
+                    workload, name, f"{n / 1e6:.2f}", seconds(st.min), seconds(st.median), seconds(st.max),
+                    rate(mbps / 1e6), ratio(mbps / raw_rate), ratio(vs_plain) if vs_plain else "",
+                ))
+                section.data.append({"workload": workload, "leaf_bytes": leaf_size, "leaves": count, "method": name,
+                                     "bytes": n, **st.as_dict(), "mb_per_s": mbps / 1e6,
+                                     "vs_raw_blake3": mbps / raw_rate, "reference": ref, "vs_reference": vs_plain})
+                if name in ("merkle.tree_root", "merkle.span_root [1, n-1)") and vs_plain:
+                    section.goals.append(Goal(f"{name} / plain tree, {label}", vs_plain, 1.0))
+            store.close()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    section.notes.append("vs raw BLAKE3: throughput over the same bytes; vs plain tree: median of the reference "
+                         "named in the row above it over the same entries / median of the row")
+    return section
+
+
+def append_rows(repeat: int = 7, batch: int = 1000, singles: int = 100) -> Section:
+    """Time compactstore appends against plain sqlite3 inserts of the same rows, interleaved."""
+    section = Section(
+        "SQLite appends vs plain sqlite3 inserting the same rows",
+        ("mode", "method", "rows/round", "min", "median", "max", "rows/s", "vs plain"),
+    )
+    tmp = tempfile.mkdtemp(prefix="cs-bench-append-")
+    try:
+        work = turns(batch)
+        normal = cs.open(os.path.join(tmp, "cs-normal.db"), clock=cs.tick_clock(CLOCK_START, 1))
+        durable = cs.open(os.path.join(tmp, "cs-full.db"), clock=cs.tick_clock(CLOCK_START, 1), durable=True)
+        pn = PlainSQLite(os.path.join(tmp, "plain-normal.db"), "NORMAL")
+        pf = PlainSQLite(os.path.join(tmp, "plain-full.db"), "FULL")
+        sn, sf = normal.session("bench"), durable.session("bench")
+        # Same bytes on both sides: the first batch of each must store identical rows.
+        first = sn.extend(work)
+        rows = pn.rows_for(work)
+        pn.insert(rows)
+        assert [r.body for r in first] == [r[6] for r in rows], "plain rows differ from the stored ones"
+        ones = work[:singles]
+
+        def plain_batch() -> float:
+            rows = pn.rows_for(work)
+            t0 = time.perf_counter()
+            pn.insert(rows)
+            return time.perf_counter() - t0
+
+        def plain_singles() -> float:
+            rows = pf.rows_for(ones)
+            t0 = time.perf_counter()
+            for row in rows:
+                pf.insert((row,))
+            return time.perf_counter() - t0
+
+        def cs_singles() -> None:
+            for e in ones:
+                sf.append(e)
+
+        modes = [
+            ("batched, 1,000 per transaction, synchronous=NORMAL", batch, [
+                ("plain sqlite3 executemany", plain_batch),
+                ("compactstore Session.extend", lambda: sn.extend(work)),
+            ]),
+            ("one per transaction, synchronous=FULL (durable=True)", singles, [
+                ("plain sqlite3 single-row commit", plain_singles),
+                ("compactstore Session.append", cs_singles),
+            ]),
         ]
-        workload = f"{count} x {label}"
-        raw_median = None
-        for name, fn in methods:
-            ts = timings(fn, repeat)
-            median = statistics.median(ts)
-            raw_median = raw_median or median
-            rows.append(
-                (
-                    workload,
-                    name,
-                    f"{min(ts):.5f}",
-                    f"{median:.5f}",
-                    f"{max(ts):.5f}",
-                    f"{len(buf) / median / 1e6:,.0f}",
-                    f"{raw_median / median:.2f}x",
-                )
-            )
-    return header, rows
+        for mode, n, methods in modes:
+            got = interleaved(methods, repeat)
+            ref = Stat.of(got[methods[0][0]]).median
+            for name, _ in methods:
+                st = Stat.of(got[name])
+                section.rows.append((mode, name, f"{n:,}", seconds(st.min), seconds(st.median), seconds(st.max),
+                                     rate(n / st.median), ratio(ref / st.median)))
+                section.data.append({"mode": mode, "method": name, "rows": n, **st.as_dict(),
+                                     "rows_per_s": n / st.median, "vs_plain": ref / st.median})
+            section.goals.append(Goal(f"{mode}: compactstore / plain", ref / Stat.of(got[methods[1][0]]).median, 0.8))
+        for closable in (normal, durable, pn, pf):
+            closable.close()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    section.notes.append("rows are 1 KiB turns (1,024 random bytes, base64), about 1.4 KB stored; the plain side "
+                         "inserts the same bytes, leaves included, into the same STRICT table and indexes")
+    return section
 
 
-SECTIONS: list[tuple[str, Callable[[int], tuple[Row, list[Row]]]]] = [
-    ("Merkle roots vs raw hashing", merkle_rows),
+def verify_rows(repeat: int = 7, count: int = 10_000) -> Section:
+    """Time Store.verify() on one CPU and on every CPU against raw BLAKE3 over the stored bodies."""
+    section = Section(
+        "Store.verify(): one CPU vs every CPU, against raw BLAKE3 over the bodies",
+        ("store", "method", "min", "median", "max", "MB/s", "CPU/wall", "vs raw BLAKE3", "vs one CPU"),
+    )
+    tmp = tempfile.mkdtemp(prefix="cs-bench-verify-")
+    allowed = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    try:
+        path = os.path.join(tmp, "verify.db")
+        store = cs.open(path, clock=cs.tick_clock(CLOCK_START, 1))
+        s = store.session("verify")
+        work = turns(1000)
+        while s.size < count:
+            s.extend(work[: min(1000, count - s.size)])
+        buf = b"".join(r.body for r in s.scan())
+        cpu: dict[str, list[float]] = {"one CPU": [], "every CPU": []}
+
+        def run(pinned: bool) -> Callable[[], float]:
+            def fn() -> float:
+                if allowed and pinned:
+                    os.sched_setaffinity(0, {min(allowed)})
+                c0, t0 = time.process_time(), time.perf_counter()
+                try:
+                    report = store.verify()
+                finally:
+                    wall = time.perf_counter() - t0
+                    if allowed:
+                        os.sched_setaffinity(0, allowed)
+                assert report.ok, report.problems[:3]
+                cpu["one CPU" if pinned else "every CPU"].append((time.process_time() - c0) / wall)
+                return wall
+            return fn
+
+        methods = [
+            ("raw BLAKE3 over the bodies", lambda: blake3.blake3(buf).digest()),
+            ("one CPU", run(True)),
+            ("every CPU", run(False)),
+        ]
+        rss0 = harness.peak_rss_mb()
+        got = interleaved(methods, repeat)
+        raw = Stat.of(got["raw BLAKE3 over the bodies"]).median
+        one = Stat.of(got["one CPU"]).median
+        label = f"{count:,} turns, {len(buf) / 1e6:.0f} MB of bodies"
+        for name, _ in methods:
+            st = Stat.of(got[name])
+            name_shown = name if name.startswith("raw") else f"Store.verify(), {name}"
+            cw = sorted(cpu[name])[len(cpu[name]) // 2] if name in cpu and cpu[name] else None
+            section.rows.append((label, name_shown, seconds(st.min), seconds(st.median), seconds(st.max),
+                                 rate(len(buf) / st.median / 1e6), f"{cw:.2f}" if cw is not None else "",
+                                 ratio(raw / st.median), ratio(one / st.median) if name in cpu else ""))
+            section.data.append({"method": name_shown, "turns": count, "bytes": len(buf), **st.as_dict(),
+                                 "mb_per_s": len(buf) / st.median / 1e6, "cpu_per_wall": cw})
+        every = Stat.of(got["every CPU"]).median
+        section.goals.append(Goal("Store.verify() every CPU / one CPU", one / every, 1.6,
+                                  note=f"{os.cpu_count()} logical CPUs"))
+        section.notes.append(f"peak RSS of this process: {harness.peak_rss_mb():.0f} MB "
+                             f"({harness.peak_rss_mb() - rss0:+.0f} MB during verify)")
+        store.close()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return section
+
+
+SECTIONS: list[tuple[str, Callable[[argparse.Namespace], Section]]] = [
+    ("merkle", lambda a: merkle_rows(a.repeat)),
+    ("append", lambda a: append_rows(a.repeat)),
+    ("verify", lambda a: verify_rows(a.repeat, a.verify_turns)),
 ]
 
 
-def print_table(header: Row, rows: list[Row]) -> None:
-    """Print rows under header, text left-aligned in the first two columns, numbers right-aligned."""
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-
-    def fmt(row: Row) -> str:
-        cells = [c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))]
-        return "  ".join(cells).rstrip()
-
-    print(fmt(header))
-    print("  ".join("-" * w for w in widths))
-    previous = None
-    for row in rows:
-        if previous is not None and row[0] != previous:
-            print()
-        print(fmt(row if row[0] != previous else ("", *row[1:])))
-        previous = row[0]
-
-
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repeat", type=int, default=7, help="timed repetitions per measurement (default 7)")
+    """Run every section, print its table and write benchmarks/results/digest.json."""
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--repeat", type=int, default=7, help="timed rounds per row (default 7, at least 5)")
+    parser.add_argument("--verify-turns", type=int, default=10_000, help="turns in the verified store")
+    parser.add_argument("--only", nargs="*", choices=[n for n, _ in SECTIONS], help="run only these parts")
     args = parser.parse_args(argv)
-
-    print(f"command:  {shlex.join([sys.executable, *sys.argv])}")
-    print(f"machine:  {platform.platform()}, {platform.machine()}")
-    print(f"cpu:      {cpu_model()} ({os.cpu_count()} logical CPUs)")
-    print(f"python:   {platform.python_implementation()} {platform.python_version()}")
-    print(f"blake3:   {blake3.__version__} (single-threaded)")
-    print(f"repeat:   {args.repeat} timed runs per row after one warm-up; throughput from the median")
-    for title, section in SECTIONS:
-        print()
-        print(f"== {title} ==")
-        header, rows = section(args.repeat)
-        print_table(header, rows)
+    info = harness.machine()
+    harness.print_machine(info, args.repeat)
+    print(f"blake3:   {blake3.__version__}, single-threaded calls")
+    done = []
+    for name, section in SECTIONS:
+        if args.only and name not in args.only:
+            continue
+        result = section(args)
+        result.print()
+        done.append(result)
+    path = harness.write_json("digest", info, done, repeat=args.repeat)
+    print(f"\nwrote {path}")
     return 0
 
 
