@@ -47,9 +47,11 @@ _SCHEMA = (
     'CREATE TABLE sessions (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, '
     'name text COLLATE "C" NOT NULL UNIQUE)',
     # One sequence, one value at a time: within a session seqs follow the append order.
-    'CREATE TABLE events (seq bigint GENERATED ALWAYS AS IDENTITY (CACHE 1) PRIMARY KEY, '
+    # Every unique key of the log tables leads with session_id, so a distributed engine
+    # (Citus) can shard them by session as they are; seq is unique by construction.
+    'CREATE TABLE events (seq bigint GENERATED ALWAYS AS IDENTITY (CACHE 1) NOT NULL, '
     'session_id bigint NOT NULL, pos bigint NOT NULL, kind text COLLATE "C" NOT NULL, '
-    'idem_key text COLLATE "C", leaf bytea NOT NULL, body bytea NOT NULL, UNIQUE (session_id, pos))',
+    'idem_key text COLLATE "C", leaf bytea NOT NULL, body bytea NOT NULL, PRIMARY KEY (session_id, pos))',
     "CREATE UNIQUE INDEX events_idem ON events (session_id, idem_key) WHERE idem_key IS NOT NULL",
     "CREATE TABLE nodes (session_id bigint NOT NULL, level bigint NOT NULL, idx bigint NOT NULL, "
     "hash bytea NOT NULL, PRIMARY KEY (session_id, level, idx))",
