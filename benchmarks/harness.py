@@ -218,7 +218,7 @@ class Goal:
         elif self.higher_is_better:
             verdict = f"MISSED: {self.target / self.value:.3g}x short" if self.value > 0 else "MISSED"
         else:
-            verdict = f"MISSED: {self.value / self.target:.3g}x over"
+            verdict = f"MISSED: {self.value / self.target:.3g}x over" if self.target else "MISSED"
         note = f" ({self.note})" if self.note else ""
         return f"{self.name}: {self.value:.3g} (target {op} {self.target:g}) {verdict}{note}"
 
