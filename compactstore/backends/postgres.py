@@ -16,8 +16,8 @@ Every driver error is re-raised as a :class:`~compactstore.CompactStoreError`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
@@ -172,7 +172,7 @@ class PostgresBackend:
 
     def _run(self, doing: str, fn: Callable[[psycopg.Cursor[tuple[Any, ...]]], _T]) -> _T:
         try:
-            with self._pool.connection() as conn, conn.cursor() as cur:
+            with self._pool.connection() as conn, conn.cursor(binary=True) as cur:
                 return fn(cur)
         except psycopg.Error as exc:
             raise _error(exc, doing) from exc
@@ -214,13 +214,27 @@ class PostgresBackend:
     def writer(self, name: str) -> Iterator[_PGWriter]:
         doing = f"append to session {name!r}"
         try:
-            with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
-                # The common case, an existing session, is one round trip: find it, lock it.
+            with (
+                self._pool.connection() as conn,
+                _pipeline(conn),
+                conn.transaction(),
+                conn.cursor(binary=True) as cur,
+                conn.cursor(binary=True) as ahead,
+            ):
+                # The common case, an existing session, is one round trip: BEGIN, find the
+                # session and take its lock, then (a statement later, so under the lock)
+                # read its latest head.
                 cur.execute(
                     f"SELECT id, pg_advisory_xact_lock(%s, {_FOLD_SQL}) FROM sessions WHERE name = %s",
                     (_LOCK_SESSION, name),
                 )
+                ahead.execute(
+                    "SELECT h.size, h.root, h.prev, h.seal FROM sessions s JOIN heads h ON h.session_id = s.id "
+                    "WHERE s.name = %s ORDER BY h.size DESC LIMIT 1",
+                    (name,),
+                )
                 got = cur.fetchone()
+                prefetched = ahead.fetchone()
                 locked = got is not None
                 if got is None:
                     # Race-free creation: a concurrent creator of the same name makes this
@@ -239,7 +253,8 @@ class PostgresBackend:
                     # Held until commit or rollback: appends to this session, and only
                     # this session, wait here.
                     cur.execute("SELECT pg_advisory_xact_lock(%s, %s)", (_LOCK_SESSION, _lock_key(sid)))
-                yield _PGWriter(cur, sid)
+                head = (HeadRow(*prefetched) if prefetched else None) if locked else _UNREAD
+                yield _PGWriter(cur, sid, head)
         except psycopg.Error as exc:
             raise _error(exc, doing) from exc
 
@@ -345,21 +360,37 @@ def _hashes(cur: psycopg.Cursor[tuple[Any, ...]], session_id: int, coords: Seque
     return out
 
 
-class _PGWriter:
-    __slots__ = ("_cur", "session_id")
+class _Unread:
+    """The head was not read under the lock yet."""
 
-    def __init__(self, cur: psycopg.Cursor[tuple[Any, ...]], session_id: int) -> None:
+
+_UNREAD = _Unread()
+
+
+def _pipeline(conn: psycopg.Connection[tuple[Any, ...]]) -> AbstractContextManager[object]:
+    """Batch statements whose results are not needed at once into fewer round trips."""
+    return conn.pipeline() if psycopg.Pipeline.is_supported() else nullcontext()
+
+
+class _PGWriter:
+    __slots__ = ("_cur", "_head", "session_id")
+
+    def __init__(self, cur: psycopg.Cursor[tuple[Any, ...]], session_id: int, head: HeadRow | None | _Unread) -> None:
         self._cur = cur
+        self._head = head
         self.session_id = session_id
 
-    def _do(self, doing: str, sql: str, args: Sequence[object]) -> list[tuple[Any, ...]]:
+    def _do(self, doing: str, sql: str, args: Sequence[object] | Mapping[str, object], fetch: bool = True) -> list[tuple[Any, ...]]:
         try:
             self._cur.execute(sql, args)
-            return self._cur.fetchall() if self._cur.description else []
+            return self._cur.fetchall() if fetch else []
         except psycopg.Error as exc:
             raise _error(exc, doing) from exc
 
     def head(self) -> HeadRow | None:
+        head, self._head = self._head, _UNREAD
+        if not isinstance(head, _Unread):
+            return head  # read under the lock when the writer opened
         got = self._do(
             "read the latest head",
             "SELECT size, root, prev, seal FROM heads WHERE session_id = %s ORDER BY size DESC LIMIT 1",
@@ -385,36 +416,36 @@ class _PGWriter:
         return None  # the identity column assigns it
 
     def insert(self, rows: Sequence[Row], nodes: Sequence[tuple[int, int, bytes]], head: HeadRow) -> list[int]:
-        sid = self.session_id
+        # One statement: the events (seqs assigned in position order), the subtree roots
+        # and the head. Arrays travel in binary.
         got = self._do(
-            "insert events",
-            "INSERT INTO events (session_id, pos, kind, idem_key, leaf, body) "
-            "SELECT %s, u.pos, u.kind, u.idem_key, u.leaf, u.body "
-            "FROM unnest(%s::bigint[], %s::text[], %s::text[], %s::bytea[], %s::bytea[]) "
-            "AS u(pos, kind, idem_key, leaf, body) ORDER BY u.pos RETURNING pos, seq",
-            (
-                sid,
-                [r.pos for r in rows],
-                [r.kind for r in rows],
-                [None if r.idem_key is None else _text(r.idem_key, "idempotency_key") for r in rows],
-                [r.leaf for r in rows],
-                [r.body for r in rows],
-            ),
+            "insert events, subtree roots and the head",
+            "WITH e AS (INSERT INTO events (session_id, pos, kind, idem_key, leaf, body) "
+            "SELECT %(sid)s, u.pos, u.kind, u.idem_key, u.leaf, u.body "
+            "FROM unnest(%(pos)b::bigint[], %(kind)b::text[], %(key)b::text[], %(leaf)b::bytea[], %(body)b::bytea[]) "
+            "AS u(pos, kind, idem_key, leaf, body) ORDER BY u.pos RETURNING pos, seq), "
+            "n AS (INSERT INTO nodes (session_id, level, idx, hash) SELECT %(sid)s, u.level, u.idx, u.hash "
+            "FROM unnest(%(level)b::bigint[], %(idx)b::bigint[], %(hash)b::bytea[]) AS u(level, idx, hash)), "
+            "h AS (INSERT INTO heads (session_id, size, root, prev, seal) "
+            "VALUES (%(sid)s, %(size)s, %(root)s, %(prev)s, %(seal)s)) "
+            "SELECT pos, seq FROM e",
+            {
+                "sid": self.session_id,
+                "pos": [r.pos for r in rows],
+                "kind": [r.kind for r in rows],
+                "key": [None if r.idem_key is None else _text(r.idem_key, "idempotency_key") for r in rows],
+                "leaf": [r.leaf for r in rows],
+                "body": [r.body for r in rows],
+                "level": [lv for lv, _, _ in nodes],
+                "idx": [i for _, i, _ in nodes],
+                "hash": [h for _, _, h in nodes],
+                "size": head.size,
+                "root": head.root,
+                "prev": head.prev,
+                "seal": head.seal,
+            },
         )
         seqs = {int(pos): int(seq) for pos, seq in got}
-        if nodes:
-            self._do(
-                "insert subtree roots",
-                "INSERT INTO nodes (session_id, level, idx, hash) "
-                "SELECT %s, u.level, u.idx, u.hash FROM unnest(%s::bigint[], %s::bigint[], %s::bytea[]) "
-                "AS u(level, idx, hash)",
-                (sid, [lv for lv, _, _ in nodes], [i for _, i, _ in nodes], [h for _, _, h in nodes]),
-            )
-        self._do(
-            "insert the tree head",
-            "INSERT INTO heads (session_id, size, root, prev, seal) VALUES (%s, %s, %s, %s, %s)",
-            (sid, *head),
-        )
         return [seqs[r.pos] for r in rows]
 
 
