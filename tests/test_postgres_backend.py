@@ -83,12 +83,23 @@ def test_log_tables_reject_update_delete_and_truncate(pg_url: str, owner: psycop
 
 
 def test_many_first_openers_create_the_schema_once(pg_url: str) -> None:
-    """Processes racing to open a fresh database all succeed and leave one schema and one meta."""
-    script = "import sys, compactstore as cs; cs.open(sys.argv[1], key=b'k').close()"
-    procs = [subprocess.Popen([sys.executable, "-c", script, pg_url], stderr=subprocess.PIPE, text=True)
-             for _ in range(6)]
-    errors = [p.communicate(timeout=120)[1] for p in procs]
-    assert [p.returncode for p in procs] == [0] * 6, errors
+    """Openers racing on a fresh database (each on its own connection) all succeed, leaving one schema and one meta."""
+    barrier = threading.Barrier(8)
+    errors: list[BaseException] = []
+
+    def opener() -> None:
+        try:
+            barrier.wait(timeout=30)
+            cs.open(pg_url, key=b"k").close()
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=opener) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert errors == []
     with cs.open(pg_url, key=b"k") as st:
         assert st.backend.meta()["schema_version"] == SCHEMA_VERSION
         st.session("s").append(cs.Turn("user", "x"))
