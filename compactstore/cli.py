@@ -29,9 +29,9 @@ def _is_url(target: str) -> bool:
 
 def _display(target: str) -> str:
     if _is_url(target):
-        from .backends.postgres import redact
+        from .backends.postgres import redact_url
 
-        return redact(target)
+        return redact_url(target)
     return target
 
 

@@ -19,7 +19,7 @@ pytest.importorskip("psycopg")
 import psycopg  # noqa: E402
 
 from compactstore.backends import SCHEMA_VERSION  # noqa: E402
-from compactstore.backends.postgres import _FOLD_SQL, LOG_TABLES, PostgresBackend, _lock_key, redact  # noqa: E402
+from compactstore.backends.postgres import _FOLD_SQL, LOG_TABLES, PostgresBackend, _lock_key, redact_url  # noqa: E402
 
 
 def _turns(n: int, prefix: str = "t") -> list[cs.Event]:
@@ -157,8 +157,8 @@ def test_driver_errors_become_compactstore_errors(pg_url: str) -> None:
     with pytest.raises(cs.CompactStoreError, match="no_such_database_here") as info:
         cs.open(missing)
     assert isinstance(info.value.__cause__, psycopg.Error)
-    assert redact("postgresql://u:p@h:5/d?x=1") == "postgresql://u:***@h:5/d?x=1"
-    assert redact("postgres://h/d") == "postgres://h/d"
+    assert redact_url("postgresql://u:p@h:5/d?x=1") == "postgresql://u:***@h:5/d?x=1"
+    assert redact_url("postgres://h/d") == "postgres://h/d"
 
 
 def test_errors_inside_an_append_are_wrapped_and_roll_back(pg_url: str, owner: psycopg.Connection[Any]) -> None:

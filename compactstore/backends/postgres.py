@@ -77,7 +77,7 @@ _SCHEMA = (
 _MIGRATIONS: dict[str, tuple[str, tuple[str, ...]]] = {}
 
 
-def redact(url: str) -> str:
+def redact_url(url: str) -> str:
     """Return ``url`` with any password replaced by ``***``, for messages."""
     try:
         parts = urlsplit(url)
@@ -136,7 +136,7 @@ class PostgresBackend:
             CompactStoreError: the server cannot be reached, its encoding is not UTF8,
                 or the database holds a schema newer than this library.
         """
-        self._where = redact(url)
+        self._where = redact_url(url)
         self._durable = durable
         try:
             with psycopg.connect(url, autocommit=True, client_encoding="UTF8") as conn:
