@@ -18,6 +18,7 @@ from .compaction import AUTO, Finding, Node, Risk, extractive
 from .copy import CopyReport, copy
 from .events import (
     Binding,
+    Checkpoint,
     Event,
     Excerpt,
     Fact,
@@ -27,12 +28,15 @@ from .events import (
     Item,
     LossClass,
     Obligation,
+    Redacted,
+    Redaction,
     Spill,
     SpillRef,
     Summary,
     ToolCall,
     ToolResult,
     Turn,
+    Write,
     tick_clock,
 )
 from .markers import Marker, Violation
@@ -51,6 +55,7 @@ __all__ = [
     "reconstruct",
     "AUTO",
     "Binding",
+    "Checkpoint",
     "Excerpt",
     "Fact",
     "Finding",
@@ -61,6 +66,8 @@ __all__ = [
     "LossClass",
     "Node",
     "Obligation",
+    "Redacted",
+    "Redaction",
     "Risk",
     "Spill",
     "SpillRef",
@@ -85,6 +92,7 @@ __all__ = [
     "TreeHead",
     "Turn",
     "VerifyReport",
+    "Write",
     "copy",
     "open",
     "tick_clock",

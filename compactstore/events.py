@@ -29,7 +29,7 @@ Status = Literal["ok", "failed", "rejected", "superseded"]
 Clock = Callable[[], int]
 
 #: Bounds that keep one event well inside what SQLite and PostgreSQL store in a row.
-MAX_TEXT = 64 * 1024 * 1024
+MAX_EVENT_BYTES = 16 * 1024 * 1024
 MAX_DEPTH = 64
 
 
@@ -241,6 +241,51 @@ class Attempt(Event, frozen=True, tag="attempt"):
     literals: dict[str, JSON] = {}
 
 
+class Redaction(Event, frozen=True, tag="redaction"):
+    """Erases the bodies at ``positions`` (their leaves stay, so the tree still verifies), for ``reason``."""
+
+    positions: list[int]
+    reason: str
+
+
+class Redacted(Event, frozen=True, tag="redacted"):
+    """What reading a redacted position gives: the event is gone, the position of its eraser remains.
+
+    Never stored: the store returns it in place of an erased body.
+    """
+
+    by: int
+
+
+class Checkpoint(Event, frozen=True, tag="checkpoint"):
+    """A snapshot ``id`` of an agent framework's state in namespace ``ns``, taken after ``parent``.
+
+    ``value`` is the snapshot as the framework encoded it; the store keeps it verbatim
+    and never interprets it.
+    """
+
+    id: str
+    ns: str = ""
+    parent: str | None = None
+    value: JSON = None
+
+
+class Write(Event, frozen=True, tag="write"):
+    """A ``value`` that task ``task`` wrote to ``channel``, pending against checkpoint ``checkpoint``.
+
+    ``idx`` orders one task's writes (a framework may reserve negative ones for special
+    channels), ``path`` names where the task ran, ``ns`` the checkpoint's namespace.
+    """
+
+    checkpoint: str
+    task: str
+    channel: str
+    idx: int = 0
+    path: str = ""
+    ns: str = ""
+    value: JSON = None
+
+
 #: Every event type, in one tagged union: the canonical decoder accepts these only.
 EVENT_TYPES: tuple[type[Event], ...] = (
     Turn,
@@ -255,9 +300,12 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     Spill,
     RecoveryMarker,
     Attempt,
+    Redaction,
+    Checkpoint,
+    Write,
 )
 #: Kinds the store derives from other events; the rest are raw (L0) events.
-DERIVED_KINDS: frozenset[str] = frozenset({"node", "spill", "marker", "attempt"})
+DERIVED_KINDS: frozenset[str] = frozenset({"node", "spill", "marker", "attempt", "redaction"})
 KINDS: frozenset[str] = frozenset(str(t.__struct_config__.tag) for t in EVENT_TYPES)
 
 #: Text fields that identify something, and so must not be empty.
@@ -272,6 +320,15 @@ _REQUIRED_TEXT: dict[type[Event], tuple[str, ...]] = {
     HandleClosed: ("handle",),
     Spill: ("key",),
     Attempt: ("key", "operation"),
+    Redaction: ("reason",),
+    Checkpoint: ("id",),
+    Write: ("checkpoint",),
+}
+
+#: Fields typed as free-form JSON, per event type: where NaN or int keys could hide.
+_FREE_JSON: dict[type[Event], tuple[str, ...]] = {
+    t: tuple(f for f in ("meta", "args", "output", "value", "literals") if f in t.__struct_fields__)
+    for t in EVENT_TYPES
 }
 
 _encoder = msgspec.json.Encoder(order="sorted")
@@ -312,20 +369,27 @@ def canonical(event: Event) -> tuple[Event, bytes]:
     Raises:
         InvalidEvent: naming the field and why; for example ``args.x``: not finite.
     """
-    if not isinstance(event, Event) or type(event) not in EVENT_TYPES:
-        raise InvalidEvent("event", f"expected a registered event type, got {type(event).__name__}")
-    for name in event.__struct_fields__:
+    cls = type(event)
+    free = _FREE_JSON.get(cls)
+    if free is None:
+        raise InvalidEvent("event", f"expected a registered event type, got {cls.__name__}")
+    # Only free-form JSON fields need walking: the decoder below checks every typed one.
+    for name in free:
         value = getattr(event, name)
-        if type(value) is not str and value is not None:
+        if value is not None and type(value) is not str:
             _check_json(value, name, 0)
-        elif isinstance(value, str) and len(value) > MAX_TEXT:
-            raise InvalidEvent(name, f"longer than {MAX_TEXT} characters")
+    if isinstance(event, Summary):
+        for i, e in enumerate(event.kept):
+            if isinstance(e, Excerpt):
+                _check_json(e.value, f"kept[{i}].value", 0)
     if event.supersedes is not None and event.supersedes < 0:
         raise InvalidEvent("supersedes", f"must be a position >= 0, got {event.supersedes}")
     try:
         body = _encoder.encode(event)
     except (TypeError, UnicodeEncodeError, OverflowError) as exc:
         raise InvalidEvent("event", str(exc)) from exc
+    if len(body) > MAX_EVENT_BYTES:
+        raise InvalidEvent("event", f"encodes to {len(body)} bytes, more than the limit of {MAX_EVENT_BYTES}")
     decoded = decode(body)
     for name in _REQUIRED_TEXT.get(type(decoded), ()):
         if not getattr(decoded, name):
@@ -349,8 +413,6 @@ def _check_json(value: object, path: str, depth: int) -> None:
     elif isinstance(value, list | tuple):
         for i, v in enumerate(value):
             _check_json(v, f"{path}[{i}]", depth + 1)
-    elif isinstance(value, str) and len(value) > MAX_TEXT:
-        raise InvalidEvent(path, f"longer than {MAX_TEXT} characters")
 
 
 def _field_of(message: str) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import msgspec
 
@@ -32,6 +32,16 @@ if TYPE_CHECKING:
 HASH = "blake3"
 MAX_SESSION_NAME = 512
 _CHUNK = 2048
+
+
+class _Prepared(NamedTuple):
+    """An event validated and encoded for appending."""
+
+    event: ev.Event
+    body: bytes
+    key: str | None
+    #: whether the store stamped ``ts`` (then a retry's comparison ignores it)
+    stamped: bool
 
 
 class Record(msgspec.Struct, frozen=True):
@@ -232,7 +242,7 @@ class Session:
             return []
         return self._commit(lambda _pos: prepared)
 
-    def _commit(self, build: Callable[[int], Sequence[tuple[ev.Event, str | None]]]) -> list[Record]:
+    def _commit(self, build: Callable[[int], Sequence[_Prepared | tuple[ev.Event, str | None]]]) -> list[Record]:
         """Append what ``build(first_position)`` returns, in one transaction under the session's lock.
 
         ``build`` runs inside the transaction, so checks it makes against the session
@@ -245,40 +255,55 @@ class Session:
             sid = w.session_id
             head = w.head()
             frontier = self._frontier(sid, head, w.hashes)
-            prepared = build(frontier.size)
+            built = build(frontier.size)
+            prepared = [p if isinstance(p, _Prepared) else self._prepare(i, p[0], p[1], len(built) > 1)
+                        for i, p in enumerate(built)]
             seq = w.next_seq()
             rows: list[Row] = []
             nodes: list[tuple[int, int, bytes]] = []
             records: list[Record | None] = []
-            for i, (event, key) in enumerate(prepared):
+            fresh: list[ev.Event] = []
+            erasures: list[tuple[ev.Redaction, int]] = []
+            for i, p in enumerate(prepared):
+                event, key = p.event, p.key
                 if key is not None:
                     earlier = w.find_idempotent(key)
                     if earlier is not None:
-                        records.append(self._replay(earlier, event, key))
+                        records.append(self._replay(earlier, p))
                         continue
                 pos = frontier.size
                 if event.supersedes is not None and event.supersedes >= pos:
                     where = f"events[{i}].supersedes" if len(prepared) > 1 else "supersedes"
                     raise InvalidEvent(where, f"must name an earlier position (< {pos}), got {event.supersedes}")
-                if event.ts is None:
-                    event = msgspec.structs.replace(event, ts=store.clock())
-                body = ev.encode(event)
-                leaf = merkle.leaf_hash(body)
+                leaf = merkle.leaf_hash(p.body)
                 nodes.extend(frontier.append(leaf))
-                rows.append(Row(seq + len(rows) if seq is not None else 0, sid, pos, event.kind, key, leaf, body))
+                rows.append(Row(seq + len(rows) if seq is not None else 0, sid, pos, event.kind, key, leaf, p.body))
+                fresh.append(event)
                 records.append(None)
+                if isinstance(event, ev.Redaction):
+                    erasures.append((event, pos))
             if rows:
                 root = frontier.root()
                 prev = head.size if head else 0
                 new_head = HeadRow(frontier.size, root, prev, store._seal(self.name, frontier.size, root, prev))
                 seqs = w.insert(rows, nodes, new_head)
                 rows = [r._replace(seq=s) for r, s in zip(rows, seqs)]
+                for redaction, by in erasures:
+                    self._check_erasable(redaction, by)
+                    w.erase(redaction.positions, by)
         if rows:
             self.store._frontiers[sid] = frontier
-        fresh = iter(rows)
-        return [r if r is not None else self._record(next(fresh)) for r in records]
+        # The events are already decoded: build the records without decoding the bodies again.
+        new = iter(zip(rows, fresh))
+        out = []
+        for r in records:
+            if r is None:
+                row, event = next(new)
+                r = Record(self.name, row.seq, row.pos, row.kind, event, row.body or b"", row.leaf)
+            out.append(r)
+        return out
 
-    def _prepare(self, i: int, event: ev.Event, key: str | None, batch: bool) -> tuple[ev.Event, str | None]:
+    def _prepare(self, i: int, event: ev.Event, key: str | None, batch: bool) -> _Prepared:
         try:
             if key is not None and (not isinstance(key, str) or not key or len(key) > 1024):
                 raise InvalidEvent("idempotency_key", "must be a non-empty str of at most 1024 characters")
@@ -288,19 +313,48 @@ class Session:
                 event = msgspec.structs.replace(event, idempotency_key=key)
             elif isinstance(event, ev.Event) and event.idempotency_key is not None:
                 raise InvalidEvent("idempotency_key", "pass it as append(..., idempotency_key=...)")
-            canon, _ = ev.canonical(event)
+            stamped = isinstance(event, ev.Event) and event.ts is None
+            if stamped:
+                event = msgspec.structs.replace(event, ts=self.store.clock())
+            canon, body = ev.canonical(event)
         except InvalidEvent as exc:
             if not batch:
                 raise
             raise InvalidEvent(f"events[{i}].{exc.field}", exc.reason) from exc
-        return canon, key
+        return _Prepared(canon, body, key, stamped)
 
-    def _replay(self, row: Row, event: ev.Event, key: str) -> Record:
-        """Return the earlier record for ``key`` if ``event`` is the same event, else raise."""
-        earlier = ev.decode(row.body)
-        if event.ts is None:  # the store stamped it: not part of the comparison
+    def _check_erasable(self, redaction: ev.Redaction, by: int) -> None:
+        positions = redaction.positions
+        if not positions or len(set(positions)) != len(positions):
+            raise InvalidEvent("positions", "must list distinct positions, at least one")
+        done = self.store.backend.redactions(self._require_sid())
+        for p in positions:
+            if not 0 <= p < by:
+                raise InvalidEvent("positions", f"{p} is not an earlier position (< {by})")
+            if p in done:
+                raise InvalidEvent("positions", f"{p} was already redacted by the event at pos {done[p]}")
+
+    def redact(self, positions: Sequence[int], reason: str) -> Record:
+        """Erase the bodies at ``positions``, recording a redaction event that says why.
+
+        The leaves stay, so the tree, its heads and proofs still verify and ``verify()``
+        reports the positions as redacted, not tampered. Reading them gives a
+        :class:`~compactstore.events.Redacted` placeholder; no summary over them can be
+        certified as a LOSSLESS restoration.
+
+        Raises:
+            InvalidEvent: a position is out of range or already redacted; nothing is written.
+        """
+        return self.append(ev.Redaction(positions=sorted(positions), reason=reason))
+
+    def _replay(self, row: Row, p: _Prepared) -> Record:
+        """Return the earlier record for ``p.key`` if ``p`` is the same event, else raise."""
+        key = p.key
+        earlier, event = ev.decode(row.body or b"{}") if row.body else None, p.event
+        if earlier is not None and p.stamped:  # the store stamped it: not part of the comparison
             earlier = msgspec.structs.replace(earlier, ts=None)
-        if ev.encode(earlier) != ev.encode(event):
+            event = msgspec.structs.replace(event, ts=None)
+        if earlier is None or ev.encode(earlier) != ev.encode(event):
             raise ConflictError(
                 f"idempotency key {key!r} was used at pos {row.pos} for a different event",
                 session=self.name,
@@ -341,7 +395,7 @@ class Session:
         def build(size: int) -> list[tuple[ev.Event, str | None]]:
             if not any(o.name == name for _, o in _structure(self, size).open_obligations()):
                 raise InvalidArgument("name", f"no open obligation {name!r} in session {self.name!r}")
-            return [self._prepare(0, ev.Fulfilment(name=name), None, False)]
+            return [(ev.Fulfilment(name=name), None)]
 
         return self._commit(build)[0]
 
@@ -492,6 +546,9 @@ class Session:
     # --- reading ---------------------------------------------------------------
 
     def _record(self, row: Row) -> Record:
+        if row.body is None:
+            by = self.store.backend.redactions(row.session_id).get(row.pos, -1)
+            return Record(self.name, row.seq, row.pos, "redacted", ev.Redacted(by=by), b"", row.leaf)
         return Record(self.name, row.seq, row.pos, row.kind, ev.decode(row.body), row.body, row.leaf)
 
     def _require_sid(self) -> int:

@@ -56,12 +56,15 @@ class VerifyReport(msgspec.Struct, frozen=True):
     events: int
     #: problems found beyond the first MAX_PROBLEMS, counted but not listed.
     more: int = 0
+    #: positions whose bodies were erased by a redaction event (not problems).
+    redacted: int = 0
 
 
 class _Problems:
     def __init__(self) -> None:
         self.items: list[Problem] = []
         self.more = 0
+        self.redacted = 0
 
     def add(self, session: str | None, table: str, pos: int | None, what: str) -> None:
         if len(self.items) < MAX_PROBLEMS:
@@ -92,7 +95,7 @@ def verify_store(store: Store, *, progress: Callable[[int, int], None] | None = 
             done += n
             if progress is not None:
                 progress(done, count)
-    return VerifyReport(not found.items, found.items, len(sessions), done, found.more)
+    return VerifyReport(not found.items, found.items, len(sessions), done, found.more, found.redacted)
 
 
 def _verify_session(store: Store, sid: int, name: str, found: _Problems) -> Iterator[int]:
@@ -102,6 +105,10 @@ def _verify_session(store: Store, sid: int, name: str, found: _Problems) -> Iter
     head = next(heads, None)
     prev = 0
     last_seq = 0
+    redacted = backend.redactions(sid)
+    erased_by: dict[int, set[int]] = defaultdict(set)
+    for p, by in redacted.items():
+        erased_by[by].add(p)
     for chunk in _chunks(backend.rows(sid, 0, None, _CHUNK)):
         made: dict[int, dict[int, bytes]] = defaultdict(dict)
         for row in chunk:
@@ -111,10 +118,27 @@ def _verify_session(store: Store, sid: int, name: str, found: _Problems) -> Iter
             if row.seq <= last_seq:
                 found.add(name, "events", row.pos, f"sequence number {row.seq} not after {last_seq}")
             last_seq = row.seq
-            leaf = merkle.leaf_hash(row.body)
-            if row.leaf != leaf:
-                found.add(name, "events", row.pos, f"leaf does not match body: got {_short(row.leaf)}, want {_short(leaf)}")
-            _check_body(row.body, row.kind, row.idem_key, name, row.pos, found)
+            if row.body is None:
+                # Erased by a redaction: only the tree can vouch for the stored leaf.
+                leaf = row.leaf
+                if row.pos in redacted and row.kind == "redacted" and row.idem_key is None:
+                    found.redacted += 1
+                elif row.pos in redacted:
+                    found.add(name, "events", row.pos, "a redacted row must have kind 'redacted' and no idem_key")
+                else:
+                    found.add(name, "events", row.pos, "body is missing and no redaction erased it")
+            else:
+                leaf = merkle.leaf_hash(row.body)
+                if row.leaf != leaf:
+                    found.add(name, "events", row.pos, f"leaf does not match body: got {_short(row.leaf)}, want {_short(leaf)}")
+                if row.pos in redacted:
+                    found.add(name, "redactions", row.pos, f"recorded as erased by pos {redacted[row.pos]}, but the body is there")
+                event = _check_body(row.body, row.kind, row.idem_key, name, row.pos, found)
+                if isinstance(event, ev.Redaction) or row.pos in erased_by:
+                    listed = set(event.positions) if isinstance(event, ev.Redaction) else set()
+                    erased = erased_by.pop(row.pos, set())
+                    if listed != erased:
+                        found.add(name, "redactions", row.pos, f"redaction lists {sorted(listed)}, the store erased {sorted(erased)}")
             for level, idx, h in frontier.append(leaf):
                 made[level][idx] = h
             while head is not None and head.size <= frontier.size:
@@ -132,6 +156,8 @@ def _verify_session(store: Store, sid: int, name: str, found: _Problems) -> Iter
     size = frontier.size
     if size == 0:
         found.add(name, "sessions", None, "session has no events")
+    for by, erased in sorted(erased_by.items()):
+        found.add(name, "redactions", by, f"positions {sorted(erased)} are recorded as erased by pos {by}, which is no redaction")
     while head is not None:
         found.add(name, "heads", head.size, f"head of size {head.size} beyond the log's {size} events")
         head = next(heads, None)
@@ -142,18 +168,19 @@ def _verify_session(store: Store, sid: int, name: str, found: _Problems) -> Iter
             found.add(name, "nodes", None, f"{n} subtrees stored at level {level}, want {size >> level}")
 
 
-def _check_body(body: bytes, kind: str, idem_key: str | None, name: str, pos: int, found: _Problems) -> None:
+def _check_body(body: bytes, kind: str, idem_key: str | None, name: str, pos: int, found: _Problems) -> ev.Event | None:
     try:
         event = ev.decode(body)
     except InvalidEvent as exc:
         found.add(name, "events", pos, f"body is not a valid event: {exc.reason}")
-        return
+        return None
     if ev.encode(event) != body:
         found.add(name, "events", pos, "body is not in canonical form")
     if event.kind != kind:
         found.add(name, "events", pos, f"kind column says {kind!r}, body says {event.kind!r}")
     if event.idempotency_key != idem_key:
         found.add(name, "events", pos, f"idem_key column says {idem_key!r}, body says {event.idempotency_key!r}")
+    return event
 
 
 def _check_head(store: Store, name: str, head: HeadRow, prev: int, frontier: merkle.Frontier, found: _Problems) -> None:

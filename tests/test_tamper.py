@@ -15,7 +15,7 @@ import pytest
 
 import compactstore as cs
 
-TABLES = ("meta", "sessions", "events", "nodes", "heads")
+TABLES = ("meta", "sessions", "events", "nodes", "heads", "redactions")
 
 
 def _build(path: Path, key: bytes | None) -> None:
@@ -27,6 +27,7 @@ def _build(path: Path, key: bytes | None) -> None:
         b = st.session("agent-b")
         for i in range(6):
             b.append(cs.Turn("assistant", f"b{i}"))
+        b.redact([1], "forget b1")
 
 
 def _drop_triggers(conn: sqlite3.Connection) -> None:
@@ -126,17 +127,18 @@ def test_a_consistent_rewrite_without_the_key_is_caught(tmp_path: Path) -> None:
     conn = sqlite3.connect(path)
     _drop_triggers(conn)
     sid = conn.execute("SELECT id FROM sessions WHERE name = 'agent-b'").fetchone()[0]
-    bodies = [b for (b,) in conn.execute("SELECT body FROM events WHERE session_id = ? ORDER BY pos", (sid,))]
-    bodies[2] = bodies[2].replace(b"b2", b"b9")
-    conn.execute("UPDATE events SET body = ?, leaf = ? WHERE session_id = ? AND pos = 2",
-                 (bodies[2], merkle.leaf_hash(bodies[2]), sid))
+    rows = conn.execute("SELECT body, leaf FROM events WHERE session_id = ? ORDER BY pos", (sid,)).fetchall()
+    body = rows[2][0].replace(b"b2", b"b9")
+    leaves = [leaf for _, leaf in rows]
+    leaves[2] = merkle.leaf_hash(body)
+    conn.execute("UPDATE events SET body = ?, leaf = ? WHERE session_id = ? AND pos = 2", (body, leaves[2], sid))
     conn.execute("DELETE FROM nodes WHERE session_id = ?", (sid,))
     frontier = merkle.Frontier()
-    for body in bodies:
-        for level, idx, h in frontier.append(merkle.leaf_hash(body)):
+    for leaf in leaves:
+        for level, idx, h in frontier.append(leaf):
             conn.execute("INSERT INTO nodes VALUES (?, ?, ?, ?)", (sid, level, idx, h))
-    for size in range(1, len(bodies) + 1):
-        root = merkle.tree_root(bodies[:size])
+    for size in range(1, len(leaves) + 1):
+        root = merkle.root_of_leaves(leaves[:size])
         conn.execute("UPDATE heads SET root = ?, seal = ? WHERE session_id = ? AND size = ?",
                      (root, seal(None, "agent-b", size, root, size - 1), sid, size))
     conn.commit()

@@ -14,6 +14,9 @@ Tables (the same in every backend):
   chained to the previous one by its size ``prev``, sealed with a keyed BLAKE3 MAC
   when the store has a key (a plain BLAKE3 digest otherwise). The chain makes a
   removed head as visible as a changed one.
+- ``redactions(session_id, pos, by)``: positions whose body was erased by the
+  redaction event at ``by``. The only change the log tables allow is setting the
+  body of such a position to NULL; its leaf stays, so the tree still verifies.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ class Row(NamedTuple):
     kind: str
     idem_key: str | None
     leaf: bytes
-    body: bytes
+    body: bytes | None
 
 
 class HeadRow(NamedTuple):
@@ -74,6 +77,10 @@ class Writer(Protocol):
         head: HeadRow,
     ) -> list[int]:
         """Insert events, completed subtree roots and the new head; return the events' seqs."""
+        ...
+
+    def erase(self, positions: Sequence[int], by: int) -> None:
+        """Record ``positions`` as redacted by the event at ``by``: body and idem_key NULL, kind ``redacted``."""
         ...
 
 
@@ -133,6 +140,10 @@ class Backend(Protocol):
 
     def heads(self, session_id: int, after: int, limit: int) -> list[HeadRow]:
         """Return up to ``limit`` stored heads with ``size > after``, by size."""
+        ...
+
+    def redactions(self, session_id: int) -> dict[int, int]:
+        """Return the session's redacted positions, each with the position of its redaction event."""
         ...
 
     def orphans(self) -> list[tuple[str, int]]:

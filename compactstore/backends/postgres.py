@@ -31,7 +31,7 @@ from . import SCHEMA_VERSION, HeadRow, Row
 if TYPE_CHECKING:
     from . import Backend
 
-LOG_TABLES = ("meta", "sessions", "events", "nodes", "heads")
+LOG_TABLES = ("meta", "sessions", "events", "nodes", "heads", "redactions")
 #: How long a writer waits for its session's lock (or any row lock) before giving up.
 LOCK_TIMEOUT = "60s"
 #: Advisory lock classes (the first key of the two-key form): ``"cs"`` + a tag.
@@ -49,20 +49,35 @@ _SCHEMA = (
     # One sequence, one value at a time: within a session seqs follow the append order.
     # Every unique key of the log tables leads with session_id, so a distributed engine
     # (Citus) can shard them by session as they are; seq is unique by construction.
+    # body is NULL only once a redaction has erased it (see the events update trigger).
     'CREATE TABLE events (seq bigint GENERATED ALWAYS AS IDENTITY (CACHE 1) NOT NULL, '
     'session_id bigint NOT NULL, pos bigint NOT NULL, kind text COLLATE "C" NOT NULL, '
-    'idem_key text COLLATE "C", leaf bytea NOT NULL, body bytea NOT NULL, PRIMARY KEY (session_id, pos))',
+    'idem_key text COLLATE "C", leaf bytea NOT NULL, body bytea, PRIMARY KEY (session_id, pos))',
     "CREATE UNIQUE INDEX events_idem ON events (session_id, idem_key) WHERE idem_key IS NOT NULL",
     "CREATE TABLE nodes (session_id bigint NOT NULL, level bigint NOT NULL, idx bigint NOT NULL, "
     "hash bytea NOT NULL, PRIMARY KEY (session_id, level, idx))",
     "CREATE TABLE heads (session_id bigint NOT NULL, size bigint NOT NULL, root bytea NOT NULL, "
     "prev bigint NOT NULL, seal bytea NOT NULL, PRIMARY KEY (session_id, size))",
+    "CREATE TABLE redactions (session_id bigint NOT NULL, pos bigint NOT NULL, by bigint NOT NULL, "
+    "PRIMARY KEY (session_id, pos))",
     "CREATE FUNCTION compactstore_append_only() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+    "RAISE EXCEPTION 'compactstore: % is append-only', TG_TABLE_NAME "
+    "USING ERRCODE = 'restrict_violation'; END $$",
+    # The one change the log allows: erasing the body (and with it the kind and the
+    # idempotency key) of a position already recorded as redacted; seq, position and
+    # leaf stay.
+    "CREATE FUNCTION compactstore_erase_only() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+    "IF NEW.body IS NULL AND OLD.body IS NOT NULL AND NEW.seq = OLD.seq "
+    "AND NEW.session_id = OLD.session_id AND NEW.pos = OLD.pos AND NEW.kind = 'redacted' "
+    "AND NEW.idem_key IS NULL AND NEW.leaf = OLD.leaf "
+    "AND EXISTS (SELECT 1 FROM redactions r WHERE r.session_id = OLD.session_id AND r.pos = OLD.pos) "
+    "THEN RETURN NEW; END IF; "
     "RAISE EXCEPTION 'compactstore: % is append-only', TG_TABLE_NAME "
     "USING ERRCODE = 'restrict_violation'; END $$",
     *(
         f"CREATE TRIGGER {table}_no_{op} BEFORE {spec} ON {table} "
-        f"FOR EACH {'STATEMENT' if op == 'truncate' else 'ROW'} EXECUTE FUNCTION compactstore_append_only()"
+        f"FOR EACH {'STATEMENT' if op == 'truncate' else 'ROW'} EXECUTE FUNCTION "
+        f"{'compactstore_erase_only' if (table, op) == ('events', 'update') else 'compactstore_append_only'}()"
         for table in LOG_TABLES
         for op, spec in (("update", "UPDATE"), ("delete", "DELETE"), ("truncate", "TRUNCATE"))
     ),
@@ -302,9 +317,13 @@ class PostgresBackend:
         )
         return [HeadRow(*r) for r in got]
 
+    def redactions(self, session_id: int) -> dict[int, int]:
+        got = self._all("SELECT pos, by FROM redactions WHERE session_id = %s", (session_id,))
+        return {int(p): int(b) for p, b in got}
+
     def orphans(self) -> list[tuple[str, int]]:
         out: list[tuple[str, int]] = []
-        for table in ("events", "nodes", "heads"):
+        for table in ("events", "nodes", "heads", "redactions"):
             got = self._all(
                 f"SELECT DISTINCT session_id FROM {table} t "
                 "WHERE NOT EXISTS (SELECT 1 FROM sessions s WHERE s.id = t.session_id) ORDER BY session_id"
@@ -447,6 +466,22 @@ class _PGWriter:
         )
         seqs = {int(pos): int(seq) for pos, seq in got}
         return [seqs[r.pos] for r in rows]
+
+    def erase(self, positions: Sequence[int], by: int) -> None:
+        sid, positions = self.session_id, list(positions)
+        self._do(
+            "record redactions",
+            "INSERT INTO redactions (session_id, pos, by) SELECT %s, p, %s FROM unnest(%s::bigint[]) AS p",
+            (sid, by, positions),
+            fetch=False,
+        )
+        self._do(
+            "erase redacted bodies",
+            "UPDATE events SET body = NULL, kind = 'redacted', idem_key = NULL "
+            "WHERE session_id = %s AND pos = ANY(%s::bigint[])",
+            (sid, positions),
+            fetch=False,
+        )
 
 
 if TYPE_CHECKING:

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from . import Backend
 
 BUSY_TIMEOUT_MS = 60_000
-LOG_TABLES = ("meta", "sessions", "events", "nodes", "heads")
+LOG_TABLES = ("meta", "sessions", "events", "nodes", "heads", "redactions")
 
 
 def _schema(db: sqlite_utils.Database) -> None:
@@ -32,7 +32,7 @@ def _schema(db: sqlite_utils.Database) -> None:
     db.table("events").create(
         {"seq": int, "session_id": int, "pos": int, "kind": str, "idem_key": str, "leaf": bytes, "body": bytes},
         pk="seq",
-        not_null={"session_id", "pos", "kind", "leaf", "body"},
+        not_null={"session_id", "pos", "kind", "leaf"},
         strict=True,
     )
     db.table("events").create_index(["session_id", "pos"], unique=True)
@@ -51,10 +51,22 @@ def _schema(db: sqlite_utils.Database) -> None:
         not_null={"root", "prev", "seal"},
         strict=True,
     )
+    db.table("redactions").create(
+        {"session_id": int, "pos": int, "by": int}, pk=("session_id", "pos"), not_null={"by"}, strict=True
+    )
     for table in LOG_TABLES:
         for op in ("UPDATE", "DELETE"):
+            # One change is allowed: erasing the body of a position already recorded as redacted.
+            allowed = (
+                " WHEN NOT (NEW.body IS NULL AND OLD.body IS NOT NULL AND NEW.seq = OLD.seq"
+                " AND NEW.session_id = OLD.session_id AND NEW.pos = OLD.pos AND NEW.kind = 'redacted'"
+                " AND NEW.idem_key IS NULL AND NEW.leaf = OLD.leaf AND EXISTS (SELECT 1 FROM redactions r"
+                " WHERE r.session_id = OLD.session_id AND r.pos = OLD.pos))"
+                if (table, op) == ("events", "UPDATE")
+                else ""
+            )
             db.execute(
-                f"CREATE TRIGGER {table}_no_{op.lower()} BEFORE {op} ON {table} "
+                f"CREATE TRIGGER {table}_no_{op.lower()} BEFORE {op} ON {table}{allowed} "
                 f"BEGIN SELECT RAISE(ABORT, 'compactstore: {table} is append-only'); END"
             )
     # A readable view for people browsing the file with sqlite-utils or Datasette.
@@ -190,9 +202,13 @@ class SQLiteBackend:
         )
         return [HeadRow(*r) for r in got]
 
+    def redactions(self, session_id: int) -> dict[int, int]:
+        got = self._all("SELECT pos, by FROM redactions WHERE session_id = ?", (session_id,))
+        return {int(p): int(b) for p, b in got}
+
     def orphans(self) -> list[tuple[str, int]]:
         out: list[tuple[str, int]] = []
-        for table in ("events", "nodes", "heads"):
+        for table in ("events", "nodes", "heads", "redactions"):
             got = self._all(
                 f"SELECT DISTINCT session_id FROM {table} WHERE session_id NOT IN (SELECT id FROM sessions)"
             )
@@ -255,6 +271,14 @@ class _SQLiteWriter:
         )
         conn.execute("INSERT INTO heads (session_id, size, root, prev, seal) VALUES (?, ?, ?, ?, ?)", (sid, *head))
         return [r.seq for r in rows]
+
+    def erase(self, positions: Sequence[int], by: int) -> None:
+        sid = self.session_id
+        self._conn.executemany("INSERT INTO redactions (session_id, pos, by) VALUES (?, ?, ?)", [(sid, p, by) for p in positions])
+        self._conn.executemany(
+            "UPDATE events SET body = NULL, kind = 'redacted', idem_key = NULL WHERE session_id = ? AND pos = ?",
+            [(sid, p) for p in positions],
+        )
 
 
 if TYPE_CHECKING:
