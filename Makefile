@@ -1,4 +1,4 @@
-# Two entry points for a fresh clone: `make demo` and `make test`.
+# Two entry points for a fresh clone: `make demo` and `make test` (and `make bench`).
 # Both create a local virtualenv in .venv on first use.
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -18,8 +18,13 @@ demo: $(VENV)/.installed
 test: $(VENV)/.installed
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
-bench: $(VENV)/.installed
-	$(PY) benchmarks/digest.py
+# The benchmarks' peers and plotting: benchmark-only dependencies (the bench extra).
+$(VENV)/.bench-installed: $(VENV)/.installed pyproject.toml
+	$(PY) -m pip install -q -e '.[test,bench]'
+	touch $@
+
+bench: $(VENV)/.bench-installed
+	$(PY) benchmarks/run_all.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis *.egg-info

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Resume and proofs against log size: does the cost grow as O(log n)?
 
-    python benchmarks/resume.py [--repeat N] [--sizes 10000,100000[,1000000]]
+    python benchmarks/resume.py [--repeat N] [--sizes 10000,30000,100000[,1000000]]
 
 For each size n it builds one session of n events: a bulk of 1 KiB turns and answered
 tool calls, then a 1,000-event span (mostly 1 KiB turns, with failed tool calls,
@@ -277,7 +277,8 @@ def main(argv: list[str] | None = None) -> int:
     """Run the measurement, print its table and write benchmarks/results/resume.json."""
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=5, help="timed rounds per row (default 5)")
-    parser.add_argument("--sizes", default="10000,100000", help="comma-separated session sizes (default 10000,100000)")
+    parser.add_argument("--sizes", default="10000,30000,100000",
+                        help="comma-separated session sizes (default 10000,30000,100000)")
     args = parser.parse_args(argv)
     sizes = sorted(int(x) for x in args.sizes.split(","))
     info = harness.machine()

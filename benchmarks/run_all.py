@@ -1,0 +1,147 @@
+#!/usr/bin/env python3
+"""Run the whole benchmark suite, print every table, write JSON and a plot.
+
+    python benchmarks/run_all.py            # what `make bench` runs: under 15 minutes on 2 cores
+    python benchmarks/run_all.py --full     # the long measurements: 1M-event sessions, 10,000 turns per peer
+
+Each benchmark runs in its own process, one after the other, and prints its own table
+(command, machine, min / median / max, ratios measured side by side). Afterwards this
+writes benchmarks/results/summary.json (what ran, how long it took, every goal line) and
+benchmarks/results/scaling.png (append throughput, and resume and proof latency, against
+log size), and prints the goal lines of every benchmark together.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import harness  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+
+#: (name, arguments for the quick suite, arguments for --full)
+SUITE: list[tuple[str, list[str], list[str]]] = [
+    ("digest", [], []),
+    ("append", ["--quick"], []),
+    ("resume", [], ["--sizes", "10000,100000,1000000"]),
+    ("resume_sim", [], ["--sessions", "40"]),
+    ("peers", ["--quick"], []),
+]
+BUDGET_S = 15 * 60
+
+
+def plot(results: dict[str, Any], out: Path) -> Path | None:
+    """Draw append throughput and resume / proof latency against log size; return the PNG path."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("(no plot: matplotlib is not installed; pip install -e '.[bench]')")
+        return None
+    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 6.5))
+    append = results.get("append")
+    if append:
+        scale = next((s for s in append["sections"] if s["title"].startswith("Append throughput against")), None)
+        if scale:
+            series: dict[str, list[tuple[int, float]]] = {}
+            for d in scale["data"]:
+                series.setdefault(f"{d['method']} ({d['mode']})", []).append((d["size"], d["rows_per_s"]))
+            for label, points in series.items():
+                xs, ys = zip(*sorted(points))
+                left.plot(xs, ys, marker="o", label=label)
+    left.set_xscale("log")
+    left.set_yscale("log")
+    left.set_xlabel("events already in the session")
+    left.set_ylabel("appends per second (median)")
+    left.set_title("Append throughput against log size")
+    left.grid(True, which="both", alpha=0.3)
+    left.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=1)
+    resume = results.get("resume")
+    if resume:
+        series = {}
+        for d in resume["sections"][0]["data"]:
+            if d["method"].startswith("raw"):
+                continue
+            series.setdefault(f"{d['operation']}: {d['method']}", []).append((d["size"], d["median"]))
+        for label, points in series.items():
+            xs, ys = zip(*sorted(points))
+            right.plot(xs, ys, marker="o", label=label)
+    right.set_xscale("log")
+    right.set_yscale("log")
+    right.set_xlabel("events in the session")
+    right.set_ylabel("seconds per call (median)")
+    right.set_title("Resume and proof latency against log size")
+    right.grid(True, which="both", alpha=0.3)
+    right.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2)
+    machine = next((r["machine"] for r in results.values() if "machine" in r), None)
+    if machine:
+        fig.suptitle(f"compactstore {machine['packages'].get('compactstore', '')} on {machine['cpu']} "
+                     f"({machine['logical_cpus']} CPUs), {machine['python']}, SQLite {machine['sqlite']}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run every benchmark, then write the summary and the plot; exit non-zero if one failed."""
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--full", action="store_true", help="the long measurements (well over 15 minutes)")
+    parser.add_argument("--only", nargs="*", choices=[n for n, _, _ in SUITE], help="run only these benchmarks")
+    args = parser.parse_args(argv)
+    info = harness.machine()
+    harness.print_machine(info)
+    started = time.perf_counter()
+    ran: list[dict[str, Any]] = []
+    failed = []
+    for name, quick, full in SUITE:
+        if args.only and name not in args.only:
+            continue
+        cmd = [sys.executable, str(HERE / f"{name}.py"), *(full if args.full else quick)]
+        print(f"\n######## {name} ########", flush=True)
+        t0 = time.perf_counter()
+        code = subprocess.call(cmd)
+        elapsed = time.perf_counter() - t0
+        ran.append({"benchmark": name, "command": cmd, "seconds": elapsed, "exit": code})
+        print(f"######## {name}: {elapsed:.0f} s, exit {code}", flush=True)
+        if code:
+            failed.append(name)
+    total = time.perf_counter() - started
+    results = {}
+    for r in ran:
+        path = harness.RESULTS / f"{r['benchmark']}.json"
+        if r["exit"] == 0 and path.exists():
+            results[r["benchmark"]] = json.loads(path.read_text(encoding="utf-8"))
+    goals = [{"benchmark": name, **g} for name, res in results.items() for s in res["sections"] for g in s["goals"]]
+    png = plot(results, harness.RESULTS / "scaling.png")
+    harness.RESULTS.mkdir(parents=True, exist_ok=True)
+    (harness.RESULTS / "summary.json").write_text(json.dumps(
+        {"machine": info, "full": args.full, "seconds": total, "runs": ran, "goals": goals}, indent=1) + "\n",
+        encoding="utf-8")
+    print("\n######## goals ########")
+    for g in goals:
+        op = ">=" if g["higher_is_better"] else "<="
+        verdict = "met" if g["met"] else "MISSED"
+        print(f"{g['benchmark']:<10}  {verdict:<6}  {g['name']}: {g['value']:.3g} (target {op} {g['target']:g})")
+    took = ", ".join(f"{r['benchmark']} {r['seconds']:.0f} s" for r in ran)
+    print(f"\nsuite: {total / 60:.1f} min ({took})")
+    if not args.full and total > BUDGET_S:
+        print(f"warning: the quick suite took longer than its {BUDGET_S // 60}-minute budget")
+    print(f"wrote {harness.RESULTS / 'summary.json'}" + (f" and {png}" if png else ""))
+    if failed:
+        print(f"failed: {', '.join(failed)}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
