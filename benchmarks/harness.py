@@ -23,6 +23,7 @@ import resource
 import shlex
 import sqlite3
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -93,9 +94,23 @@ def versions() -> dict[str, str]:
     return out
 
 
+def revision() -> str:
+    """Return the checkout's commit, with ``+dirty`` when files of the package differ from it."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True,
+                              timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "compactstore"], cwd=root,
+                               capture_output=True, text=True, timeout=10, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return head + ("+dirty" if dirty else "")
+
+
 def machine() -> dict[str, Any]:
     """Return what a result needs to be reproduced: command, machine, interpreter, packages."""
     return {
+        "revision": revision(),
         "command": shlex.join([sys.executable, *sys.argv]),
         "platform": f"{platform.platform()}, {platform.machine()}",
         "cpu": cpu_model(),
@@ -115,7 +130,8 @@ def print_machine(info: dict[str, Any], repeat: int | None = None) -> None:
     flags = f", {' '.join(info['cpu_flags'])}" if info["cpu_flags"] else ""
     print(f"cpu:      {info['cpu']} ({info['logical_cpus']} logical CPUs{flags})")
     print(f"python:   {info['python']}, SQLite {info['sqlite']}")
-    print("packages: " + ", ".join(f"{k} {v}" for k, v in info["packages"].items()))
+    print("packages: " + ", ".join(f"{k} {v}" for k, v in info["packages"].items())
+          + f" (checkout {info['revision']})")
     if repeat is not None:
         print(f"repeat:   {repeat} timed rounds per row after one warm-up round, methods interleaved; "
               "ratios between medians of the same run")
