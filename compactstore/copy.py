@@ -130,8 +130,9 @@ def copy(
     """Copy sessions from ``src`` to ``dst`` (any backends), byte for byte, verifying every root.
 
     Each session is copied up to the size it has when its copy starts. Nothing is
-    written unless every destination session is empty; a copy that fails part way
-    leaves a verified prefix of the session that failed (the log is append-only).
+    written unless every destination session is empty and no source session has
+    redacted positions; a copy that fails part way leaves a verified prefix of the
+    session that failed (the log is append-only).
 
     Args:
         src: the store to read.
@@ -145,7 +146,8 @@ def copy(
             already has events.
         IntegrityError: a copied leaf or root differs from the source's (the source
             does not verify), or another writer appended to a destination session.
-        CompactStoreError: ``dst`` is keyed and was opened without its key.
+        CompactStoreError: ``dst`` is keyed and was opened without its key, or a source
+            session has redacted positions (erased bodies cannot be re-appended).
     """
     if not isinstance(batch, int) or batch < 1:
         raise InvalidArgument("batch", f"must be a positive int, got {batch!r}")
@@ -156,6 +158,17 @@ def copy(
         raise InvalidArgument("sessions", f"not in the source store: {', '.join(map(repr, missing))}")
     if dst.keyed and dst.mac_key is None:
         raise CompactStoreError("the destination store is keyed", hint="open it with its key")
+    redacted = []
+    for name in names:
+        sid = src.backend.session_id(name)
+        if sid is not None and src.backend.redactions(sid):
+            redacted.append(name)
+    if redacted:
+        raise CompactStoreError(
+            f"sessions with redacted positions cannot be copied: {', '.join(map(repr, redacted))} "
+            "(their erased bodies cannot be re-appended; only their leaves remain)",
+            hint="copy the other sessions with sessions=[...]",
+        )
     occupied = [(name, dst.session(name).size) for name in names]
     occupied = [(name, n) for name, n in occupied if n]
     if occupied:

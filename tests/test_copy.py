@@ -96,6 +96,17 @@ def test_copy_into_a_keyed_store_needs_its_key(target: str, tmp_path: Path) -> N
         assert dst.check_head(dst.session("alpha").head()) and dst.verify().ok
 
 
+def test_sessions_with_redactions_are_refused_before_anything_is_written(target: str, tmp_path: Path) -> None:
+    """Erased bodies cannot be re-appended: such a session is named up front and nothing is copied."""
+    _fill(target)
+    with cs.open(target) as src, cs.open(str(tmp_path / "dst.db")) as dst:
+        src.session("beta").redact([3], "forget it")
+        with pytest.raises(cs.CompactStoreError, match="'beta'") as info:
+            cs.copy(src, dst)
+        assert "redacted" in str(info.value) and dst.sessions() == []
+        assert cs.copy(src, dst, sessions=["alpha", "migration"]).events == 25 + 13
+
+
 def _tamper(path: str) -> None:
     conn = sqlite3.connect(path)
     conn.execute("DROP TRIGGER events_no_update")

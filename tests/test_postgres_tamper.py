@@ -23,7 +23,8 @@ import psycopg  # noqa: E402
 from compactstore import merkle  # noqa: E402
 from compactstore.seal import seal  # noqa: E402
 
-TABLES = ("meta", "sessions", "events", "nodes", "heads")
+TABLES = ("meta", "sessions", "events", "nodes", "heads", "redactions")
+BLOBS = ("body", "leaf", "hash", "root", "seal")
 
 
 def _build(url: str, key: bytes | None) -> None:
@@ -35,6 +36,7 @@ def _build(url: str, key: bytes | None) -> None:
         b = st.session("agent-b")
         for i in range(6):
             b.append(cs.Turn("assistant", f"b{i}"))
+        b.redact([1], "forget b1")
 
 
 @pytest.fixture
@@ -65,7 +67,7 @@ def _mutations(table: str, col: str, value: object, row: dict[str, Any]) -> list
         return [value + 1, value + 1000]
     if isinstance(value, str):
         return [value + "x", value[:-1]] if value else ["x"]
-    return ["x"]  # NULL
+    return [b"x" if col in BLOBS else "x"]  # NULL
 
 
 def _detected(url: str, key: bytes | None, open_store: cs.Store | None) -> bool:
@@ -134,19 +136,21 @@ def test_a_consistent_rewrite_without_the_key_is_caught(pg_url: str, attacker: p
     _build(pg_url, key)
     _disarm(attacker)
     (sid,) = attacker.execute("SELECT id FROM sessions WHERE name = 'agent-b'").fetchone()  # type: ignore[misc]
-    bodies = [b for (b,) in attacker.execute("SELECT body FROM events WHERE session_id = %s ORDER BY pos", (sid,))]
-    bodies[2] = bodies[2].replace(b"b2", b"b9")
-    attacker.execute(
-        "UPDATE events SET body = %s, leaf = %s WHERE session_id = %s AND pos = 2",
-        (bodies[2], merkle.leaf_hash(bodies[2]), sid),
-    )
+    rows = attacker.execute("SELECT body, leaf FROM events WHERE session_id = %s ORDER BY pos", (sid,)).fetchall()
+    body = rows[2][0].replace(b"b2", b"b9")
+    leaves = [leaf for _, leaf in rows]  # position 1 is redacted: only its leaf is left
+    leaves[2] = merkle.leaf_hash(body)
+    attacker.execute("UPDATE events SET body = %s, leaf = %s WHERE session_id = %s AND pos = 2", (body, leaves[2], sid))
+    # Recompute every stored subtree root (at the levels the store keeps) from the new leaves.
+    levels = {lv for (lv,) in attacker.execute("SELECT DISTINCT level FROM nodes WHERE session_id = %s", (sid,))}
     attacker.execute("DELETE FROM nodes WHERE session_id = %s", (sid,))
     frontier = merkle.Frontier()
-    for body in bodies:
-        for level, idx, h in frontier.append(merkle.leaf_hash(body)):
-            attacker.execute("INSERT INTO nodes VALUES (%s, %s, %s, %s)", (sid, level, idx, h))
-    for size in range(1, len(bodies) + 1):
-        root = merkle.tree_root(bodies[:size])
+    for leaf in leaves:
+        for level, idx, h in frontier.append(leaf):
+            if level in levels:
+                attacker.execute("INSERT INTO nodes VALUES (%s, %s, %s, %s)", (sid, level, idx, h))
+    for size in range(1, len(leaves) + 1):
+        root = merkle.root_of_leaves(leaves[:size])
         attacker.execute(
             "UPDATE heads SET root = %s, seal = %s WHERE session_id = %s AND size = %s",
             (root, seal(None, "agent-b", size, root, size - 1), sid, size),
@@ -154,5 +158,5 @@ def test_a_consistent_rewrite_without_the_key_is_caught(pg_url: str, attacker: p
     with cs.open(pg_url, key=key) as st:
         report = st.verify()
     assert not report.ok
-    assert {p.table for p in report.problems} == {"heads"}
+    assert {p.table for p in report.problems} == {"heads"}, [str(p) for p in report.problems]
     assert all("seal" in p.what and p.session == "agent-b" for p in report.problems)
