@@ -20,6 +20,12 @@ from blake3 import blake3
 
 from .errors import InvalidArgument
 
+#: Interior subtree roots are stored only at levels that are multiples of this; the
+#: levels between are recomputed from at most 2**TILE_HEIGHT stored roots below them.
+#: Storing every level costs about one extra row per append; storing every fourth
+#: costs one per sixteen, for at most 15 extra node hashes per coordinate served.
+TILE_HEIGHT = 4
+
 LEAF_PREFIX = b"\x00"
 NODE_PREFIX = b"\x01"
 HASH_SIZE = 32
@@ -155,6 +161,38 @@ def fold(hashes: Sequence[bytes], algo: str = "blake3") -> bytes:
     for h in reversed(hashes[:-1]):
         acc = node(h, acc)
     return acc
+
+
+def is_stored(level: int) -> bool:
+    """Return whether subtree roots at ``level`` are kept by a store (level 0: the leaves)."""
+    return level % TILE_HEIGHT == 0
+
+
+def resolve(
+    coords: Iterable[Coord], fetch: Callable[[list[Coord]], list[bytes]], algo: str = "blake3"
+) -> dict[Coord, bytes]:
+    """Return the roots at ``coords``, fetching only stored levels and hashing up the rest.
+
+    ``fetch`` returns the roots of a list of stored coordinates, in order.
+    """
+    node = _hasher(algo)[1]
+    wanted = sorted(set(coords))
+    need: set[Coord] = set()
+    for level, idx in wanted:
+        base = level - level % TILE_HEIGHT
+        span = 1 << (level - base)
+        need.update((base, j) for j in range(idx * span, (idx + 1) * span))
+    order = sorted(need)
+    got = dict(zip(order, fetch(order))) if order else {}
+    out: dict[Coord, bytes] = {}
+    for level, idx in wanted:
+        base = level - level % TILE_HEIGHT
+        span = 1 << (level - base)
+        row = [got[(base, j)] for j in range(idx * span, (idx + 1) * span)]
+        while len(row) > 1:
+            row = [node(row[k], row[k + 1]) for k in range(0, len(row), 2)]
+        out[(level, idx)] = row[0]
+    return out
 
 
 def spans_root(

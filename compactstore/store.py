@@ -276,7 +276,7 @@ class Session:
                     where = f"events[{i}].supersedes" if len(prepared) > 1 else "supersedes"
                     raise InvalidEvent(where, f"must name an earlier position (< {pos}), got {event.supersedes}")
                 leaf = merkle.leaf_hash(p.body)
-                nodes.extend(frontier.append(leaf))
+                nodes.extend(n for n in frontier.append(leaf) if merkle.is_stored(n[0]))
                 rows.append(Row(seq + len(rows) if seq is not None else 0, sid, pos, event.kind, key, leaf, p.body))
                 fresh.append(event)
                 records.append(None)
@@ -369,7 +369,9 @@ class Session:
         cached = self.store._frontiers.get(sid)
         if cached is not None and cached.size == size:
             return cached.copy()
-        return merkle.Frontier(size, fetch(merkle.cover(0, size)), HASH)
+        coords = merkle.cover(0, size)
+        found = merkle.resolve(coords, lambda c: fetch(c), HASH)
+        return merkle.Frontier(size, [found[c] for c in coords], HASH)
 
     # --- structural facts and compaction ---------------------------------------
 
@@ -587,9 +589,11 @@ class Session:
 
     def _roots(self, spans: Sequence[merkle.Span]) -> list[bytes]:
         sid = self._sid()
-        coords = sorted({c for a, b in spans for c in merkle.cover(a, b)})
-        hashes = self.store.backend.hashes(sid, coords) if sid is not None and coords else []
-        return merkle.spans_root(spans, dict(zip(coords, hashes)), HASH)
+        coords = {c for a, b in spans for c in merkle.cover(a, b)}
+        if sid is None or not coords:
+            return merkle.spans_root(spans, {}, HASH)
+        backend = self.store.backend
+        return merkle.spans_root(spans, merkle.resolve(coords, lambda c: backend.hashes(sid, c), HASH), HASH)
 
     def head(self, size: int | None = None) -> TreeHead:
         """Return the tree head at ``size`` (default: now), with a MAC when the store is keyed."""

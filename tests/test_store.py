@@ -216,7 +216,7 @@ def test_log_tables_reject_update_and_delete(sqlite_target: str) -> None:
     """The database itself refuses to rewrite or remove log rows."""
     target = sqlite_target
     with cs.open(target) as st:
-        st.session("s").extend(_turns(3))
+        st.session("s").extend(_turns(17))  # enough for a stored subtree root (level 4)
     conn = sqlite3.connect(target)
     for sql in (
         "UPDATE events SET body = x'00'",

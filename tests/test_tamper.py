@@ -7,6 +7,7 @@ refused when the store is opened).
 
 from __future__ import annotations
 
+import random
 import shutil
 import sqlite3
 from pathlib import Path
@@ -21,7 +22,7 @@ TABLES = ("meta", "sessions", "events", "nodes", "heads", "redactions")
 def _build(path: Path, key: bytes | None) -> None:
     with cs.open(str(path), key=key, clock=cs.tick_clock()) as st:
         a = st.session("agent-a")
-        a.extend([cs.Turn("user", f"step {i}") for i in range(9)])
+        a.extend([cs.Turn("user", f"step {i}") for i in range(20)])  # > 16: a stored subtree root
         a.append(cs.ToolCall("c1", "run_sql", {"sql": "ALTER TABLE t ADD c"}), idempotency_key="k-1")
         a.append(cs.ToolResult("c1", "dry run failed", ok=False, status="failed"))
         b = st.session("agent-b")
@@ -69,16 +70,31 @@ def _detected(path: Path, key: bytes | None) -> bool:
         return True
 
 
+def _sample(cells: list[tuple[str, int, str, object]], exhaustive: bool) -> list[tuple[str, int, str, object]]:
+    """Return every cell, or a fixed sample that still changes every column of every table."""
+    if exhaustive:
+        return cells
+    first: dict[tuple[str, str], tuple[str, int, str, object]] = {}
+    for cell in cells:
+        first.setdefault((cell[0], cell[2]), cell)
+    rest = [c for c in cells if c not in first.values()]
+    return list(first.values()) + random.Random(7).sample(rest, min(len(rest), 120))
+
+
 @pytest.mark.parametrize("key", [None, b"k" * 32], ids=["unkeyed", "keyed"])
-def test_every_single_cell_change_is_detected(tmp_path: Path, key: bytes | None) -> None:
-    """Changing any one cell of any table (triggers dropped) is reported by verify()."""
+def test_every_single_cell_change_is_detected(tmp_path: Path, key: bytes | None, request: pytest.FixtureRequest) -> None:
+    """Changing any one cell of any table (triggers dropped) is reported by verify().
+
+    The default run changes every column of every table and a fixed sample of the
+    other cells; ``--slow`` changes every cell.
+    """
     clean = tmp_path / "clean.db"
     _build(clean, key)
     with cs.open(str(clean), key=key) as st:
         assert st.verify().ok
     work = tmp_path / "work.db"
     tried, missed = 0, []
-    for table, rowid, col, new in _cells(clean):
+    for table, rowid, col, new in _sample(_cells(clean), request.config.getoption("--slow")):
         shutil.copyfile(clean, work)
         conn = sqlite3.connect(work)
         _drop_triggers(conn)
@@ -92,7 +108,7 @@ def test_every_single_cell_change_is_detected(tmp_path: Path, key: bytes | None)
         tried += 1
         if not _detected(work, key):
             missed.append((table, rowid, col, new))
-    assert tried > 300
+    assert tried > 120
     assert missed == [], str(missed[:40])
 
 
@@ -136,7 +152,8 @@ def test_a_consistent_rewrite_without_the_key_is_caught(tmp_path: Path) -> None:
     frontier = merkle.Frontier()
     for leaf in leaves:
         for level, idx, h in frontier.append(leaf):
-            conn.execute("INSERT INTO nodes VALUES (?, ?, ?, ?)", (sid, level, idx, h))
+            if merkle.is_stored(level):
+                conn.execute("INSERT INTO nodes VALUES (?, ?, ?, ?)", (sid, level, idx, h))
     for size in range(1, len(leaves) + 1):
         root = merkle.root_of_leaves(leaves[:size])
         conn.execute("UPDATE heads SET root = ?, seal = ? WHERE session_id = ? AND size = ?",
