@@ -294,6 +294,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="log-size part at 10,000, 30,000 and 100,000 events (default 10,000, 100,000, 1,000,000)")
     parser.add_argument("--scale", type=int, help="events in the largest session (10,000 and 100,000 come with it)")
     parser.add_argument("--singles", type=int, default=100, help="single appends per timed round (default 100)")
+    parser.add_argument("--only", nargs="*", choices=["durability", "scale", "postgres"], help="run only these parts")
     args = parser.parse_args(argv)
     if args.scale:
         sizes = sorted({SMALL, min(100_000, args.scale), args.scale})
@@ -302,13 +303,17 @@ def main(argv: list[str] | None = None) -> int:
     info = harness.machine()
     harness.print_machine(info, args.repeat)
     sections = []
-    for part in (lambda: durability_rows(args.repeat, args.singles),
-                 lambda: scale_rows(args.repeat, sizes, args.singles)):
+    for name, part in (("durability", lambda: durability_rows(args.repeat, args.singles)),
+                       ("scale", lambda: scale_rows(args.repeat, sizes, args.singles))):
+        if args.only and name not in args.only:
+            continue
         result = part()
         result.print()
         sections.append(result)
     url = os.environ.get(PG_ENV)
-    if url:
+    if args.only and "postgres" not in args.only:
+        pass
+    elif url:
         result = postgres_rows(args.repeat, url, args.singles)
         result.print()
         sections.append(result)
