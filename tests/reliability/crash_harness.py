@@ -57,7 +57,7 @@ def _event(kind: str, op: str, i: int | None = None) -> cs.Event:
 # --- the writer ---------------------------------------------------------------------
 
 
-def worker(path: str, wid: int, seed: int, retries: list[dict[str, Any]], limit: int = 0) -> None:
+def worker(path: str, wid: int, seed: int, retries: list[dict[str, Any]], limit: int = 0, durable: bool = True) -> None:
     """Run the mixed workload on ``path`` until killed (or for ``limit`` operations)."""
     rng = random.Random(seed)
     out = sys.stdout
@@ -66,7 +66,7 @@ def worker(path: str, wid: int, seed: int, retries: list[dict[str, Any]], limit:
         out.write(json.dumps(line, separators=(",", ":")) + "\n")
         out.flush()
 
-    st = cs.open(path, durable=True)
+    st = cs.open(path, durable=durable)
     own = st.session(_own(wid))
     shared = st.session(SHARED)
     emit({"t": "ready"})
@@ -175,6 +175,7 @@ class Figures:
     retried: int = 0
     markers_checked: int = 0
     lost: int = 0
+    server_crashes: int = 0
     duplicated: int = 0
     phantom: int = 0
     stores: int = 0
@@ -186,7 +187,7 @@ class Figures:
         return (
             f"kills {self.kills} ({self.kills_mid_op} with an operation in flight: {cut}; "
             f"{self.kills_before_ready} while opening the store); "
-            f"stores {self.stores}; acknowledged operations {self.acked_ops} ({self.acked_events} events); "
+            f"server crashes {self.server_crashes}; stores {self.stores}; acknowledged operations {self.acked_ops} ({self.acked_events} events); "
             f"idempotent retries {self.retried}; marker resumes checked {self.markers_checked}; "
             f"lost {self.lost}, duplicated {self.duplicated}, phantom {self.phantom}; "
             f"failures {len(self.failures)}; {self.seconds:.1f} s"
@@ -208,7 +209,7 @@ class Campaign:
 
     def __init__(self, workdir: Path | str, *, seed: int = 0, writers: int = 2, max_delay: float = 0.8,
                  max_events: int = 300, startup_kills: float = 0.1,
-                 new_target: Callable[[], str] | None = None) -> None:
+                 new_target: Callable[[], str] | None = None, durable: bool = True) -> None:
         """Prepare a campaign on stores under ``workdir`` (a directory, or a PostgreSQL URL factory).
 
         Each writer is killed at a random moment up to ``max_delay`` seconds after it has
@@ -223,6 +224,7 @@ class Campaign:
         self.max_delay = max_delay
         self.max_events = max_events
         self.startup_kills = startup_kills
+        self.durable = durable
         self.figures = Figures()
         self._new_store()
 
@@ -242,7 +244,7 @@ class Campaign:
         with err.open("w") as errfile:
             proc = subprocess.Popen(
                 [sys.executable, __file__, "worker", self.target, str(wid), str(self.rng.randrange(1 << 30)),
-                 json.dumps(specs), str(limit)],
+                 json.dumps(specs), str(limit), "durable" if self.durable else "normal"],
                 stdout=subprocess.PIPE, stderr=errfile, text=True,
             )
         lines: list[str] = []
@@ -285,6 +287,35 @@ class Campaign:
             time.sleep(0.002)
         self._collect(ws, killed=True)
         self.figures.kills += len(ws)
+        self.check()
+        if self._largest() > self.max_events:
+            self._new_store()
+
+    def crash_server(self, stop: Callable[[], None], start: Callable[[], None]) -> None:
+        """Start the writers, crash the database server under them at a random moment, restart it, check.
+
+        The writers lose their connections; they are then killed, and the check runs
+        against the restarted server.
+        """
+        ws = [self._spawn(w) for w in range(self.writers)]
+        for w in ws:
+            if not w.ready.wait(60):
+                self.figures.failures.append(f"writer {w.wid} never became ready")
+        time.sleep(self.rng.uniform(0.05, self.max_delay))
+        stop()
+        time.sleep(0.2)
+        for w in ws:
+            if w.proc.poll() is None:
+                os.kill(w.proc.pid, signal.SIGKILL)
+        for w in ws:
+            w.proc.wait()
+            w.reader.join()
+            assert w.proc.stdout is not None
+            w.proc.stdout.close()
+            self._absorb(w)
+        self.figures.kills += len(ws)
+        self.figures.server_crashes += 1
+        start()
         self.check()
         if self._largest() > self.max_events:
             self._new_store()
@@ -440,4 +471,5 @@ class Campaign:
 
 
 if __name__ == "__main__" and len(sys.argv) > 1 and sys.argv[1] == "worker":
-    worker(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), json.loads(sys.argv[5]), int(sys.argv[6]))
+    worker(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), json.loads(sys.argv[5]), int(sys.argv[6]),
+           sys.argv[7] == "durable")

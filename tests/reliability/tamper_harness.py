@@ -183,6 +183,11 @@ def _sessions(conn: sqlite3.Connection) -> dict[int, str]:
     return {int(i): str(n) for i, n in conn.execute("SELECT id, name FROM sessions")}
 
 
+def _stored(level: int) -> bool:
+    is_stored = getattr(merkle, "is_stored", None)
+    return True if is_stored is None else bool(is_stored(level))
+
+
 def rehash(conn: sqlite3.Connection, sid: int, level: str) -> None:
     """Recompute what a keyless attacker can for session ``sid``: ``leaf``, ``tree`` or ``forge``."""
     if level == "raw":
@@ -201,7 +206,8 @@ def rehash(conn: sqlite3.Connection, sid: int, level: str) -> None:
     roots = {}
     for i, leaf in enumerate(leaves):
         for lv, idx, h in frontier.append(leaf):
-            conn.execute("INSERT INTO nodes (session_id, level, idx, hash) VALUES (?, ?, ?, ?)", (sid, lv, idx, h))
+            if _stored(lv):  # the attacker stores exactly the levels the library stores
+                conn.execute("INSERT INTO nodes (session_id, level, idx, hash) VALUES (?, ?, ?, ?)", (sid, lv, idx, h))
         roots[i + 1] = frontier.root()
     if level == "tree":
         return
