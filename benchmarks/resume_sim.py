@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Resume simulation: a naive resumer that trusts summaries against mark + resume.
 
-    python benchmarks/resume_sim.py [--sessions N] [--steps N] [--every N] [--drops 0,0.1,0.3] [--seed S]
+    python benchmarks/resume_sim.py [--sessions N] [--steps N] [--every N] [--drops auto,0,0.05] [--seed S]
 
 Seeded synthetic long-horizon sessions, written through the public API: user and
 assistant turns, tool calls (some failing, some left open across a boundary), proposed
@@ -471,8 +471,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sessions", type=int, default=12, help="sessions per drop rate (default 12)")
     parser.add_argument("--steps", type=int, default=400, help="steps per session (default 400)")
     parser.add_argument("--every", type=int, default=40, help="compact every N steps (default 40)")
-    parser.add_argument("--drops", default="auto,0,0.05,0.15,0.3",
-                        help="summarizer drop rates; 'auto' lets the library fill the lists (default auto,0,0.05,0.15,0.3)")
+    parser.add_argument("--drops", default="auto,0,0.01,0.02,0.05,0.15,0.3",
+                        help="summarizer drop rates; 'auto' lets the library fill the lists "
+                             "(default auto,0,0.01,0.02,0.05,0.15,0.3)")
     parser.add_argument("--seed", type=int, default=3, help="random seed (default 3)")
     args = parser.parse_args(argv)
     drops = [None if x == "auto" else float(x) for x in args.drops.split(",")]
