@@ -1,0 +1,139 @@
+"""What an adapter has read of one session's log, kept current by reading only what is new.
+
+The log is the source of truth; an adapter keeps a small index of it in memory (which
+position holds which checkpoint, item or write) so that reading the latest state costs
+a few rows, not the whole history. Each refresh reads the positions appended since the
+last one, by this process or any other, redactions included, so the index follows the
+log however many writers share it.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Iterable, Sequence
+from urllib.parse import quote
+
+from blake3 import blake3
+
+from .. import events as ev
+from ..errors import ConflictError, InvalidEvent
+from ..store import MAX_SESSION_NAME, Record, Session
+
+#: Positions listed by one redaction event: keeps its body far below the event size limit.
+REDACTION_CHUNK = 10_000
+#: Attempts at a write that lost a race with another writer before giving up.
+RETRIES = 5
+#: Idempotency keys longer than this are replaced by their digest (the store takes up to 1,024).
+MAX_KEY = 1000
+#: Gap between wanted positions up to which one range read beats separate reads.
+READ_GAP = 64
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def session_name(prefix: str, ident: str) -> str:
+    """Return the session name for a framework's thread or session id ``ident``.
+
+    ``prefix + ident`` when that is a valid session name and ``ident`` does not start
+    with ``#``; otherwise ``prefix + "#" +`` the hex BLAKE3 of ``ident``. The mapping
+    is one to one, and the original id is kept inside the events.
+    """
+    if ident and not ident.startswith("#") and len(prefix) + len(ident) <= MAX_SESSION_NAME and not _CONTROL.search(ident):
+        return prefix + ident
+    return prefix + "#" + blake3(ident.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def idempotency_key(parts: Sequence[object], replaced: int | None = None) -> str:
+    """Return a readable idempotency key naming ``parts`` (and the position it replaces), hashed when long.
+
+    Parts are percent-quoted and joined by ``/``, so distinct parts give distinct keys:
+    ``w//<checkpoint id>/<task id>/0``, or ``.../-3@41`` for a write replacing pos 41.
+    """
+    key = "/".join(quote(str(p), safe=":|") for p in parts) + ("" if replaced is None else f"@{replaced}")
+    return key if len(key) <= MAX_KEY else "b3:" + blake3(key.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def read_many(session: Session, positions: Iterable[int]) -> dict[int, Record]:
+    """Return the records at ``positions``, reading runs of nearby positions as one range."""
+    wanted = sorted(set(positions))
+    out: dict[int, Record] = {}
+    i = 0
+    while i < len(wanted):
+        j = i
+        while j + 1 < len(wanted) and wanted[j + 1] - wanted[j] <= READ_GAP:
+            j += 1
+        keep = set(wanted[i : j + 1])
+        for record in session.scan(wanted[i], wanted[j] + 1):
+            if record.pos in keep:
+                out[record.pos] = record
+        i = j + 1
+    return out
+
+
+class Tail:
+    """One session's log as read so far: positions ``[0, size)`` are reflected in the index.
+
+    Subclasses keep the index in :meth:`apply` (one record) and :meth:`forget` (positions
+    a redaction erased). ``lock`` serializes the index and the writes that depend on it.
+    """
+
+    def __init__(self, session: Session) -> None:
+        """Follow ``session`` from its first position."""
+        self.session = session
+        self.size = 0
+        self.lock = threading.RLock()
+        #: live positions holding something other than a redaction
+        self.live: set[int] = set()
+
+    def refresh(self) -> None:
+        """Read what was appended since the last refresh and apply it."""
+        with self.lock:
+            for record in self.session.scan(self.size):
+                self._take(record)
+
+    def own(self, records: Sequence[Record]) -> None:
+        """Apply records this process just appended, reading any gap other writers left first."""
+        with self.lock:
+            if records and records[0].pos > self.size:
+                self.refresh()
+            for record in records:
+                if record.pos >= self.size:
+                    self._take(record)
+
+    def _take(self, record: Record) -> None:
+        self.size = record.pos + 1
+        event = record.event
+        if isinstance(event, ev.Redaction):
+            erased = [p for p in event.positions if p in self.live]
+            self.live.difference_update(erased)
+            self.forget(erased)
+        elif record.kind != "redacted":
+            self.live.add(record.pos)
+            self.apply(record)
+
+    def apply(self, record: Record) -> None:
+        """Index one live record (not a redaction)."""
+
+    def forget(self, positions: Sequence[int]) -> None:
+        """Drop redacted ``positions`` from the index."""
+
+    def erase(self, positions: Iterable[int], reason: str) -> None:
+        """Redact ``positions`` (those still live), in chunks, and apply the redactions."""
+        with self.lock:
+            self.refresh()
+            todo = sorted(p for p in set(positions) if p in self.live)
+            for i in range(0, len(todo), REDACTION_CHUNK):
+                for _ in range(RETRIES):
+                    chunk = [p for p in todo[i : i + REDACTION_CHUNK] if p in self.live]
+                    if not chunk:
+                        break
+                    try:
+                        self.own([self.session.redact(chunk, reason)])
+                        break
+                    except InvalidEvent:
+                        # Another writer redacted some of them first: read its redaction and retry.
+                        self.refresh()
+                else:
+                    raise ConflictError(f"could not redact {len(chunk)} positions of {self.session.name!r}: "
+                                        f"other writers kept redacting them", session=self.session.name)

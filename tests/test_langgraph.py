@@ -1,0 +1,348 @@
+"""The LangGraph checkpointer: LangGraph's own conformance suite, a graph run end to end, deletion as redaction."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import operator
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Annotated, Any, TypedDict
+
+import pytest
+
+pytest.importorskip("langgraph.checkpoint.conformance", reason="the test extra (langgraph) is not installed")
+
+from langgraph.checkpoint.base import empty_checkpoint  # noqa: E402
+from langgraph.checkpoint.serde.types import ERROR  # noqa: E402
+from langgraph.graph import END, START, StateGraph  # noqa: E402
+from langgraph.types import Command, interrupt  # noqa: E402
+
+import compactstore as cs  # noqa: E402
+from compactstore import merkle  # noqa: E402
+from compactstore.adapters.langgraph import CompactStoreSaver  # noqa: E402
+
+
+def _backend(target: str) -> str:
+    return "postgres" if "://" in target else "sqlite"
+
+
+def test_langgraph_conformance_suite_passes_in_full(target: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """LangGraph's published suite passes every capability, base and extended, on each backend."""
+    from langgraph.checkpoint.conformance import checkpointer_test, validate
+
+    name = f"CompactStoreSaver on {_backend(target)}"
+
+    @checkpointer_test(name=name)
+    async def factory() -> Any:
+        store = cs.open(target)
+        try:
+            yield CompactStoreSaver(store)
+        finally:
+            store.close()
+
+    report = asyncio.run(validate(factory))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        report.print_report()
+    results = report.results.values()
+    passed, failed = sum(r.tests_passed for r in results), sum(r.tests_failed for r in results)
+    detected = [r for r in results if r.detected]
+    summary = (f"langgraph-checkpoint-conformance 0.0.2, {name}: level {report.conformance_level()}, "
+               f"{sum(r.passed is True for r in detected)}/{len(detected)} capabilities, "
+               f"{passed} tests passed and {failed} failed")
+    text = out.getvalue() + summary + "\n" + "".join(f"  {f}\n" for r in results for f in r.failures)
+    (tmp_path / "conformance.txt").write_text(text, encoding="utf-8")
+    with capsys.disabled():
+        print("\n" + text)
+    assert report.passed_all_base(), text
+    assert report.conformance_level() == "FULL", text
+
+
+class State(TypedDict):
+    log: Annotated[list[str], operator.add]
+    approved: bool
+
+
+class Review(TypedDict):
+    approved: bool
+
+
+def _review(state: Review) -> dict[str, Any]:
+    return {"approved": interrupt({"question": "apply migration 003?"}) == "yes"}
+
+
+def graph(saver: CompactStoreSaver) -> Any:
+    """Return plan -> review (a subgraph that interrupts for approval) -> act, compiled on ``saver``."""
+    review = StateGraph(Review)
+    review.add_node("ask", _review)
+    review.add_edge(START, "ask")
+    review.add_edge("ask", END)
+    builder = StateGraph(State)
+    builder.add_node("plan", lambda s: {"log": ["plan"]})
+    builder.add_node("review", review.compile())
+    builder.add_node("act", lambda s: {"log": ["act" if s["approved"] else "skip"]})
+    builder.add_edge(START, "plan")
+    builder.add_edge("plan", "review")
+    builder.add_edge("review", "act")
+    builder.add_edge("act", END)
+    return builder.compile(checkpointer=saver)
+
+
+def test_a_graph_with_an_interrupt_runs_end_to_end_and_its_history_proves_consistent(store: cs.Store) -> None:
+    """Run, pause at the interrupt, resume; then verify() is clean and the two checkpoints are consistent."""
+    saver = CompactStoreSaver(store)
+    app = graph(saver)
+    config = {"configurable": {"thread_id": "migration-7"}}
+    paused = app.invoke({"log": [], "approved": False}, config)
+    assert paused["__interrupt__"][0].value == {"question": "apply migration 003?"}
+    assert app.get_state(config).next == ("review",)
+    at_pause = saver.record(config)
+    assert at_pause is not None and at_pause.kind == "checkpoint"
+
+    done = app.invoke(Command(resume="yes"), config)
+    assert done == {"log": ["plan", "act"], "approved": True}
+    at_end = saver.record(config)
+    assert at_end is not None and at_end.pos > at_pause.pos
+
+    session = saver.session("migration-7")
+    assert {r.event.ns for r in session.scan() if isinstance(r.event, cs.Checkpoint)} > {""}  # the subgraph's too
+    old, new = session.head(at_pause.pos + 1), session.head(at_end.pos + 1)
+    proof = session.consistency_proof(old.size, new.size)
+    assert merkle.verify_consistency(old.size, new.size, old.root, new.root, proof)
+    assert not merkle.verify_consistency(old.size, new.size, old.root, merkle.leaf_hash(b"forged"), proof)
+    report = store.verify()
+    assert report.ok and report.events == session.size, report.problems
+
+    # The log is the source of truth: a new saver over the same store reads the same thread.
+    again = graph(CompactStoreSaver(store))
+    assert again.get_state(config).values == done
+    steps = [s.metadata["step"] for s in again.get_state_history(config)]
+    assert steps == sorted(steps, reverse=True) and len(steps) >= 4
+
+
+def test_a_graph_goes_through_the_same_states_as_on_sqlite_saver(store: cs.Store, tmp_path: Path) -> None:
+    """The same run on LangGraph's SqliteSaver and on this saver: the same states, steps and pending tasks."""
+    import sqlite3
+
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    conn = sqlite3.connect(str(tmp_path / "langgraph.sqlite"), check_same_thread=False)
+    try:
+        histories = []
+        for saver in (SqliteSaver(conn), CompactStoreSaver(store)):
+            app = graph(saver)
+            config = {"configurable": {"thread_id": "side-by-side"}}
+            app.invoke({"log": [], "approved": False}, config)
+            app.invoke(Command(resume="no"), config)
+            app.invoke({"log": ["again"]}, config)
+            histories.append([(s.values, s.next, s.metadata["source"], s.metadata["step"], len(s.tasks))
+                              for s in app.get_state_history(config)])
+        assert histories[0] == histories[1] and len(histories[0]) >= 8
+    finally:
+        conn.close()
+
+
+def test_a_thread_compacts_marks_and_resumes_like_any_session(store: cs.Store) -> None:
+    """The events of a graph run are raw events: compaction, a marker and a certified resume work on them."""
+    saver = CompactStoreSaver(store)
+    app = graph(saver)
+    config = {"configurable": {"thread_id": "t"}}
+    app.invoke({"log": [], "approved": False}, config)
+    session = saver.session("t")
+    paused = session.size
+    node = session.compact(0, paused)
+    marker = session.mark(node)
+    app.invoke(Command(resume="no"), config)
+    assert app.get_state(config).values["log"] == ["plan", "skip"]
+    resumed = session.resume(marker)
+    assert resumed.mode == "certified", resumed.reasons
+    assert store.verify().ok
+
+
+def test_an_async_graph_run_matches_the_sync_one(store: cs.Store) -> None:
+    """ainvoke goes through the async methods and ends in the same state."""
+    app = graph(CompactStoreSaver(store))
+    config = {"configurable": {"thread_id": "async"}}
+
+    async def run() -> Any:
+        await app.ainvoke({"log": [], "approved": False}, config)
+        return await app.ainvoke(Command(resume="yes"), config)
+
+    assert asyncio.run(run()) == {"log": ["plan", "act"], "approved": True}
+    assert store.verify().ok
+
+
+def _put(saver: CompactStoreSaver, thread: str, values: dict[str, Any], versions: dict[str, Any],
+         new: dict[str, Any], parent: dict[str, Any] | None = None, **metadata: Any) -> dict[str, Any]:
+    cp = empty_checkpoint()
+    cp["channel_values"], cp["channel_versions"] = values, versions
+    config = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+    if parent is not None:
+        config["configurable"]["checkpoint_id"] = parent["configurable"]["checkpoint_id"]
+    return saver.put(config, cp, {"source": "loop", "step": len(metadata), **metadata}, new)
+
+
+def test_delete_thread_redacts_and_the_store_still_verifies(store: cs.Store) -> None:
+    """The thread reads as gone, every body is erased, and verify() counts them as redacted."""
+    saver = CompactStoreSaver(store)
+    c1 = _put(saver, "gone", {"secret": "4242"}, {"secret": 1}, {"secret": 1})
+    saver.put_writes(c1, [("secret", "4343")], "task-1")
+    _put(saver, "kept", {"x": 1}, {"x": 1}, {"x": 1})
+    size = saver.session("gone").size
+    saver.delete_thread("gone")
+    assert saver.get_tuple({"configurable": {"thread_id": "gone", "checkpoint_ns": ""}}) is None
+    assert list(saver.list({"configurable": {"thread_id": "gone"}})) == []
+    assert [r.kind for r in saver.session("gone").scan()] == ["redacted"] * size + ["redaction"]
+    report = store.verify()
+    assert report.ok and report.redacted == size
+    assert saver.get_tuple({"configurable": {"thread_id": "kept", "checkpoint_ns": ""}}) is not None
+    # The thread can be used again afterwards: the erased idempotency keys are free.
+    again = _put(saver, "gone", {"secret": "new"}, {"secret": 1}, {"secret": 1})
+    saver.put_writes(again, [("secret", "4343")], "task-1")
+    got = saver.get_tuple(again)
+    assert got is not None and got.checkpoint["channel_values"] == {"secret": "new"} and len(got.pending_writes or []) == 1
+
+
+def test_prune_keeps_the_values_the_latest_checkpoint_reads_from_older_events(store: cs.Store) -> None:
+    """A channel unchanged since an erased checkpoint is carried into the kept one before erasing."""
+    saver = CompactStoreSaver(store)
+    c1 = _put(saver, "t", {"a": "a1", "b": "b1"}, {"a": 1, "b": 1}, {"a": 1, "b": 1})
+    c2 = _put(saver, "t", {"a": "a2", "b": "b1"}, {"a": 2, "b": 1}, {"a": 2}, parent=c1)
+    saver.put_writes(c2, [("a", "pending")], "task")
+    saver.prune(["t"], strategy="keep_latest")
+    [kept] = list(saver.list({"configurable": {"thread_id": "t"}}))
+    assert kept.config["configurable"]["checkpoint_id"] == c2["configurable"]["checkpoint_id"]
+    assert kept.checkpoint["channel_values"] == {"a": "a2", "b": "b1"}
+    assert kept.pending_writes == [("task", "a", "pending")]
+    assert saver.get_tuple(c1) is None
+    report = store.verify()
+    assert report.ok and report.redacted >= 2
+    # A new saver, reading the log from scratch, sees the same.
+    fresh = CompactStoreSaver(store).get_tuple(c2)
+    assert fresh is not None and fresh.checkpoint["channel_values"] == {"a": "a2", "b": "b1"}
+    with pytest.raises(ValueError, match="strategy"):
+        saver.prune(["t"], strategy="oldest")
+
+
+def test_put_writes_is_idempotent_per_task_and_index(store: cs.Store) -> None:
+    """A retried call writes nothing; a regular write is kept as first written; a special one is replaced."""
+    saver = CompactStoreSaver(store)
+    c1 = _put(saver, "t", {}, {}, {})
+    saver.put_writes(c1, [("a", 1), ("b", 2)], "task")
+    size = saver.session("t").size
+    saver.put_writes(c1, [("a", 1), ("b", 2)], "task")
+    saver.put_writes(c1, [("a", "changed")], "task")
+    assert saver.session("t").size == size
+    saver.put_writes(c1, [(ERROR, "first")], "task")
+    saver.put_writes(c1, [(ERROR, "second")], "task")
+    saver.put_writes(c1, [(ERROR, "second")], "task")
+    got = saver.get_tuple(c1)
+    assert got is not None and got.pending_writes == [("task", ERROR, "second"), ("task", "a", 1), ("task", "b", 2)]
+    last = saver.session("t").read(saver.session("t").size - 1)
+    assert isinstance(last.event, cs.Write) and last.event.supersedes == size
+    # Putting the very same checkpoint again writes nothing; a changed one supersedes it.
+    cp = empty_checkpoint()
+    config = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+    saver.put(config, cp, {"step": 1}, {})
+    before = saver.session("t").size
+    saver.put(config, cp, {"step": 1}, {})
+    assert saver.session("t").size == before
+    saver.put(config, cp, {"step": 2}, {})
+    assert saver.session("t").size == before + 1
+    got = saver.get_tuple({"configurable": {**config["configurable"], "checkpoint_id": cp["id"]}})
+    assert got is not None and got.metadata["step"] == 2
+
+
+def test_metadata_json_cannot_carry_goes_through_serde(store: cs.Store) -> None:
+    """Non-string keys and NaN in metadata come back as serde returns them; plain metadata stays readable JSON."""
+    saver = CompactStoreSaver(store)
+    c1 = _put(saver, "t", {}, {}, {}, counts={1: "one"}, score=float("nan"))
+    got = saver.get_tuple(c1)
+    assert got is not None and got.metadata["counts"] == {1: "one"} and got.metadata["score"] != got.metadata["score"]
+    record = saver.record(c1)
+    assert record is not None and record.event.meta is None
+    c2 = _put(saver, "t", {}, {}, {}, parent=c1, note="plain")
+    record = saver.record(c2)
+    assert record is not None and record.event.meta == {"source": "loop", "step": 1, "note": "plain"}
+    assert [t.metadata.get("note") for t in saver.list(None, filter={"note": "plain"})] == ["plain"]
+
+
+@pytest.mark.parametrize("thread", ["", "#digest-like", "tab\there", "x" * 600, "ünïcode thread"])
+def test_any_thread_id_maps_to_a_valid_session_and_back(store: cs.Store, thread: str) -> None:
+    """Ids that are no valid session name are stored under their digest, and listed under their own id."""
+    saver = CompactStoreSaver(store)
+    c1 = _put(saver, thread, {"v": thread}, {"v": 1}, {"v": 1})
+    name = saver.session(thread).name
+    assert name.startswith("langgraph:") and len(name) <= 512
+    assert (name == "langgraph:" + thread) == (thread == "ünïcode thread")
+    got = saver.get_tuple(c1)
+    assert got is not None and got.checkpoint["channel_values"] == {"v": thread}
+    [listed] = list(CompactStoreSaver(store).list(None))
+    assert listed.config["configurable"]["thread_id"] == thread
+
+
+def test_reading_the_latest_checkpoint_does_not_reread_the_history(target: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """After the first read, a read of the latest checkpoint costs rows for what is new, not for the whole thread."""
+    with cs.open(target) as writer_store, cs.open(target) as reader_store:
+        writer, reader = CompactStoreSaver(writer_store), CompactStoreSaver(reader_store)
+        config = None
+        for i in range(200):
+            config = _put(writer, "long", {"n": i}, {"n": i + 1}, {"n": i + 1}, parent=config)
+            writer.put_writes(config, [("n", i)], f"task-{i}")
+        assert reader.get_tuple({"configurable": {"thread_id": "long", "checkpoint_ns": ""}}) is not None
+        rows = count_rows(reader_store, monkeypatch)
+        config = _put(writer, "long", {"n": -1}, {"n": 999}, {"n": 999}, parent=config)  # another process's append
+        got = reader.get_tuple({"configurable": {"thread_id": "long", "checkpoint_ns": ""}})
+        assert got is not None and got.checkpoint["channel_values"] == {"n": -1}
+        assert 0 < rows() <= 3, rows()
+
+
+def count_rows(store: cs.Store, monkeypatch: pytest.MonkeyPatch) -> Callable[[], int]:
+    """Count the event rows ``store`` reads from now on; return the counter."""
+    seen = [0]
+    rows, row = store.backend.rows, store.backend.row
+
+    def counting_rows(*args: Any, **kwargs: Any) -> Iterator[Any]:
+        for r in rows(*args, **kwargs):
+            seen[0] += 1
+            yield r
+
+    def counting_row(*args: Any, **kwargs: Any) -> Any:
+        seen[0] += 1
+        return row(*args, **kwargs)
+
+    monkeypatch.setattr(store.backend, "rows", counting_rows)
+    monkeypatch.setattr(store.backend, "row", counting_row)
+    return lambda: seen[0]
+
+
+def test_copy_thread_copies_history_into_the_target_once(store: cs.Store) -> None:
+    """Every checkpoint and write arrives in order; copying again writes nothing."""
+    saver = CompactStoreSaver(store)
+    c1 = _put(saver, "src", {"a": 1}, {"a": 1}, {"a": 1})
+    c2 = _put(saver, "src", {"a": 1, "b": 2}, {"a": 1, "b": 1}, {"b": 1}, parent=c1)
+    saver.put_writes(c2, [(ERROR, "boom")], "t")
+    saver.put_writes(c2, [(ERROR, "boom again")], "t")
+    saver.copy_thread("src", "dst")
+    size = saver.session("dst").size
+    saver.copy_thread("src", "dst")
+    assert saver.session("dst").size == size
+    src = list(saver.list({"configurable": {"thread_id": "src"}}))
+    dst = list(saver.list({"configurable": {"thread_id": "dst"}}))
+    assert [(t.checkpoint, t.metadata, t.pending_writes) for t in src] == [
+        (t.checkpoint, t.metadata, t.pending_writes) for t in dst]
+    assert dst[0].pending_writes == [("t", ERROR, "boom again")]
+    assert all(t.config["configurable"]["thread_id"] == "dst" for t in dst)
+    assert store.verify().ok
+
+
+def test_importing_compactstore_loads_no_framework() -> None:
+    """Only the adapter modules import LangGraph or the Agents SDK; the package itself imports neither."""
+    import subprocess
+    import sys
+
+    code = ("import sys, compactstore, compactstore.adapters; "
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'langgraph', 'langchain_core', 'agents', 'openai'}))")
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "[]"
