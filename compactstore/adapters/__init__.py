@@ -5,4 +5,6 @@ none, so ``import compactstore`` never loads a framework:
 
 - :mod:`compactstore.adapters.langgraph`: ``CompactStoreSaver``, a LangGraph
   checkpointer (extra ``compactstore[langgraph]``).
+- :mod:`compactstore.adapters.openai_agents`: ``CompactStoreSession``, an OpenAI Agents
+  SDK session (extra ``compactstore[openai]``).
 """

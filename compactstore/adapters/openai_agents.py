@@ -1,0 +1,224 @@
+"""An OpenAI Agents SDK session whose items are events in a compactstore session.
+
+    from agents import Agent, Runner
+    from compactstore.adapters.openai_agents import CompactStoreSession
+
+    result = await Runner.run(agent, "hi", session=CompactStoreSession("chat-42", "agent.db"))
+
+How a session maps onto the log:
+
+- SDK session ``session_id`` is the compactstore session ``"openai-agents:" +
+  session_id`` (``"openai-agents:#" +`` the hex BLAKE3 of the id when that is not a
+  valid session name, or the id starts with ``#``).
+- Every item is one event, the item itself kept exactly in ``meta["item"]`` (after the
+  JSON round trip ``SQLiteSession`` gives it too). A ``function_call`` (and the other
+  tool calls that have an output item: custom, computer, local shell) is a
+  ``ToolCall`` whose ``call_id`` its output item, a ``ToolResult``, closes; every other
+  item is a ``Turn`` whose ``role`` is the item's role (or its type) and whose
+  ``content`` is its text. So compaction sees which calls are still open, and markers
+  and resume work on a conversation as on any session.
+- ``pop_item`` and ``clear_session`` redact: the items read as gone, the tree still
+  verifies, and ``Store.verify`` counts the erased positions.
+
+``get_items``, ``add_items``, ``pop_item`` and ``clear_session`` behave as the SDK's
+``SQLiteSession`` does (the same limits, ``session_settings`` included, and order); they
+run the store's calls in a worker thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Sequence
+from types import TracebackType
+from typing import Any
+
+from agents.memory.session_settings import SessionSettings, resolve_session_limit
+
+from .. import events as ev
+from ..errors import InvalidEvent
+from ..store import Record, Session, Store
+from ..store import open as open_store
+from .tail import RETRIES, Tail, read_many, session_name
+
+__all__ = ["CompactStoreSession", "PREFIX"]
+
+#: Every SDK session's compactstore session name starts with this.
+PREFIX = "openai-agents:"
+#: Item types that call a tool, with the type of the item that carries the call's output.
+CALLS = {
+    "function_call": "function_call_output",
+    "custom_tool_call": "custom_tool_call_output",
+    "computer_call": "computer_call_output",
+    "local_shell_call": "local_shell_call_output",
+}
+OUTPUTS = frozenset(CALLS.values())
+
+Item = dict[str, Any]
+
+
+class _Items(Tail):
+    """The live item positions of one session, in order."""
+
+    def __init__(self, session: Session) -> None:
+        super().__init__(session)
+        self.items: list[int] = []
+
+    def apply(self, record: Record) -> None:
+        meta = record.event.meta
+        if isinstance(meta, dict) and "item" in meta:
+            self.items.append(record.pos)
+
+    def forget(self, positions: Sequence[int]) -> None:
+        gone = set(positions)
+        if gone:
+            self.items = [p for p in self.items if p not in gone]
+
+
+def event_of(item: Item) -> ev.Event:
+    """Return the event that stores ``item``: a tool call, its result, or a turn."""
+    kind = item.get("type")
+    call_id = item.get("call_id")
+    meta = {"item": item}
+    if isinstance(call_id, str) and call_id:
+        if kind in CALLS:
+            name = item.get("name")
+            return ev.ToolCall(call_id=call_id, name=name if isinstance(name, str) and name else str(kind), meta=meta)
+        if kind in OUTPUTS:
+            return ev.ToolResult(call_id=call_id, meta=meta)
+    role = item.get("role")
+    role = role if isinstance(role, str) and role else kind if isinstance(kind, str) and kind else "item"
+    return ev.Turn(role=role, content=_text(item), meta=meta)
+
+
+def _text(item: Item) -> str:
+    content = item.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if isinstance(part, dict):
+                text = part.get("text") or part.get("refusal")
+                parts.append(text if isinstance(text, str) else f"[{part.get('type', 'part')}]")
+        return "\n".join(parts)
+    return ""
+
+
+class CompactStoreSession:
+    """An OpenAI Agents SDK ``Session`` kept as a tamper-evident compactstore session.
+
+    Args:
+        session_id: the SDK's session id.
+        store: an open :class:`compactstore.Store`, or a target to open (a SQLite path,
+            ``":memory:"`` or a ``postgresql://`` URL); a store opened here is closed by
+            :meth:`close`.
+        session_settings: the default ``limit`` of :meth:`get_items`, as for the SDK's sessions.
+        prefix: the start of the compactstore session's name.
+    """
+
+    session_settings: SessionSettings | None = None
+
+    def __init__(
+        self,
+        session_id: str,
+        store: Store | str,
+        *,
+        session_settings: SessionSettings | None = None,
+        prefix: str = PREFIX,
+    ) -> None:
+        self.session_id = session_id
+        self.session_settings = session_settings if session_settings is not None else SessionSettings()
+        self._owned = not isinstance(store, Store)
+        self.store: Store = open_store(store) if isinstance(store, str) else store
+        #: the compactstore session holding the items: compact, mark and resume it like any other
+        self.log: Session = self.store.session(session_name(prefix, str(session_id)))
+        self._items = _Items(self.log)
+
+    def __enter__(self) -> CompactStoreSession:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the store if this session opened it."""
+        if self._owned:
+            self.store.close()
+
+    async def get_items(self, limit: int | None = None) -> list[Item]:
+        """Return the session's items, oldest first: all of them, or the latest ``limit``.
+
+        ``limit`` None falls back to ``session_settings.limit``; 0 gives none and a
+        negative limit all, as in ``SQLiteSession``.
+        """
+        return await asyncio.to_thread(self._get, resolve_session_limit(limit, self.session_settings))
+
+    def _get(self, limit: int | None) -> list[Item]:
+        index = self._items
+        with index.lock:
+            for _ in range(RETRIES):
+                index.refresh()
+                positions = index.items if limit is None or limit < 0 else index.items[-limit:] if limit else []
+                records = read_many(self.log, positions)
+                items = [_item_of(records.get(p)) for p in positions]
+                if all(i is not None for i in items):
+                    return [i for i in items if i is not None]
+            # Still racing another process's redactions: return what is there.
+            return [i for i in items if i is not None]
+
+    async def add_items(self, items: list[Item]) -> None:
+        """Append ``items`` in one transaction, in order.
+
+        Raises:
+            InvalidEvent: an item is not JSON (or holds NaN); nothing is written.
+        """
+        if not items:
+            return
+        # The same JSON round trip SQLiteSession applies, so both give back equal items.
+        events = [event_of(json.loads(json.dumps(item))) for item in items]
+        await asyncio.to_thread(self._add, events)
+
+    def _add(self, events: list[ev.Event]) -> None:
+        with self._items.lock:
+            self._items.own(self.log.extend(events))
+
+    async def pop_item(self) -> Item | None:
+        """Redact the latest item and return it; None when the session has no items."""
+        return await asyncio.to_thread(self._pop)
+
+    def _pop(self) -> Item | None:
+        index = self._items
+        with index.lock:
+            for _ in range(RETRIES):
+                index.refresh()
+                if not index.items:
+                    return None
+                pos = index.items[-1]
+                item = _item_of(self.log.read(pos))
+                if item is None:
+                    continue
+                try:
+                    index.own([self.log.redact([pos], "openai-agents pop_item")])
+                except InvalidEvent:
+                    continue  # another process popped it first
+                return item
+        return None
+
+    async def clear_session(self) -> None:
+        """Redact every item of the session, and the summaries and markers made from them."""
+        await asyncio.to_thread(self._clear)
+
+    def _clear(self) -> None:
+        index = self._items
+        with index.lock:
+            index.refresh()
+            index.erase(set(index.live), "openai-agents clear_session")
+
+
+def _item_of(record: Record | None) -> Item | None:
+    meta = record.event.meta if record is not None else None
+    item = meta.get("item") if isinstance(meta, dict) else None
+    return item if isinstance(item, dict) else None

@@ -1,0 +1,241 @@
+"""The OpenAI Agents SDK session, side by side with the SDK's own SQLiteSession on the same calls."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+
+pytest.importorskip("agents", reason="the test extra (openai-agents) is not installed")
+
+from agents import Agent, RunConfig, Runner, SQLiteSession, function_tool  # noqa: E402
+from agents.items import ModelResponse  # noqa: E402
+from agents.memory import Session, SessionSettings  # noqa: E402
+from agents.models.interface import Model  # noqa: E402
+from agents.usage import Usage  # noqa: E402
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText  # noqa: E402
+
+import compactstore as cs  # noqa: E402
+from compactstore.adapters.openai_agents import CompactStoreSession  # noqa: E402
+
+Item = dict[str, Any]
+LIMITS = [None, 0, 1, 2, 3, 5, 100, -1]
+
+
+def items(n: int, start: int = 0) -> list[Item]:
+    """Return ``n`` items of the kinds a run produces: messages, a tool call and its output."""
+    out: list[Item] = []
+    for i in range(start, start + n):
+        kind = i % 4
+        if kind == 0:
+            out.append({"role": "user", "content": f"question {i}"})
+        elif kind == 1:
+            out.append({"type": "function_call", "call_id": f"c{i}", "name": "lookup", "arguments": f'{{"q": {i}}}'})
+        elif kind == 2:
+            out.append({"type": "function_call_output", "call_id": f"c{i - 1}", "output": f"result {i}"})
+        else:
+            out.append({"role": "assistant", "type": "message", "content": [{"type": "output_text", "text": f"answer {i}",
+                                                                           "annotations": []}]})
+    return out
+
+
+class Pair:
+    """The same calls on a CompactStoreSession and an SQLiteSession; each call asserts equal results."""
+
+    def __init__(self, store: cs.Store, session_id: str = "chat", **kwargs: Any) -> None:
+        self.ours = CompactStoreSession(session_id, store, **kwargs)
+        self.theirs = SQLiteSession(session_id, **kwargs)
+
+    def close(self) -> None:
+        self.theirs.close()
+
+    async def same(self, call: Callable[[Any], Awaitable[Any]]) -> Any:
+        a, b = await call(self.ours), await call(self.theirs)
+        assert a == b
+        return a
+
+    async def add(self, batch: list[Item]) -> None:
+        await self.same(lambda s: s.add_items(batch))
+
+    async def check(self) -> None:
+        for limit in LIMITS:
+            await self.same(lambda s: s.get_items(limit))
+
+
+def test_it_is_an_sdk_session(store: cs.Store) -> None:
+    """The SDK's runtime-checkable Session protocol accepts it."""
+    assert isinstance(CompactStoreSession("s", store), Session)
+
+
+def test_the_same_calls_give_the_same_results_as_sqlite_session(store: cs.Store) -> None:
+    """Adding, reading with every kind of limit, popping and clearing match SQLiteSession call for call."""
+
+    async def run() -> None:
+        pair = Pair(store)
+        try:
+            await pair.check()
+            assert await pair.same(lambda s: s.pop_item()) is None
+            await pair.add(items(3))
+            await pair.add([])
+            await pair.add(items(6, start=3))
+            await pair.check()
+            for _ in range(4):
+                assert await pair.same(lambda s: s.pop_item()) is not None
+            await pair.check()
+            await pair.add(items(2, start=20))
+            await pair.check()
+            await pair.same(lambda s: s.clear_session())
+            await pair.check()
+            assert await pair.same(lambda s: s.pop_item()) is None
+            await pair.add(items(3, start=30))
+            await pair.check()
+        finally:
+            pair.close()
+
+    asyncio.run(run())
+    assert store.verify().ok
+
+
+def test_session_settings_limit_is_the_default_as_in_sqlite_session(store: cs.Store) -> None:
+    """With session_settings(limit=2), get_items() returns the latest two; an explicit limit wins."""
+
+    async def run() -> None:
+        pair = Pair(store, session_settings=SessionSettings(limit=2))
+        try:
+            await pair.add(items(5))
+            assert len(await pair.same(lambda s: s.get_items())) == 2
+            assert len(await pair.same(lambda s: s.get_items(4))) == 4
+        finally:
+            pair.close()
+
+    asyncio.run(run())
+
+
+ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("add"), st.integers(0, 4)),
+        st.tuples(st.just("get"), st.sampled_from(LIMITS)),
+        st.tuples(st.just("pop"), st.none()),
+        st.tuples(st.just("clear"), st.none()),
+    ),
+    max_size=25,
+)
+
+
+@given(ops)
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_random_call_sequences_match_sqlite_session(script: list[tuple[str, Any]]) -> None:
+    """Any sequence of adds, reads, pops and clears gives SQLiteSession's results at every step."""
+
+    async def run(store: cs.Store) -> None:
+        pair = Pair(store)
+        n = 0
+        try:
+            for op, arg in script:
+                if op == "add":
+                    await pair.add(items(arg, start=n))
+                    n += arg
+                elif op == "get":
+                    await pair.same(lambda s: s.get_items(arg))
+                elif op == "pop":
+                    await pair.same(lambda s: s.pop_item())
+                else:
+                    await pair.same(lambda s: s.clear_session())
+            await pair.check()
+        finally:
+            pair.close()
+
+    with cs.open(":memory:") as store:
+        asyncio.run(run(store))
+        assert store.verify().ok
+
+
+def test_items_are_turns_and_tool_calls_that_compaction_and_resume_understand(store: cs.Store) -> None:
+    """A call without its output is listed as unresolved; a marker over the items resumes certified."""
+    session = CompactStoreSession("agent", store)
+    asyncio.run(session.add_items(items(6)))
+    log = session.log
+    assert [r.kind for r in log.scan()] == ["turn", "tool_call", "tool_result", "turn", "turn", "tool_call"]
+    first = log.read(0).event
+    assert isinstance(first, cs.Turn) and (first.role, first.content) == ("user", "question 0")
+    node = log.compact(0, log.size)
+    assert [(i.kind, i.id) for i in node.unresolved] == [("tool_call", "c5")]
+    resumed = log.resume(log.mark(node))
+    assert resumed.mode == "certified", resumed.reasons
+    asyncio.run(session.add_items([{"type": "function_call_output", "call_id": "c5", "output": "late"}]))
+    assert len(asyncio.run(session.get_items())) == 7
+
+
+def test_pop_and_clear_redact_and_the_store_still_verifies(store: cs.Store) -> None:
+    """Removed items read as gone and verify() counts them as redacted, summaries included."""
+    session = CompactStoreSession("private", store)
+    asyncio.run(session.add_items([{"role": "user", "content": "my card is 4242"}, *items(3, start=1)]))
+    popped = asyncio.run(session.pop_item())
+    assert popped == items(1, start=3)[0]
+    assert session.log.read(3).event == cs.Redacted(by=4)
+    session.log.compact(0, 3)
+    asyncio.run(session.clear_session())
+    assert asyncio.run(session.get_items()) == []
+    assert all(r.kind in ("redacted", "redaction") for r in session.log.scan())
+    report = store.verify()
+    assert report.ok and report.redacted == 5
+    # A second session object over the same store sees the same (the log is the source of truth).
+    assert asyncio.run(CompactStoreSession("private", store).get_items()) == []
+
+
+def test_items_that_are_not_json_are_refused_and_nothing_is_written(store: cs.Store) -> None:
+    """NaN (which SQLiteSession would store as a bare NaN token) is refused, naming the field."""
+    session = CompactStoreSession("s", store)
+    with pytest.raises(cs.InvalidEvent) as info:
+        asyncio.run(session.add_items([{"role": "user", "content": "ok"}, {"role": "user", "content": float("nan")}]))
+    assert "meta.item.content" in info.value.field
+    assert session.log.size == 0
+
+
+@function_tool
+def add(a: int, b: int) -> int:
+    """Add two numbers."""
+    return a + b
+
+
+class Scripted(Model):
+    """A model without a network: calls ``add(2, 2)`` for a new question, then answers with its result."""
+
+    async def get_response(self, system_instructions: Any, input: Any, model_settings: Any, tools: Any,  # noqa: A002
+                           output_schema: Any, handoffs: Any, tracing: Any, **kwargs: Any) -> ModelResponse:
+        last = input[-1] if isinstance(input, list) else {"role": "user", "content": input}
+        if last.get("type") == "function_call_output":
+            out: list[Any] = [ResponseOutputMessage(
+                id="m", type="message", role="assistant", status="completed",
+                content=[ResponseOutputText(type="output_text", text=f"It is {last['output']}.", annotations=[])])]
+        else:
+            out = [ResponseFunctionToolCall(id="f", type="function_call", call_id=f"call-{len(input)}", name="add",
+                                            arguments='{"a": 2, "b": 2}')]
+        return ModelResponse(output=out, usage=Usage(), response_id=None)
+
+    def stream_response(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError
+
+
+def test_an_agent_run_stores_the_same_history_as_with_sqlite_session(store: cs.Store) -> None:
+    """Runner.run with a tool call, twice on one session: the same items as SQLiteSession, and a clean verify()."""
+    agent = Agent(name="calc", instructions="Add.", tools=[add], model=Scripted())
+    config = RunConfig(tracing_disabled=True)
+
+    async def run() -> None:
+        pair = Pair(store)
+        try:
+            for session in (pair.ours, pair.theirs):
+                for question in ("What is 2+2?", "And again?"):
+                    result = await Runner.run(agent, question, session=session, run_config=config)
+                    assert result.final_output == "It is 4."
+            await pair.check()
+        finally:
+            pair.close()
+
+    asyncio.run(run())
+    assert store.verify().ok
