@@ -59,13 +59,15 @@ def plot(results: dict[str, Any], out: Path) -> Path | None:
             for label, points in series.items():
                 xs, ys = zip(*sorted(points))
                 left.plot(xs, ys, marker="o", label=label)
-    left.set_xscale("log")
-    left.set_yscale("log")
+    if left.lines:
+        left.set_xscale("log")
+        left.set_yscale("log")
     left.set_xlabel("events already in the session")
     left.set_ylabel("appends per second (median)")
     left.set_title("Append throughput against log size")
     left.grid(True, which="both", alpha=0.3)
-    left.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=1)
+    if left.lines:
+        left.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=1)
     resume = results.get("resume")
     if resume:
         series = {}
@@ -76,13 +78,15 @@ def plot(results: dict[str, Any], out: Path) -> Path | None:
         for label, points in series.items():
             xs, ys = zip(*sorted(points))
             right.plot(xs, ys, marker="o", label=label)
-    right.set_xscale("log")
-    right.set_yscale("log")
+    if right.lines:
+        right.set_xscale("log")
+        right.set_yscale("log")
     right.set_xlabel("events in the session")
     right.set_ylabel("seconds per call (median)")
     right.set_title("Resume and proof latency against log size")
     right.grid(True, which="both", alpha=0.3)
-    right.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2)
+    if right.lines:
+        right.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2)
     machine = next((r["machine"] for r in results.values() if "machine" in r), None)
     if machine:
         fig.suptitle(f"compactstore {machine['packages'].get('compactstore', '')} on {machine['cpu']} "
