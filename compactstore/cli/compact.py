@@ -1,0 +1,110 @@
+"""``compactstore compact`` and ``compactstore digest``: L1 and L2 summary nodes, behind the gate."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from ..compaction import Node
+from ..errors import CompactionInvariantError
+from ..events import LossClass
+from .app import emit, main, opened, pick_session, reporting, short, store_options
+
+LOSSES = [c.value for c in LossClass]
+GATE_HINT = ("rerun with --on-risk spill (store the binding, addressable by handle) or --on-risk preserve "
+             "(keep it verbatim in the summary under a contract)")
+
+
+def node_data(node: Node) -> dict[str, Any]:
+    """Return a node as plain JSON data."""
+    return {
+        "pos": node.pos, "tier": node.tier, "start": node.start, "stop": node.stop, "loss": node.loss.value,
+        "span_root": node.span_root.hex(), "children": node.children, "summary": node.summary,
+        "negative_facts": [{"pos": f.pos, "status": f.status, "text": f.text} for f in node.negative_facts],
+        "unresolved": [{"pos": i.pos, "kind": i.kind, "id": i.id} for i in node.unresolved],
+        "kept": [{"pos": e.pos, "path": e.path, "value": e.value} for e in node.kept],
+        "spills": [{"handle": r.handle, "key": r.key, "source": r.source, "digest": r.digest} for r in node.spills],
+        "contract": node.contract,
+    }
+
+
+def node_lines(node: Node) -> list[str]:
+    """Return a node described in a few lines."""
+    lines = [f"L{node.tier} node at pos {node.pos} over [{node.start}, {node.stop}): {node.loss.value}, "
+             f"span root {short(node.span_root)}…"]
+    if node.children:
+        lines.append(f"  digests L1 nodes at {', '.join(map(str, node.children))}")
+    facts = ", ".join(f"pos {f.pos} {f.status}" for f in node.negative_facts) or "none"
+    lines.append(f"  negative facts retained: {facts}")
+    items = ", ".join(f"{i.kind} {i.id!r}" for i in node.unresolved) or "none"
+    lines.append(f"  listed as UNRESOLVED: {items}")
+    if node.kept:
+        lines.append("  kept verbatim: " + ", ".join(f"pos {e.pos} {e.path}" for e in node.kept))
+    for r in node.spills:
+        lines.append(f"  spilled {r.key!r} (bound at pos {r.source}) to {r.handle}, digest {r.digest[:16]}…")
+    return lines
+
+
+def _keep(values: tuple[str, ...]) -> list[str | tuple[int, str]]:
+    out: list[str | tuple[int, str]] = []
+    for v in values:
+        pos, sep, path = v.partition(":")
+        out.append((int(pos), path) if sep and pos.isdigit() and path else v)
+    return out
+
+
+@main.command("compact")
+@click.argument("start", type=int)
+@click.argument("stop", type=int)
+@click.option("--summary", help="The summary text. Default: the extractive summarizer's.")
+@click.option("--loss", type=click.Choice(LOSSES), default="LOSSY_GIST", show_default=True,
+              help="What the summary lost. LOSSLESS needs every literal of the span kept.")
+@click.option("--keep", multiple=True, metavar="KEY|POS:PATH",
+              help="Keep a binding (by key) or an event field (e.g. 2:output) verbatim. Repeatable.")
+@click.option("--on-risk", type=click.Choice(["refuse", "preserve", "spill"]), default="refuse", show_default=True,
+              help="What the gate does with a non-regenerable binding an open obligation needs.")
+@click.option("--dry-run", is_flag=True, help="Run the gate only; write nothing.")
+@store_options
+def compact_command(start: int, stop: int, summary: str | None, loss: str, keep: tuple[str, ...], on_risk: str,
+                    dry_run: bool, target: str, key_env: str | None, session_name: str | None, as_json: bool) -> None:
+    """Compact raw positions [START, STOP) into an L1 summary node.
+
+    The node records the span root, the summary, its loss class, the negative facts it
+    retains and the open items it lists as UNRESOLVED (both read from the log's
+    structure). Before a lossy compaction the gate runs: if an open obligation needs a
+    non-regenerable binding bound in the span, the compaction is refused (exit 1)
+    unless --on-risk preserve or spill says what to do with it.
+    """
+    with opened(target, key_env, as_json) as store:
+        session = pick_session(store, session_name, target, as_json)
+        with reporting(as_json, {CompactionInvariantError: GATE_HINT}):
+            if dry_run:
+                session.assert_compaction_safe(start, stop, [k for k in keep if ":" not in k])
+                emit(as_json, {"ok": True, "dry_run": True, "start": start, "stop": stop},
+                     f"the gate lets [{start}, {stop}) be compacted lossily: no open obligation needs a "
+                     "non-regenerable binding from it")
+                return
+            node = session.compact(start, stop, summary=summary, loss=LossClass(loss), keep=_keep(keep),
+                                   on_risk=on_risk)  # type: ignore[arg-type]
+    emit(as_json, {"ok": True, "node": node_data(node)}, node_lines(node))
+
+
+@main.command("digest")
+@click.argument("nodes", nargs=-1, required=True, type=int)
+@click.option("--summary", help="The summary text. Default: the extractive summarizer's, over the children.")
+@click.option("--loss", type=click.Choice(LOSSES), help="Default: the weakest of the children's.")
+@store_options
+def digest_command(nodes: tuple[int, ...], summary: str | None, loss: str | None, target: str, key_env: str | None,
+                   session_name: str | None, as_json: bool) -> None:
+    """Digest contiguous L1 NODES (their positions) into an L2 node.
+
+    The L2 node carries its children's negative facts, excerpts and spills forward, and
+    lists the items still open at its boundary. Its loss class cannot be stronger than
+    its weakest child's (exit 1 if asked).
+    """
+    with opened(target, key_env, as_json) as store:
+        session = pick_session(store, session_name, target, as_json)
+        with reporting(as_json):
+            node = session.digest(list(nodes), summary=summary, loss=LossClass(loss) if loss else None)
+    emit(as_json, {"ok": True, "node": node_data(node)}, node_lines(node))
