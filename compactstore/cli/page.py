@@ -1,0 +1,412 @@
+"""One self-contained HTML page for a session's picture: inline CSS and SVG, no script, no network."""
+
+from __future__ import annotations
+
+from html import escape
+
+from ..picture import Bar, Cell, Picture, Pin
+from .show import NEGATIVE, columns, rank
+
+LOSS_COLOR = {"LOSSLESS": "#2f9e44", "LOSSY_GIST": "#e8a317", "LOSSY_LITERAL": "#d9480f"}
+STATE_COLOR = {"certified": "#2b8a3e", "fallback": "#c92a2a", "broken": "#212529"}
+KIND_COLOR = {
+    "user": "#4263eb", "assistant": "#1098ad", "turn": "#868e96", "tool_call": "#7048e8", "tool_result": "#37b24d",
+    "binding": "#ae3ec9", "obligation": "#d6336c", "fulfilment": "#74b816", "handle_opened": "#495057",
+    "handle_closed": "#495057", "derived": "#dee2e6", "redacted": "#343a40",
+}
+DERIVED_GLYPH = {"node": "▤", "marker": "⚑", "spill": "⇣", "redaction": "✂", "redacted": "▒"}
+
+WIDTH = 1100
+LEFT, RIGHT = 78, 1080
+MAX_COLUMNS = 600
+
+CSS = """
+:root { --bg:#f4f5f9; --card:#fff; --ink:#1d2330; --mute:#6b7385; --line:#e4e7ee;
+        --bad:#e03131; --ok:#2b8a3e; --open:#f59f00; --gist:#e8a317; --literal:#d9480f; --lossless:#2f9e44; }
+* { box-sizing: border-box; }
+body { margin: 0; background: var(--bg); color: var(--ink);
+       font: 15px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, "DejaVu Sans", sans-serif; }
+header { padding: 26px 36px 6px; }
+.brand { color: var(--mute); font-size: 13px; letter-spacing: .08em; text-transform: uppercase; }
+h1 { margin: 2px 0 4px; font-size: 28px; }
+h2 { margin: 0 0 12px; font-size: 17px; }
+.meta { color: var(--mute); }
+code, pre { font-family: "DejaVu Sans Mono", ui-monospace, Menlo, Consolas, monospace; font-size: 12.5px; }
+.chips { display: flex; flex-wrap: wrap; gap: 8px; margin: 14px 0 0; }
+.chip { border-radius: 999px; padding: 3px 12px; background: #e9ecf3; font-size: 13.5px; }
+.chip b { font-size: 15px; }
+.chip.ok { background: #d3f9d8; color: #1b5e20; } .chip.bad { background: #ffe3e3; color: #a51111; }
+.chip.open { background: #fff3bf; color: #7a5200; }
+main { padding: 0 36px 36px; }
+.card { background: var(--card); border-radius: 14px; padding: 18px 22px; margin: 16px 0;
+        box-shadow: 0 1px 2px rgba(20,30,60,.06), 0 6px 18px rgba(20,30,60,.06); }
+.grid { display: grid; grid-template-columns: 3fr 2fr; gap: 16px; }
+.grid > .card, .grid > div > .card:first-child { margin-top: 0; }
+svg { width: 100%; height: auto; display: block; }
+.legend { display: flex; flex-wrap: wrap; gap: 6px 18px; color: var(--mute); font-size: 13px; margin-top: 8px; }
+.sw { display: inline-block; width: 12px; height: 12px; border-radius: 3px; vertical-align: -1px; margin-right: 5px; }
+.node, .marker { border: 1px solid var(--line); border-radius: 10px; padding: 10px 12px; margin: 0 0 10px; }
+.row { display: flex; flex-wrap: wrap; align-items: center; gap: 6px 10px; }
+.badge { border-radius: 6px; padding: 1px 8px; color: #fff; font-size: 12px; font-weight: 600; }
+.verdict { margin-left: auto; font-size: 13px; font-weight: 600; }
+.verdict.ok { color: var(--ok); } .verdict.bad { color: var(--bad); }
+.summary { background: #f8f9fc; border-radius: 8px; padding: 8px 10px; margin: 8px 0; max-height: 7.5em;
+           overflow: auto; white-space: pre-wrap; }
+.tag { display: inline-block; border-radius: 6px; padding: 0 7px; font-size: 12.5px; margin: 2px 4px 2px 0; }
+.tag.failed, .tag.rejected, .tag.superseded, .tag.dropped { background: #ffe3e3; color: #a51111; }
+.tag.open { background: #fff3bf; color: #7a5200; } .tag.kept { background: #e7f5ff; color: #1864ab; }
+.tag.listed { background: #f1f3f5; color: #343a40; }
+.small { color: var(--mute); font-size: 13px; }
+.reasons { margin: 6px 0 0 18px; padding: 0; font-size: 13.5px; }
+.finding { background: #fff5f5; border: 1px solid #ffc9c9; border-radius: 10px; padding: 10px 12px; margin: 0 0 8px; }
+table { border-collapse: collapse; width: 100%; font-size: 13.5px; }
+th { text-align: left; color: var(--mute); font-weight: 600; border-bottom: 1px solid var(--line); padding: 4px 8px; }
+td { border-bottom: 1px solid var(--line); padding: 4px 8px; vertical-align: top; }
+td.num { text-align: right; color: var(--mute); width: 3em; }
+details summary { cursor: pointer; font-weight: 600; }
+footer { color: var(--mute); font-size: 12px; padding: 0 36px 24px; }
+"""
+
+
+def _e(text: object) -> str:
+    return escape(str(text), quote=True)
+
+
+def _color(cell: Cell) -> str:
+    if cell.negative:
+        return "#e03131"
+    if cell.kind == "redacted":
+        return KIND_COLOR["redacted"]
+    if cell.derived:
+        return KIND_COLOR["derived"]
+    if cell.kind == "turn":
+        return KIND_COLOR.get(cell.role or "", KIND_COLOR["turn"])
+    return KIND_COLOR.get(cell.kind, "#adb5bd")
+
+
+def _glyph(cell: Cell) -> str:
+    if cell.negative:
+        return NEGATIVE[cell.negative]
+    if cell.derived:
+        return DERIVED_GLYPH.get(cell.kind, "·")
+    if cell.binding == "non-regenerable":
+        return "◆"
+    return ""
+
+
+class _Geometry:
+    def __init__(self, p: Picture) -> None:
+        self.size = max(p.size, 1)
+        self.ranges = columns(p.size, MAX_COLUMNS)
+        self.cw = (RIGHT - LEFT) / max(len(self.ranges), 1)
+        self.tiers = sorted({b.tier for b in p.nodes}, reverse=True)
+        self.pins_y = 34
+        self.lane_top = 78
+        self.lane_h = 34
+        self.lane_gap = 14
+        self.strip_y = self.lane_top + len(self.tiers) * (self.lane_h + self.lane_gap) + 12
+        self.strip_h = 46
+        self.height = self.strip_y + self.strip_h + 58
+
+    def x(self, pos: int) -> float:
+        if len(self.ranges) == self.size or pos >= self.size:
+            return LEFT + min(pos, self.size) * (RIGHT - LEFT) / self.size
+        col = next(i for i, (a, b) in enumerate(self.ranges) if a <= pos < b)
+        return LEFT + col * self.cw
+
+    def lane_y(self, tier: int) -> float:
+        return self.lane_top + self.tiers.index(tier) * (self.lane_h + self.lane_gap)
+
+
+def _bar(b: Bar, g: _Geometry) -> list[str]:
+    x0, x1 = g.x(b.start) + 1.5, g.x(b.stop) - 1.5
+    y = g.lane_y(b.tier)
+    color = LOSS_COLOR.get(b.loss, LOSS_COLOR["LOSSY_LITERAL"])
+    out = [
+        f'<rect x="{x0:.1f}" y="{y + g.lane_h:.1f}" width="{x1 - x0:.1f}" height="{g.strip_y - y - g.lane_h:.1f}" '
+        f'fill="{color}" opacity="0.09"/>',
+    ]
+    stroke = ' stroke="#e03131" stroke-width="2.5" stroke-dasharray="5 3"' if not b.anchored else ""
+    title = (f"L{b.tier} node at pos {b.pos} covering [{b.start}, {b.stop}) · {b.loss} · "
+             f"{len(b.negative_facts)} negative facts, {len(b.unresolved)} UNRESOLVED")
+    out.append(f'<g><title>{_e(title)}</title><rect x="{x0:.1f}" y="{y:.1f}" width="{x1 - x0:.1f}" '
+               f'height="{g.lane_h}" rx="8" fill="{color}"{stroke}/>')
+    width = x1 - x0
+    for label in (f"L{b.tier} · #{b.pos} · {b.loss}", f"#{b.pos} {b.loss}", f"#{b.pos}"):
+        if len(label) * 7.4 + 12 <= width:
+            out.append(f'<text x="{(x0 + x1) / 2:.1f}" y="{y + 22:.1f}" text-anchor="middle" class="bl">{_e(label)}</text>')
+            break
+    out.append("</g>")
+    return out
+
+
+def _strip(p: Picture, g: _Geometry) -> list[str]:
+    out = []
+    y, h = g.strip_y, g.strip_h
+    for a, b in g.ranges:
+        cell = max(p.cells[a:b], key=rank)
+        x0, x1 = g.x(a), g.x(b) if b < p.size else RIGHT
+        gap = 1.2 if x1 - x0 > 4 else 0
+        title = f"pos {a}" + (f"–{b - 1}" if b - a > 1 else "") + f" · {cell.text}"
+        if cell.negative:
+            title += f" · {cell.negative}"
+        out.append(f'<g><title>{_e(title)}</title><rect x="{x0:.2f}" y="{y}" width="{max(x1 - x0 - gap, 0.6):.2f}" '
+                   f'height="{h}" rx="{3 if x1 - x0 > 8 else 0}" fill="{_color(cell)}"/>')
+        glyph = _glyph(cell)
+        if glyph and x1 - x0 >= 11:
+            fill = "#495057" if cell.derived and cell.kind != "redacted" else "#fff"
+            out.append(f'<text x="{(x0 + x1 - gap) / 2:.1f}" y="{y + h / 2 + 6:.1f}" text-anchor="middle" '
+                       f'class="gl" fill="{fill}">{glyph}</text>')
+        out.append("</g>")
+        dropped = [n.pos for n in p.nodes for c in p.cells[a:b] if c.negative and n.start <= c.pos < n.stop
+                   and all(f.pos != c.pos for f in n.negative_facts)]
+        if dropped:
+            what = f"dropped by node{'s' * (len(dropped) > 1)} {', '.join(f'#{d}' for d in dropped)}"
+            out.append(f'<rect x="{x0 - 1.5:.2f}" y="{y - 3}" width="{max(x1 - x0 - gap, 0.6) + 3:.2f}" height="{h + 6}" '
+                       f'rx="4" fill="none" stroke="#a51111" stroke-width="2.5" stroke-dasharray="4 2">'
+                       f'<title>{_e(what)}</title></rect>')
+        if cell.open or any(c.open for c in p.cells[a:b]):
+            out.append(f'<circle cx="{(x0 + x1 - gap) / 2:.1f}" cy="{y + h + 9}" r="4.5" fill="#f59f00">'
+                       f'<title>{_e("still open: " + cell.text)}</title></circle>')
+    return out
+
+
+def _axis(p: Picture, g: _Geometry) -> list[str]:
+    step = next(s for s in (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10_000, 20_000, 50_000,
+                            100_000, 10**6, 10**7) if (RIGHT - LEFT) * s / g.size >= 44)
+    y = g.strip_y + g.strip_h + 34
+    out = [f'<line x1="{LEFT}" y1="{y - 14}" x2="{RIGHT}" y2="{y - 14}" stroke="#ced4da"/>']
+    for pos in range(0, p.size + 1, step):
+        x = g.x(pos)
+        out.append(f'<line x1="{x:.1f}" y1="{y - 18}" x2="{x:.1f}" y2="{y - 10}" stroke="#adb5bd"/>')
+        out.append(f'<text x="{x:.1f}" y="{y + 4}" text-anchor="middle" class="ax">{pos}</text>')
+    return out
+
+
+def _pin_x(m: Pin, g: _Geometry) -> float:
+    return g.x(m.pos) + min(g.cw, (RIGHT - LEFT) / g.size) / 2
+
+
+def _labels(pins: list[Pin], g: _Geometry) -> list[tuple[float, str, str]]:
+    """Place each pin's label right or left of it, shortened or left out where it would collide."""
+    taken = [(_pin_x(m, g) - 14, _pin_x(m, g) + 14) for m in pins]
+    placed: list[tuple[float, str, str]] = []
+    for m in pins:
+        cx = _pin_x(m, g)
+        choice = (0.0, "", "start")
+        for label in (f"#{m.pos} {m.state}", f"#{m.pos}"):
+            width = len(label) * 7.6
+            spans = [((cx + 19, cx + 19 + width), (cx + 19, label, "start")),
+                     ((cx - 19 - width, cx - 19), (cx - 19, label, "end"))]
+            free = [spot for (a, b), spot in spans
+                    if LEFT - 60 <= a and b <= WIDTH - 4 and all(b <= x or a >= y for x, y in taken)]
+            if free:
+                choice = free[0]
+                a = choice[0] if choice[2] == "start" else choice[0] - width
+                taken.append((a, a + width))
+                break
+        placed.append(choice)
+    return placed
+
+
+def _pin(m: Pin, p: Picture, g: _Geometry, label: tuple[float, str, str]) -> list[str]:
+    cx = _pin_x(m, g)
+    color = STATE_COLOR[m.state]
+    out = []
+    target = next((b for b in p.nodes if b.pos == m.node), None)
+    if target is not None:
+        tx = min(max(cx, g.x(target.start) + 14), g.x(target.stop) - 14)
+        ty = g.lane_y(target.tier)
+        out.append(f'<path d="M{cx:.1f},{g.pins_y + 13} C{cx:.1f},{ty - 16:.1f} {tx:.1f},{g.pins_y + 20} {tx:.1f},{ty:.1f}" '
+                   f'fill="none" stroke="{color}" stroke-width="2" stroke-dasharray="5 4"/>')
+    out.append(f'<line x1="{cx:.1f}" y1="{g.pins_y}" x2="{cx:.1f}" y2="{g.strip_y}" stroke="{color}" stroke-width="1" '
+               f'opacity="0.35"/>')
+    mark = "✓" if m.state == "certified" else "✗"
+    where = "the raw log" if m.node is None else f"node {m.node}"
+    title = f"marker at pos {m.pos} → {where} · checkpoint size {m.size} · resumes {m.state}: " + "; ".join(m.reasons)
+    lx, text, anchor = label
+    out.append(f'<g><title>{_e(title)}</title><circle cx="{cx:.1f}" cy="{g.pins_y}" r="13" fill="{color}"/>'
+               f'<text x="{cx:.1f}" y="{g.pins_y + 5.5}" text-anchor="middle" class="pm">{mark}</text>'
+               + (f'<text x="{lx:.1f}" y="{g.pins_y + 5}" text-anchor="{anchor}" class="pl" fill="{color}">'
+                  f'{_e(text)}</text>' if text else "") + "</g>")
+    return out
+
+
+def timeline(p: Picture) -> str:
+    """Return the session's timeline as an inline SVG element."""
+    g = _Geometry(p)
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {g.height}" role="img" '
+        f'aria-label="timeline of session {_e(p.session)}">',
+        "<style>text{font-family:system-ui,'DejaVu Sans',sans-serif}.bl{font-size:13px;font-weight:700;fill:#fff}"
+        ".gl{font-size:15px;font-weight:700}.ax{font-size:12px;fill:#868e96}.lane{font-size:12.5px;fill:#6b7385;"
+        "font-weight:600}.pm{font-size:15px;font-weight:700;fill:#fff}.pl{font-size:13px;font-weight:700}</style>",
+    ]
+    labels: list[tuple[str, float]] = [("markers", g.pins_y + 4)] if p.markers else []
+    labels += [(f"L{t}", g.lane_y(t) + 21) for t in g.tiers]
+    labels += [("raw", g.strip_y + g.strip_h / 2 + 4)]
+    for text, y in labels:
+        parts.append(f'<text x="{LEFT - 14}" y="{y:.1f}" text-anchor="end" class="lane">{text}</text>')
+    for b in sorted(p.nodes, key=lambda b: -b.tier):
+        parts += _bar(b, g)
+    parts += _strip(p, g)
+    parts += _axis(p, g)
+    for m, label in zip(p.markers, _labels(p.markers, g)):
+        parts += _pin(m, p, g, label)
+    parts.append("</svg>")
+    return "\n".join(parts)
+
+
+def _legend() -> str:
+    items = [
+        (KIND_COLOR["user"], "user turn"), (KIND_COLOR["assistant"], "assistant turn"),
+        (KIND_COLOR["tool_call"], "tool call"), (KIND_COLOR["tool_result"], "tool result"),
+        (KIND_COLOR["binding"], "binding (◆ non-regenerable)"), (KIND_COLOR["obligation"], "obligation"),
+        ("#e03131", "negative fact: ✗ failed, ⊘ rejected, ↺ superseded (dashed: dropped by a summary)"),
+        ("#f59f00", "still open"),
+        (KIND_COLOR["derived"], "derived: ▤ node, ⇣ spill, ⚑ marker"),
+        (LOSS_COLOR["LOSSLESS"], "LOSSLESS"), (LOSS_COLOR["LOSSY_GIST"], "LOSSY_GIST"),
+        (LOSS_COLOR["LOSSY_LITERAL"], "LOSSY_LITERAL"),
+    ]
+    return '<div class="legend">' + "".join(
+        f'<span><span class="sw" style="background:{c}"></span>{_e(t)}</span>' for c, t in items) + "</div>"
+
+
+def _node_card(b: Bar) -> str:
+    color = LOSS_COLOR.get(b.loss, LOSS_COLOR["LOSSY_LITERAL"])
+    if not b.anchored:
+        verdict = '<span class="verdict bad">✗ span root does not match the log</span>'
+    elif b.violations:
+        verdict = (f'<span class="verdict bad">✗ a marker emitted now would be refused: '
+                   f'{_e(b.violations[0].split(":", 1)[0])}</span>')
+    else:
+        verdict = '<span class="verdict ok">✓ a marker emitted now would certify</span>'
+    facts = "".join(f'<span class="tag {f.status}" title="{_e(f.text)}">{f.pos} {f.status}</span>'
+                    for f in b.negative_facts) or '<span class="small">none</span>'
+    items = "".join(f'<span class="tag open">{_e(i.kind)} {_e(i.id)}</span>' for i in b.unresolved) \
+        or '<span class="small">none</span>'
+    kept = "".join(f'<span class="tag kept">{e.pos}:{_e(e.path)}</span>' for e in b.kept)
+    kept += "".join(f'<span class="tag kept" title="digest {_e(r.digest)}">{_e(r.key)} → {_e(r.handle)}</span>'
+                    for r in b.spills)
+    children = f' · digests {", ".join(f"#{c}" for c in b.children)}' if b.children else ""
+    rows = [
+        f'<div class="row"><span class="badge" style="background:{color}">{_e(b.loss)}</span>'
+        f'<b>L{b.tier} #{b.pos}</b><span class="small">covers [{b.start}, {b.stop}){children}</span>{verdict}</div>',
+        f'<pre class="summary">{_e(b.summary)}</pre>',
+        f'<div class="small">negative facts retained: {facts}</div>',
+        f'<div class="small">UNRESOLVED: {items}</div>',
+    ]
+    if kept:
+        rows.append(f'<div class="small">kept verbatim or spilled: {kept}</div>')
+    if b.violations:
+        rows.append('<ul class="reasons">' + "".join(f"<li>{_e(v)}</li>" for v in b.violations) + "</ul>")
+    return '<div class="node">' + "".join(rows) + "</div>"
+
+
+def _marker_card(m: Pin) -> str:
+    color = STATE_COLOR[m.state]
+    where = "the raw log" if m.node is None else f"node #{m.node}"
+    digest = f'<div class="small">resolution digest <code>{m.digest[:32]}…</code></div>' if m.digest else ""
+    return (
+        f'<div class="marker"><div class="row"><b>⚑ #{m.pos} → {where}</b>'
+        f'<span class="small">checkpoint size {m.size} · root <code>{m.root[:16]}…</code></span>'
+        f'<span class="verdict" style="color:{color}">{"✓" if m.state == "certified" else "✗"} {m.state}</span></div>'
+        f'<div class="small">certified at emission: {_e(", ".join(m.conditions) or "nothing (raw checkpoint)")}</div>'
+        + '<ul class="reasons">' + "".join(f"<li>{_e(r)}</li>" for r in m.reasons) + "</ul>" + digest + "</div>"
+    )
+
+
+def _facts(p: Picture) -> str:
+    rows = []
+    for c in p.cells:
+        if not (c.negative or c.open):
+            continue
+        tags = []
+        for b in p.nodes:
+            if c.negative and b.start <= c.pos < b.stop:
+                if any(f.pos == c.pos for f in b.negative_facts):
+                    tags.append(f'<span class="tag kept">kept by #{b.pos}</span>')
+                else:
+                    tags.append(f'<span class="tag dropped">dropped by #{b.pos}</span>')
+            elif c.open and any(i.pos == c.pos for i in b.unresolved):
+                tags.append(f'<span class="tag listed">listed by #{b.pos}</span>')
+        what = c.negative or "open"
+        rows.append(f'<tr><td class="num">{c.pos}</td><td><span class="tag {what}">{what}</span></td>'
+                    f'<td>{_e(c.text)}</td><td>{"".join(tags)}</td></tr>')
+    if not rows:
+        return ""
+    return ('<section class="card"><h2>Negative facts and open items</h2><table><tr><th>pos</th><th>what</th>'
+            '<th>event</th><th>in summary nodes</th></tr>' + "".join(rows) + "</table></section>")
+
+
+def _events(p: Picture) -> str:
+    rows = "".join(
+        f'<tr><td class="num">{c.pos}</td><td>{_e(c.kind)}</td><td>{_e(c.text)}</td>'
+        f'<td>{_e(" ".join(x for x in (c.negative, "open" if c.open else None, c.binding) if x))}</td></tr>'
+        for c in p.cells
+    )
+    return (f'<section class="card"><details><summary>All {p.size} events</summary><table><tr><th>pos</th>'
+            f'<th>kind</th><th>event</th><th></th></tr>{rows}</table></details></section>')
+
+
+def _chips(p: Picture) -> str:
+    chips = []
+    tiers = ", ".join(f"{sum(1 for b in p.nodes if b.tier == t)} L{t}" for t in sorted({b.tier for b in p.nodes}))
+    chips.append(f'<span class="chip"><b>{len(p.nodes)}</b> summary nodes{f" ({tiers})" if tiers else ""}</span>')
+    for state, word, cls in (("certified", "certified", "ok"), ("fallback", "falls back", "bad"),
+                             ("broken", "does not verify", "bad")):
+        n = sum(1 for m in p.markers if m.state == state)
+        if n:
+            chips.append(f'<span class="chip {cls}"><b>{n}</b> marker{"s" * (n != 1)} {word}</span>')
+    negatives = sum(1 for c in p.cells if c.negative)
+    chips.append(f'<span class="chip bad"><b>{negatives}</b> negative facts</span>')
+    chips.append(f'<span class="chip open"><b>{len(p.open_items)}</b> still open</span>')
+    if p.findings:
+        chips.append(f'<span class="chip bad"><b>{len(p.findings)}</b> audit finding{"s" * (len(p.findings) != 1)}</span>')
+    return '<div class="chips">' + "".join(chips) + "</div>"
+
+
+def page(p: Picture) -> str:
+    """Return the whole HTML page for ``p``: self-contained, no script, no network."""
+    nodes = "".join(_node_card(b) for b in sorted(p.nodes, key=lambda b: (-b.tier, b.start)))
+    markers = "".join(_marker_card(m) for m in p.markers) or '<p class="small">no markers</p>'
+    findings = "".join(
+        f'<div class="finding"><b>binding {_e(f.key)!s}</b> (pos {f.binding_pos}) was compacted away by the lossy '
+        f"node #{f.node} and needed {f.steps_later} steps later, at pos {f.needed_at}, by {_e(f.via)}</div>"
+        for f in p.findings
+    )
+    findings_card = f'<div class="card"><h2>Audit</h2>{findings}</div>' if findings else ""
+    return f"""<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>compactstore · {_e(p.session)}</title>
+<style>{CSS}</style>
+</head>
+<body>
+<header>
+<div class="brand">compactstore</div>
+<h1>{_e(p.session)}</h1>
+<div class="meta">{p.size} events · root <code>{p.root}</code></div>
+{_chips(p)}
+</header>
+<main>
+<section class="card"><h2>Timeline</h2>
+{timeline(p)}
+{_legend()}
+</section>
+<section class="grid">
+<div class="card"><h2>Summary nodes</h2>{nodes or '<p class="small">no summary nodes</p>'}</div>
+<div>
+<div class="card"><h2>Markers</h2>{markers}</div>
+{findings_card}
+</div>
+</section>
+{_facts(p)}
+{_events(p)}
+</main>
+<footer>Drawn by <code>compactstore show --html</code>. Markers were resumed when this page was made.</footer>
+</body>
+</html>
+"""

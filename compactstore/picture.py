@@ -1,0 +1,153 @@
+"""The picture of a session: what ``compactstore show`` draws, as plain data.
+
+One pass over the session gives every position's kind, text and structural role
+(negative fact, item still open, binding); the summary nodes with the raw spans they
+cover, whether their span roots still match the log and whether a marker emitted now
+would certify them; the markers with what a resume from each gives now; and the
+audit's findings. Renderers only draw it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Literal
+
+import msgspec
+
+from . import events as ev
+from . import merkle
+from .compaction import Finding, Node
+from .errors import IntegrityError
+from .markers import Marker, check
+from .structure import build, text_of
+
+if TYPE_CHECKING:
+    from .store import Session
+
+MarkerState = Literal["certified", "fallback", "broken"]
+
+
+class Cell(msgspec.Struct, frozen=True):
+    """One position of the log.
+
+    Attributes:
+        kind: the event's kind (``redacted`` for an erased body).
+        role: a turn's role (user, assistant, ...), else None.
+        negative: ``failed``, ``rejected`` or ``superseded`` for a negative fact.
+        open: a tool call, handle or obligation opened here and still open at the end.
+        binding: ``regenerable`` or ``non-regenerable`` for a binding.
+        derived: a node, spill, marker, attempt or redaction rather than a raw event.
+    """
+
+    pos: int
+    kind: str
+    text: str
+    role: str | None = None
+    negative: str | None = None
+    open: bool = False
+    binding: str | None = None
+    derived: bool = False
+
+
+class Bar(msgspec.Struct, frozen=True):
+    """A summary node over the raw span ``[start, stop)`` it covers.
+
+    Attributes:
+        anchored: its span root is the root the log gives for that span now.
+        violations: why a marker emitted now would be refused (empty: it would certify).
+    """
+
+    pos: int
+    tier: int
+    start: int
+    stop: int
+    loss: str
+    summary: str
+    children: list[int]
+    negative_facts: list[ev.Fact]
+    unresolved: list[ev.Item]
+    kept: list[ev.Excerpt]
+    spills: list[ev.SpillRef]
+    contract: str | None
+    anchored: bool
+    violations: list[str]
+
+
+class Pin(msgspec.Struct, frozen=True):
+    """A marker and what resuming from it gives now.
+
+    Attributes:
+        state: ``certified``, ``fallback``, or ``broken`` when its checkpoint does not verify.
+        reasons: why (each failed condition, for a fallback; the error, when broken).
+    """
+
+    pos: int
+    node: int | None
+    size: int
+    root: str
+    conditions: list[str]
+    state: MarkerState
+    reasons: list[str]
+    digest: str | None
+
+
+class Picture(msgspec.Struct, frozen=True):
+    """A session drawn as data: positions, nodes over spans, markers, findings."""
+
+    session: str
+    size: int
+    root: str
+    cells: list[Cell]
+    nodes: list[Bar]
+    markers: list[Pin]
+    findings: list[Finding]
+    open_items: list[ev.Item]
+
+
+def picture(session: Session) -> Picture:
+    """Return the picture of ``session`` at its current size.
+
+    Reads the whole session once, and resumes from each marker (see
+    :meth:`Session.resume`): a checkpoint that does not verify shows as ``broken``.
+    """
+    head = session.head()
+    records = list(session.scan(0, head.size))
+    events = [r.event for r in records]
+    leaves = [r.leaf for r in records]
+    structure = build(enumerate(events))
+    still_open = {i.pos for i in structure.unresolved_at(0, head.size)}
+    cells = []
+    for r in records:
+        e = r.event
+        fact = structure.negatives.get(r.pos)
+        cells.append(Cell(
+            r.pos, r.kind, text_of(e) if r.kind != "redacted" else "redacted",
+            role=e.role if isinstance(e, ev.Turn) else None,
+            negative=fact.status if fact else None,
+            open=r.pos in still_open,
+            binding=("regenerable" if e.regenerable else "non-regenerable") if isinstance(e, ev.Binding) else None,
+            derived=r.kind in ev.DERIVED_KINDS or r.kind == "redacted",
+        ))
+    bars = []
+    for r in records:
+        if r.kind != "node":
+            continue
+        n = Node.from_record(r)
+        anchored = merkle.span_root_of_leaves(leaves, n.start, n.stop) == n.span_root if n.stop <= n.pos else False
+        violations, _ = check(events, leaves, n.pos, structure)
+        bars.append(Bar(
+            n.pos, n.tier, n.start, n.stop, n.loss.value, n.summary, n.children, n.negative_facts, n.unresolved,
+            n.kept, n.spills, n.contract, anchored, [str(v) for v in violations],
+        ))
+    pins = []
+    for r in records:
+        if r.kind != "marker":
+            continue
+        m = Marker.from_record(r)
+        try:
+            res = session.resume(m)
+        except IntegrityError as exc:
+            pins.append(Pin(m.pos, m.node, m.size, m.root.hex(), m.conditions, "broken", [str(exc)], None))
+            continue
+        pins.append(Pin(m.pos, m.node, m.size, m.root.hex(), m.conditions, res.mode, res.reasons, res.digest.hex()))
+    open_items = structure.unresolved_at(0, head.size)
+    return Picture(session.name, head.size, head.root.hex(), cells, bars, pins, session.audit(), open_items)

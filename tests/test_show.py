@@ -1,0 +1,189 @@
+"""`compactstore show`: the picture as data, in the terminal, and as one HTML page rendered by Chromium."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import struct
+import subprocess
+import zlib
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from rich.console import Console
+
+import compactstore as cs
+from compactstore import demo
+from compactstore.cli import main
+from compactstore.cli.page import page
+from compactstore.cli.show import render
+from compactstore.picture import Picture, picture
+
+
+def _quiet(text: str, style: str | None = None) -> None:
+    pass
+
+
+@pytest.fixture(scope="module")
+def demo_store(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """Return the path of a store the demo wrote."""
+    path = str(tmp_path_factory.mktemp("demo") / "compactstore.db")
+    demo.run(path, _quiet)
+    return path
+
+
+@pytest.fixture(scope="module")
+def pic(demo_store: str) -> Picture:
+    """Return the picture of the demo's session."""
+    with cs.open(demo_store) as store:
+        return picture(store.session(demo.SESSION))
+
+
+def test_the_picture_holds_nodes_markers_facts_and_findings(pic: Picture) -> None:
+    """Nodes with their spans and loss classes, markers with what they resume to, negative facts, the finding."""
+    assert pic.size == 43 and len(pic.cells) == 43
+    assert [(b.pos, b.tier, b.start, b.stop, b.loss) for b in pic.nodes] == [
+        (30, 1, 0, 17, "LOSSY_GIST"), (31, 1, 17, 29, "LOSSY_GIST"), (32, 2, 0, 29, "LOSSY_GIST"),
+        (41, 1, 34, 41, "LOSSY_GIST")]
+    assert all(b.anchored for b in pic.nodes)
+    assert [(m.pos, m.node, m.state) for m in pic.markers] == [(33, 32, "certified"), (42, 41, "fallback")]
+    assert pic.markers[1].reasons[0].startswith("negative_facts at pos 36")
+    assert [c.pos for c in pic.cells if c.negative] == [6, 7, 8, 20, 22, 36]
+    assert [c.pos for c in pic.cells if c.open] == [16, 17, 27, 39]
+    assert pic.cells[14].binding == "non-regenerable" and pic.cells[4].binding == "regenerable"
+    assert [(f.key, f.node, f.needed_at) for f in pic.findings] == [("snapshot", 30, 39)]
+    assert pic.nodes[3].violations == [
+        "negative_facts at pos 36: rejected item dropped: user: Do not drop anything until the rollback "
+        "window closes on Friday."]
+
+
+def test_a_marker_over_a_tampered_log_shows_as_broken(demo_store: str, tmp_path: Path) -> None:
+    """A checkpoint that no longer verifies is drawn as broken, with the error as its reason."""
+    copy = str(tmp_path / "t.db")
+    shutil.copyfile(demo_store, copy)
+    demo.tamper(copy, 8, b"No. Do not", b"OK. Go on,")
+    with cs.open(copy) as store:
+        got = picture(store.session(demo.SESSION))
+    assert [m.state for m in got.markers] == ["broken", "broken"]
+    assert "do not give the stored tree's root" in got.markers[0].reasons[0]
+
+
+def test_the_terminal_picture_draws_lanes_strip_and_markers(pic: Picture) -> None:
+    """The lanes label nodes by loss class, the strip marks negative facts, markers say whether they certify."""
+    console = Console(width=100, record=True, color_system=None)
+    console.print(render(pic, 100))
+    text = console.export_text()
+    lines = text.splitlines()
+    l2 = next(line for line in lines if line.strip().startswith("L2"))
+    l1 = next(line for line in lines if line.strip().startswith("L1"))
+    raw = next(line for line in lines if line.strip().startswith("raw"))
+    assert "#32 LOSSY_GIST" in l2 and "#30 LOSSY_GIST" in l1 and "#41" in l1
+    assert raw.count("✗") == 2 and raw.count("⊘") == 2 and raw.count("↺") == 2
+    assert "⚑33→32 ✓" in text and "⚑42→41 ✗" in text
+    assert "✗ negative_facts at pos 36" in text and "✓ certifies" in text
+    assert "audit: binding 'snapshot'" in text
+    # The L2 bar spans what its children span.
+    assert l2.index("[") == l1.index("[") and l2.index("]") == l1.index("]", l1.index("#31"))
+
+
+def test_show_scales_a_long_session_to_the_width(tmp_path: Path) -> None:
+    """Thousands of positions share columns: the strip keeps the terminal's width, the page stays small."""
+    path = str(tmp_path / "long.db")
+    with cs.open(path, clock=cs.tick_clock()) as store:
+        s = store.session("long")
+        s.extend([cs.Turn("user", f"step {i}", status="failed" if i == 2500 else None) for i in range(3000)])
+        s.mark(s.compact(0, 2000))
+        got = picture(s)
+    console = Console(width=90, record=True, color_system=None)
+    console.print(render(got, 90))
+    raw = next(line for line in console.export_text().splitlines() if line.strip().startswith("raw"))
+    assert len(raw.rstrip()) <= 90 and "✗" in raw
+    html = page(got)
+    assert len(html) < 2_000_000 and html.count("<rect") < 1500
+
+
+def test_show_prints_the_picture_and_its_json(demo_store: str) -> None:
+    """`compactstore show` on the demo's store: the drawing, or the same picture as JSON."""
+    result = CliRunner().invoke(main, ["show", "-s", demo_store])
+    assert result.exit_code == 0 and "session 'migration-42'" in result.stdout
+    data = CliRunner().invoke(main, ["show", "-s", demo_store, "--json"])
+    assert data.exit_code == 0 and '"state":"certified"' in data.stdout.replace(" ", "")
+
+
+def test_the_html_page_is_self_contained(demo_store: str, tmp_path: Path) -> None:
+    """One file: inline CSS and SVG, no script, nothing fetched from anywhere."""
+    out = tmp_path / "s.html"
+    result = CliRunner().invoke(main, ["show", "-s", demo_store, "--html", str(out)])
+    assert result.exit_code == 0 and "wrote" in result.stdout
+    html = out.read_text()
+    assert html.startswith("<!doctype html>") and "<svg" in html and "<style>" in html
+    assert "<script" not in html and "@import" not in html and "url(" not in html
+    assert re.findall(r"https?://[^\s\"']+", html) == ["http://www.w3.org/2000/svg"]  # a namespace, never fetched
+    assert not re.search(r"\b(src|href)=", html)
+    for needle in ("#33 certified", "dropped by #41", "LOSSY_GIST", "migration-42", "snapshot"):
+        assert needle in html, needle
+
+
+def _pixels(png: bytes) -> tuple[int, int, list[bytes]]:
+    """Return width, height and the rows of pixels of an 8-bit RGB or RGBA PNG (no interlacing)."""
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    pos, idat, width, height, channels = 8, b"", 0, 0, 0
+    while pos < len(png):
+        (length,) = struct.unpack(">I", png[pos: pos + 4])
+        kind, data = png[pos + 4: pos + 8], png[pos + 8: pos + 8 + length]
+        pos += 12 + length
+        if kind == b"IHDR":
+            width, height, depth, color, _, _, interlace = struct.unpack(">IIBBBBB", data)
+            assert depth == 8 and color in (2, 6) and interlace == 0
+            channels = 3 if color == 2 else 4
+        elif kind == b"IDAT":
+            idat += data
+    raw, stride, rows, prev = zlib.decompress(idat), width * channels, [], bytearray(width * channels)
+    for y in range(height):
+        start = y * (stride + 1)
+        kind, line = raw[start], bytearray(raw[start + 1: start + 1 + stride])
+        for i in range(stride):
+            a = line[i - channels] if i >= channels else 0
+            b, c = prev[i], prev[i - channels] if i >= channels else 0
+            if kind == 1:
+                line[i] = (line[i] + a) & 255
+            elif kind == 2:
+                line[i] = (line[i] + b) & 255
+            elif kind == 3:
+                line[i] = (line[i] + (a + b) // 2) & 255
+            elif kind == 4:
+                p = a + b - c
+                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
+        rows.append(bytes(line))
+        prev = line
+    return width, height, [bytes(r[i: i + 3]) for r in rows[::4] for i in range(0, stride, channels * 4)]
+
+
+def test_the_html_page_renders_in_headless_chromium(demo_store: str, tmp_path: Path) -> None:
+    """Chromium draws the page: the screenshot exists, has the window's size and is far from blank."""
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None:
+        pytest.skip("chromium is not installed (CI installs Debian's chromium package)")
+    page_path = tmp_path / "session.html"
+    assert CliRunner().invoke(main, ["show", "-s", demo_store, "--html", str(page_path)]).exit_code == 0
+    shot = tmp_path / "shot.png"
+    subprocess.run(
+        [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         f"--user-data-dir={tmp_path / 'profile'}", f"--screenshot={shot}", "--window-size=1200,900",
+         page_path.as_uri()],
+        capture_output=True, timeout=120, check=False,
+    )
+    assert shot.exists() and shot.stat().st_size > 10_000
+    width, height, pixels = _pixels(shot.read_bytes())
+    assert (width, height) == (1200, 900)
+    counts = Counter(pixels)
+    background, most = counts.most_common(1)[0]
+    assert most / len(pixels) < 0.8, "the screenshot is mostly one colour"
+    assert len(counts) > 50, "the screenshot has too few colours to be the drawn page"
+    red = sum(n for px, n in counts.items() if px[0] > 200 and px[1] < 80 and px[2] < 80)
+    amber = sum(n for px, n in counts.items() if px[0] > 200 and 130 < px[1] < 190 and px[2] < 60)
+    assert red > 50 and amber > 500, "the negative facts (red) and LOSSY_GIST bars (amber) are not drawn"
