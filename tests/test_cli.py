@@ -8,12 +8,15 @@ import re
 import sqlite3
 from pathlib import Path
 
+import click
 import pytest
 from click.testing import CliRunner, Result
 from test_compaction import migration
 
 import compactstore as cs
 from compactstore.cli import main
+
+README = Path(__file__).resolve().parent.parent / "README.md"
 
 LINES = [
     {"kind": "turn", "role": "user", "content": "Make the migration reversible."},
@@ -31,6 +34,15 @@ def run(*args: str, input: str | None = None, env: dict[str, str] | None = None)
 
 def jsonl(lines: list[dict[str, object]]) -> str:
     return "".join(json.dumps(x) + "\n" for x in lines)
+
+
+def _commands(group: click.Group, prefix: str = "compactstore") -> list[tuple[str, click.Command]]:
+    out = []
+    for name, command in sorted(group.commands.items()):
+        out.append((f"{prefix} {name}", command))
+        if isinstance(command, click.Group):
+            out += _commands(command, f"{prefix} {name}")
+    return out
 
 
 @pytest.fixture
@@ -56,6 +68,19 @@ def sqlite_built(sqlite_target: str) -> str:
 # --- the command as a whole -----------------------------------------------------------------
 
 
+def test_every_subcommand_has_help_and_is_in_the_readme() -> None:
+    """Each subcommand has help text, `--help` works, and the README names it as `compactstore NAME`."""
+    readme = README.read_text()
+    commands = _commands(main)
+    assert {name.split()[1] for name, _ in commands} >= {
+        "demo", "append", "compact", "digest", "mark", "resume", "verify", "proof", "audit", "show", "export", "copy"}
+    for name, command in commands:
+        assert (command.help or "").strip(), f"{name} has no help text"
+        result = run(*name.split()[1:], "--help")
+        assert result.exit_code == 0 and "Usage:" in result.output, name
+        assert re.search(rf"\b{re.escape(name)}\b", readme), f"the README does not mention `{name}`"
+
+
 def test_usage_errors_exit_2() -> None:
     """Unknown subcommands and options are click's usage errors: exit 2."""
     assert run("nope").exit_code == 2
@@ -66,7 +91,7 @@ def test_usage_errors_exit_2() -> None:
 def test_a_missing_store_is_bad_input_and_is_not_created(tmp_path: Path) -> None:
     """Every command that reads a store refuses a missing file with exit 2, and creates nothing."""
     missing = str(tmp_path / "absent.db")
-    for args in (["verify"], ["audit"], ["resume"], ["export"], ["compact", "0", "1"], ["digest", "3"],
+    for args in (["show"], ["verify"], ["audit"], ["resume"], ["export"], ["compact", "0", "1"], ["digest", "3"],
                  ["mark", "3"], ["proof", "inclusion", "0"], ["proof", "consistency", "0"]):
         result = run(*args, "-s", missing)
         assert result.exit_code == 2, args
