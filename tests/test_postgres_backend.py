@@ -72,12 +72,19 @@ def test_schema_is_created_with_its_version_and_triggers(pg_url: str, owner: psy
         "UPDATE meta SET value = 'x'",
         "DELETE FROM meta",
         "TRUNCATE meta",
+        "UPDATE redactions SET by = 0",
+        "DELETE FROM redactions",
+        "TRUNCATE redactions",
+        "UPDATE events SET body = NULL WHERE pos = 2",  # erasing needs a recorded redaction
+        "UPDATE events SET kind = 'x' WHERE pos = 1",  # a redacted row stays as it is
     ],
 )
 def test_log_tables_reject_update_delete_and_truncate(pg_url: str, owner: psycopg.Connection[Any], sql: str) -> None:
     """The database itself refuses to rewrite, remove or truncate log rows."""
     with cs.open(pg_url) as st:
-        st.session("s").extend(_turns(3))
+        st.session("s").extend(_turns(40))  # enough for stored subtree roots
+        st.session("s").redact([1], "so that redactions has a row")
+    assert owner.execute("SELECT count(*) FROM nodes").fetchone() != (0,)
     with pytest.raises(psycopg.errors.RestrictViolation, match="append-only"):
         owner.execute(sql)
 
