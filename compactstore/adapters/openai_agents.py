@@ -10,13 +10,14 @@ How a session maps onto the log:
 - SDK session ``session_id`` is the compactstore session ``"openai-agents:" +
   session_id`` (``"openai-agents:#" +`` the hex BLAKE3 of the id when that is not a
   valid session name, or the id starts with ``#``).
-- Every item is one event, the item itself kept exactly in ``meta["item"]`` (after the
-  JSON round trip ``SQLiteSession`` gives it too). A ``function_call`` (and the other
-  tool calls that have an output item: custom, computer, local shell) is a
-  ``ToolCall`` whose ``call_id`` its output item, a ``ToolResult``, closes; every other
-  item is a ``Turn`` whose ``role`` is the item's role (or its type) and whose
-  ``content`` is its text. So compaction sees which calls are still open, and markers
-  and resume work on a conversation as on any session.
+- Every item is one event. A ``function_call`` (and the other tool calls that have an
+  output item: custom, computer, local shell) is a ``ToolCall`` whose ``call_id`` its
+  output item, a ``ToolResult`` holding the ``output``, closes; every other item is a
+  ``Turn`` whose ``role`` is the item's role (or its type) and whose ``content`` is its
+  text. The rest of the item is kept in ``meta["item"]`` (after the JSON round trip
+  ``SQLiteSession`` gives it too), so it comes back exactly. Compaction sees which
+  calls are still open, and markers and resume work on a conversation as on any
+  session.
 - ``pop_item`` and ``clear_session`` redact: the items read as gone, the tree still
   verifies, and ``Store.verify`` counts the erased positions.
 
@@ -53,6 +54,8 @@ CALLS = {
     "local_shell_call": "local_shell_call_output",
 }
 OUTPUTS = frozenset(CALLS.values())
+#: Item fields an event may carry in its own field rather than in ``meta["item"]``.
+MOVABLE = frozenset({"content", "output"})
 
 Item = dict[str, Any]
 
@@ -76,19 +79,48 @@ class _Items(Tail):
 
 
 def event_of(item: Item) -> ev.Event:
-    """Return the event that stores ``item``: a tool call, its result, or a turn."""
+    """Return the event that stores ``item``: a tool call, its result, or a turn.
+
+    The item goes into ``meta["item"]``, less a field the event carries itself (a turn's
+    text ``content``, a result's ``output``), which ``meta["moved"]`` names; so nothing
+    is stored twice, and :func:`item_of` puts the item back together exactly.
+    """
     kind = item.get("type")
     call_id = item.get("call_id")
-    meta = {"item": item}
     if isinstance(call_id, str) and call_id:
         if kind in CALLS:
             name = item.get("name")
-            return ev.ToolCall(call_id=call_id, name=name if isinstance(name, str) and name else str(kind), meta=meta)
+            return ev.ToolCall(call_id=call_id, name=name if isinstance(name, str) and name else str(kind),
+                               meta={"item": item})
         if kind in OUTPUTS:
-            return ev.ToolResult(call_id=call_id, meta=meta)
+            if "output" not in item:
+                return ev.ToolResult(call_id=call_id, meta={"item": item})
+            return ev.ToolResult(call_id=call_id, output=item["output"], meta=_moved(item, "output"))
     role = item.get("role")
     role = role if isinstance(role, str) and role else kind if isinstance(kind, str) and kind else "item"
-    return ev.Turn(role=role, content=_text(item), meta=meta)
+    if isinstance(item.get("content"), str):
+        return ev.Turn(role=role, content=item["content"], meta=_moved(item, "content"))
+    return ev.Turn(role=role, content=_text(item), meta={"item": item})
+
+
+def item_of(event: ev.Event) -> Item | None:
+    """Return the item ``event`` stores (None when it stores none, or was redacted)."""
+    meta = event.meta
+    item = meta.get("item") if isinstance(meta, dict) else None
+    if not isinstance(item, dict):
+        return None
+    moved = meta.get("moved") if isinstance(meta, dict) else None
+    if not moved:
+        return item
+    out = dict(item)
+    for name in moved:
+        if name in MOVABLE:
+            out[name] = getattr(event, name)
+    return out
+
+
+def _moved(item: Item, name: str) -> dict[str, Any]:
+    return {"item": {k: v for k, v in item.items() if k != name}, "moved": [name]}
 
 
 def _text(item: Item) -> str:
@@ -219,6 +251,4 @@ class CompactStoreSession:
 
 
 def _item_of(record: Record | None) -> Item | None:
-    meta = record.event.meta if record is not None else None
-    item = meta.get("item") if isinstance(meta, dict) else None
-    return item if isinstance(item, dict) else None
+    return item_of(record.event) if record is not None else None

@@ -30,6 +30,8 @@ MAX_KEY = 1000
 READ_GAP = 64
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+#: What a part of an idempotency key must not hold unquoted: separators, "%", controls, non-ASCII.
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.~:|\-]")
 
 
 def session_name(prefix: str, ident: str) -> str:
@@ -50,8 +52,13 @@ def idempotency_key(parts: Sequence[object], replaced: int | None = None) -> str
     Parts are percent-quoted and joined by ``/``, so distinct parts give distinct keys:
     ``w//<checkpoint id>/<task id>/0``, or ``.../-3@41`` for a write replacing pos 41.
     """
-    key = "/".join(quote(str(p), safe=":|") for p in parts) + ("" if replaced is None else f"@{replaced}")
+    key = "/".join(_quoted(str(p)) for p in parts) + ("" if replaced is None else f"@{replaced}")
     return key if len(key) <= MAX_KEY else "b3:" + blake3(key.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _quoted(part: str) -> str:
+    # Quote only what needs it (separators, "%", control characters): most ids are plain.
+    return quote(part, safe=":|") if _UNSAFE.search(part) else part
 
 
 def read_many(session: Session, positions: Iterable[int]) -> dict[int, Record]:
