@@ -95,7 +95,9 @@ def open(  # noqa: A001 - the public name the API promises
         IntegrityError: the key does not match the store's.
         CompactStoreError: the target is not a compactstore store, or is of a newer schema.
     """
-    return Store(open_backend(str(target), durable=durable), key=key, clock=clock)
+    store = Store(open_backend(str(target), durable=durable), key=key, clock=clock)
+    store.target = str(target)
+    return store
 
 
 def _check_name(name: str) -> str:
@@ -115,6 +117,8 @@ class Store:
     def __init__(self, backend: Backend, *, key: bytes | str | None = None, clock: ev.Clock | None = None) -> None:
         """Wrap an open backend. Prefer :func:`open`."""
         self.backend = backend
+        #: where the store lives (a path or URL), so worker processes can open it too
+        self.target = ""
         self.clock: ev.Clock = clock or ev.system_clock
         self.mac_key = derive_key(key) if key is not None else None
         self._frontiers: dict[int, merkle.Frontier] = {}
@@ -161,15 +165,19 @@ class Store:
         """Return the names of every session with at least one event, sorted."""
         return [name for _, name in self.backend.sessions()]
 
-    def verify(self, *, progress: Callable[[int, int], None] | None = None) -> VerifyReport:
+    def verify(
+        self, *, progress: Callable[[int, int], None] | None = None, workers: int | None = None
+    ) -> VerifyReport:
         """Re-hash every body, rebuild every tree and check every stored node, head and seal.
 
         Streams: memory stays flat however long the log. ``progress(done, total)`` is
-        called per session with the events checked so far.
+        called as events are checked. ``workers`` processes re-hash and decode bodies
+        in parallel (default: one per core from ``verify.PARALLEL_FROM`` events on, else
+        none); the tree itself is rebuilt in this process, in order.
         """
         from .verify import verify_store
 
-        return verify_store(self, progress=progress)
+        return verify_store(self, progress=progress, workers=workers)
 
     def check_head(self, head: TreeHead) -> bool:
         """Return whether ``head`` carries a valid MAC under this store's key.

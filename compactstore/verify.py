@@ -8,21 +8,26 @@ grow with the log.
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+import os
+from collections import defaultdict, deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
+from multiprocessing import get_all_start_methods, get_context
+from typing import TYPE_CHECKING, NamedTuple
 
 import msgspec
 
 from . import events as ev
 from . import merkle
-from .backends import HeadRow, Row
+from .backends import Backend, HeadRow, Row, open_backend
 from .errors import InvalidEvent
 
 if TYPE_CHECKING:
     from .store import Store
 
 MAX_PROBLEMS = 10_000
+#: From this many events on, verify() re-hashes bodies in one worker process per core.
+PARALLEL_FROM = 200_000
 _CHUNK = 4096
 
 
@@ -77,7 +82,64 @@ def _short(h: bytes) -> str:
     return h.hex()[:16] + "…"
 
 
-def verify_store(store: Store, *, progress: Callable[[int, int], None] | None = None) -> VerifyReport:
+class _Checked(NamedTuple):
+    """What checking a chunk of rows' bodies alone tells; made in worker processes when parallel.
+
+    Columns rather than one object per row, so that a chunk crosses a process boundary
+    cheaply.
+    """
+
+    positions: list[int]
+    seqs: list[int]
+    #: the leaves the tree is rebuilt from (32 bytes each): re-hashed from the bodies,
+    #: or as stored where a redaction erased the body
+    leaves: bytes
+    #: erased positions, with their kind and idem_key columns
+    erased: dict[int, tuple[str, str | None]]
+    #: the positions each redaction event lists, by its position
+    redacts: dict[int, list[int]]
+    problems: list[tuple[int, str, str]]
+
+
+def _check_rows(rows: list[Row]) -> _Checked:
+    leaf_hash = merkle.leaf_hash
+    leaves: list[bytes] = []
+    erased: dict[int, tuple[str, str | None]] = {}
+    redacts: dict[int, list[int]] = {}
+    problems: list[tuple[int, str, str]] = []
+    for row in rows:
+        if row.body is None:
+            # Erased by a redaction: only the tree can vouch for the stored leaf.
+            erased[row.pos] = (row.kind, row.idem_key)
+            leaves.append(row.leaf if len(row.leaf) == merkle.HASH_SIZE else bytes(merkle.HASH_SIZE))
+            continue
+        leaf = leaf_hash(row.body)
+        leaves.append(leaf)
+        if row.leaf != leaf:
+            problems.append((row.pos, "events", f"leaf does not match body: got {_short(row.leaf)}, want {_short(leaf)}"))
+        event = _check_body(row.body, row.kind, row.idem_key, row.pos, problems)
+        if isinstance(event, ev.Redaction):
+            redacts[row.pos] = list(event.positions)
+    return _Checked([r.pos for r in rows], [r.seq for r in rows], b"".join(leaves), erased, redacts, problems)
+
+
+# One backend per worker process, opened by the pool's initializer.
+_worker_backend: Backend | None = None
+
+
+def _worker_init(target: str) -> None:
+    global _worker_backend
+    _worker_backend = open_backend(target, durable=False)
+
+
+def _worker_chunk(sid: int, start: int, stop: int) -> _Checked:
+    assert _worker_backend is not None
+    return _check_rows(list(_worker_backend.rows(sid, start, stop, _CHUNK)))
+
+
+def verify_store(
+    store: Store, *, progress: Callable[[int, int], None] | None = None, workers: int | None = None
+) -> VerifyReport:
     """Check every table of ``store``; see :meth:`Store.verify`."""
     backend = store.backend
     found = _Problems()
@@ -88,17 +150,53 @@ def verify_store(store: Store, *, progress: Callable[[int, int], None] | None = 
     count, lo, hi = backend.seq_bounds()
     if backend.gapless_seq and count and (lo != 1 or hi != count):
         found.add(None, "events", None, f"sequence numbers are not 1..{count}: got {lo}..{hi}")
+    if workers is None:
+        workers = (os.cpu_count() or 1) if count >= PARALLEL_FROM else 1
+    if store.target in ("", ":memory:"):
+        workers = 1
+    pool = None
+    if workers > 1:
+        # fork: workers need nothing of the parent but the target, and spawning would
+        # re-run a caller's unguarded main script. Each worker opens its own connection.
+        method = "fork" if "fork" in get_all_start_methods() else "spawn"
+        pool = ProcessPoolExecutor(workers, mp_context=get_context(method), initializer=_worker_init,
+                                   initargs=(store.target,))
     done = 0
     sessions = backend.sessions()
-    for sid, name in sessions:
-        for n in _verify_session(store, sid, name, found):
-            done += n
-            if progress is not None:
-                progress(done, count)
+    try:
+        for sid, name in sessions:
+            checked = _parallel(pool, workers, sid) if pool else (
+                _check_rows(chunk) for chunk in _chunks(backend.rows(sid, 0, None, _CHUNK))
+            )
+            for n in _verify_session(store, sid, name, checked, found):
+                done += n
+                if progress is not None:
+                    progress(done, count)
+    finally:
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
     return VerifyReport(not found.items, found.items, len(sessions), done, found.more, found.redacted)
 
 
-def _verify_session(store: Store, sid: int, name: str, found: _Problems) -> Iterator[int]:
+def _parallel(pool: ProcessPoolExecutor, workers: int, sid: int) -> Iterator[_Checked]:
+    """Yield checked chunks in order, at most two per worker in flight (memory stays bounded)."""
+    pending: deque[Future[_Checked]] = deque()
+    start = 0
+    while True:
+        while len(pending) < 2 * workers:
+            pending.append(pool.submit(_worker_chunk, sid, start, start + _CHUNK))
+            start += _CHUNK
+        chunk = pending.popleft().result()
+        if not chunk.positions:
+            for f in pending:
+                f.cancel()
+            return
+        yield chunk
+
+
+def _verify_session(
+    store: Store, sid: int, name: str, chunks: Iterable[_Checked], found: _Problems
+) -> Iterator[int]:
     backend = store.backend
     frontier = merkle.Frontier(algo="blake3")
     heads = _stream_heads(store, sid)
@@ -109,37 +207,38 @@ def _verify_session(store: Store, sid: int, name: str, found: _Problems) -> Iter
     erased_by: dict[int, set[int]] = defaultdict(set)
     for p, by in redacted.items():
         erased_by[by].add(p)
-    for chunk in _chunks(backend.rows(sid, 0, None, _CHUNK)):
+    for chunk in chunks:
         made: dict[int, dict[int, bytes]] = defaultdict(dict)
-        for row in chunk:
+        issues = {p: [] for p, _, _ in chunk.problems}  # type: dict[int, list[tuple[str, str]]]
+        for p, table, what in chunk.problems:
+            issues[p].append((table, what))
+        leaves = chunk.leaves
+        for i, (row_pos, seq) in enumerate(zip(chunk.positions, chunk.seqs)):
             pos = frontier.size
-            if row.pos != pos:
-                found.add(name, "events", row.pos, f"position out of order: want {pos}")
-            if row.seq <= last_seq:
-                found.add(name, "events", row.pos, f"sequence number {row.seq} not after {last_seq}")
-            last_seq = row.seq
-            if row.body is None:
-                # Erased by a redaction: only the tree can vouch for the stored leaf.
-                leaf = row.leaf
-                if row.pos in redacted and row.kind == "redacted" and row.idem_key is None:
+            if row_pos != pos:
+                found.add(name, "events", row_pos, f"position out of order: want {pos}")
+            if seq <= last_seq:
+                found.add(name, "events", row_pos, f"sequence number {seq} not after {last_seq}")
+            last_seq = seq
+            for table, what in issues.get(row_pos, ()):
+                found.add(name, table, row_pos, what)
+            if row_pos in chunk.erased:
+                kind, idem_key = chunk.erased[row_pos]
+                if row_pos in redacted and kind == "redacted" and idem_key is None:
                     found.redacted += 1
-                elif row.pos in redacted:
-                    found.add(name, "events", row.pos, "a redacted row must have kind 'redacted' and no idem_key")
+                elif row_pos in redacted:
+                    found.add(name, "events", row_pos, "a redacted row must have kind 'redacted' and no idem_key")
                 else:
-                    found.add(name, "events", row.pos, "body is missing and no redaction erased it")
+                    found.add(name, "events", row_pos, "body is missing and no redaction erased it")
             else:
-                leaf = merkle.leaf_hash(row.body)
-                if row.leaf != leaf:
-                    found.add(name, "events", row.pos, f"leaf does not match body: got {_short(row.leaf)}, want {_short(leaf)}")
-                if row.pos in redacted:
-                    found.add(name, "redactions", row.pos, f"recorded as erased by pos {redacted[row.pos]}, but the body is there")
-                event = _check_body(row.body, row.kind, row.idem_key, name, row.pos, found)
-                if isinstance(event, ev.Redaction) or row.pos in erased_by:
-                    listed = set(event.positions) if isinstance(event, ev.Redaction) else set()
-                    erased = erased_by.pop(row.pos, set())
+                if row_pos in redacted:
+                    found.add(name, "redactions", row_pos, f"recorded as erased by pos {redacted[row_pos]}, but the body is there")
+                if row_pos in chunk.redacts or row_pos in erased_by:
+                    listed = set(chunk.redacts.get(row_pos, ()))
+                    erased = erased_by.pop(row_pos, set())
                     if listed != erased:
-                        found.add(name, "redactions", row.pos, f"redaction lists {sorted(listed)}, the store erased {sorted(erased)}")
-            for level, idx, h in frontier.append(leaf):
+                        found.add(name, "redactions", row_pos, f"redaction lists {sorted(listed)}, the store erased {sorted(erased)}")
+            for level, idx, h in frontier.append(leaves[32 * i : 32 * i + 32]):
                 if merkle.is_stored(level):
                     made[level][idx] = h
             while head is not None and head.size <= frontier.size:
@@ -153,7 +252,7 @@ def _verify_session(store: Store, sid: int, name: str, found: _Problems) -> Iter
                 if got != h:
                     what = "missing" if got is None else f"got {_short(got)}, want {_short(h)}"
                     found.add(name, "nodes", idx << level, f"subtree ({level}, {idx}): {what}")
-        yield len(chunk)
+        yield len(chunk.positions)
     size = frontier.size
     if size == 0:
         found.add(name, "sessions", None, "session has no events")
@@ -169,18 +268,20 @@ def _verify_session(store: Store, sid: int, name: str, found: _Problems) -> Iter
             found.add(name, "nodes", None, f"{n} subtrees stored at level {level}, want {size >> level}")
 
 
-def _check_body(body: bytes, kind: str, idem_key: str | None, name: str, pos: int, found: _Problems) -> ev.Event | None:
+def _check_body(
+    body: bytes, kind: str, idem_key: str | None, pos: int, problems: list[tuple[int, str, str]]
+) -> ev.Event | None:
     try:
         event = ev.decode(body)
     except InvalidEvent as exc:
-        found.add(name, "events", pos, f"body is not a valid event: {exc.reason}")
+        problems.append((pos, "events", f"body is not a valid event: {exc.reason}"))
         return None
     if ev.encode(event) != body:
-        found.add(name, "events", pos, "body is not in canonical form")
+        problems.append((pos, "events", "body is not in canonical form"))
     if event.kind != kind:
-        found.add(name, "events", pos, f"kind column says {kind!r}, body says {event.kind!r}")
+        problems.append((pos, "events", f"kind column says {kind!r}, body says {event.kind!r}"))
     if event.idempotency_key != idem_key:
-        found.add(name, "events", pos, f"idem_key column says {idem_key!r}, body says {event.idempotency_key!r}")
+        problems.append((pos, "events", f"idem_key column says {idem_key!r}, body says {event.idempotency_key!r}"))
     return event
 
 

@@ -267,3 +267,13 @@ def test_a_second_handle_sees_and_extends_the_first_handles_writes(target: str) 
         assert len(bodies) == 20
         assert two.session("s").head().root == merkle.tree_root(bodies)
         assert one.verify().ok
+
+
+def test_verify_with_worker_processes_matches_serial_verify(store: cs.Store) -> None:
+    """verify(workers=2) opens the store in worker processes and reports what verify(workers=1) does."""
+    s = store.session("s")
+    for _ in range(3):
+        s.extend(_turns(3000))
+    s.redact([5], "x")
+    serial, parallel = store.verify(workers=1), store.verify(workers=2)
+    assert parallel == serial and serial.ok and serial.events == 9001 and serial.redacted == 1

@@ -167,3 +167,28 @@ def test_a_consistent_rewrite_without_the_key_is_caught(tmp_path: Path) -> None:
     assert all("seal" in p.what for p in report.problems)
     # Without a key the same rewrite is self-consistent: only the key makes it detectable.
     assert report.problems[0].session == "agent-b"
+
+
+def test_parallel_verify_reports_exactly_what_serial_verify_reports(tmp_path: Path) -> None:
+    """Worker processes re-hashing bodies change nothing in the report, clean or tampered."""
+    path = tmp_path / "p.db"
+    with cs.open(str(path), clock=cs.tick_clock()) as st:
+        big = st.session("big")
+        for k in range(5):
+            big.extend([cs.Turn("user", f"turn {k}-{i}") for i in range(2000)])
+        big.redact([7, 4099], "forget")
+        _build(path, None)
+    with cs.open(str(path)) as st:
+        clean = st.verify(workers=2)
+        assert clean.ok and clean.events == st.verify(workers=1).events and clean.redacted == 3
+    conn = sqlite3.connect(path)
+    _drop_triggers(conn)
+    conn.execute("UPDATE events SET body = CAST(replace(CAST(body AS TEXT), 'turn 3-5', 'turn 3-6') AS BLOB) WHERE pos = 6005")
+    conn.execute("UPDATE nodes SET hash = zeroblob(32) WHERE level = 8 AND idx = 3")
+    conn.execute("UPDATE events SET leaf = zeroblob(32) WHERE pos = 9000")
+    conn.commit()
+    conn.close()
+    with cs.open(str(path)) as st:
+        serial, parallel = st.verify(workers=1), st.verify(workers=2)
+    assert not serial.ok and parallel.problems == serial.problems
+    assert {p.table for p in serial.problems} >= {"events", "nodes", "heads"}
