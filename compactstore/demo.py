@@ -157,8 +157,11 @@ def tamper(path: str, pos: int, old: bytes, new: bytes) -> None:
         conn.close()
 
 
-def run(path: str = "compactstore.db", say: Say = plain) -> dict[str, Any]:
+def run(path: str = "compactstore.db", say: Say = plain, command: str = "compactstore") -> dict[str, Any]:
     """Play the demo into a new store at ``path`` (a SQLite file); return its results.
+
+    ``command`` is how the closing lines spell the command line (``.venv/bin/compactstore``
+    when it is not on ``PATH``).
 
     Raises:
         InvalidArgument: ``path`` exists and was not written by the demo.
@@ -177,14 +180,16 @@ def run(path: str = "compactstore.db", say: Say = plain) -> dict[str, Any]:
     say("")
     say(f"Left {path}: session {SESSION!r}, {head.size} events, root {head.root.hex()[:16]}…, verify ok: "
         f"{report.ok}. Look at it:", "step")
-    for command, what in (
-        ("compactstore show", "the session as a picture (--html session.html for a page)"),
-        (f"compactstore resume {out['certified']['marker']} --context", "what a resumed agent loads"),
-        ("compactstore verify", "re-hash everything"),
-        ("compactstore audit", "the binding lost to a compaction"),
-        ("compactstore proof inclusion 8", "prove the rejection is in the tree"),
+    where = "" if path == "compactstore.db" else f" -s {path}"
+    width = len(command) + len(where) + 28
+    for line, what in (
+        ("show", "the session as a picture (--html session.html for a page)"),
+        (f"resume {out['certified']['marker']} --context", "what a resumed agent loads"),
+        ("verify", "re-hash everything"),
+        ("audit", "the binding lost to a compaction"),
+        (f"proof inclusion {out['rejected']}", "prove the rejection is in the tree"),
     ):
-        say(f"  {command:<40} {what}")
+        say(f"  {command + ' ' + line + where:<{width}} {what}")
     return out
 
 

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import sys
 
 import click
 
@@ -10,6 +13,17 @@ from .. import demo
 from .app import is_url, json_option, main, reporting
 
 STYLES = {"title": "bold", "step": "bold cyan", "ok": "green", "bad": "red", "dim": "dim"}
+
+
+def _invoked_as() -> str:
+    """Return how to spell the command so that it runs here: bare when it is on PATH."""
+    argv0 = sys.argv[0]
+    if os.path.basename(argv0) != "compactstore":
+        return "compactstore"
+    on_path = shutil.which("compactstore")
+    if on_path and os.path.realpath(on_path) == os.path.realpath(argv0):
+        return "compactstore"
+    return argv0
 
 
 @main.command("demo")
@@ -38,6 +52,6 @@ def demo_command(target: str, as_json: bool) -> None:
             console.print(text, style=STYLES.get(style or ""), markup=False)
 
     with reporting(as_json):
-        result = demo.run(target, say)
+        result = demo.run(target, say, _invoked_as())
     if as_json:
         click.echo(json.dumps({"ok": True, **result}))

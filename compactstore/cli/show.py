@@ -122,12 +122,14 @@ def _pins(pins: Sequence[Pin], scale: Scale) -> Text:
 
 
 def _axis(scale: Scale) -> Text:
-    step = 10 if scale.size <= 200 else 10 ** (len(str(scale.size)) - 1)
+    per_pos = scale.width / max(scale.size, 1)
+    step = next(n * m for m in (1, 10, 100, 1000, 10**4, 10**5, 10**6, 10**7, 10**8) for n in (1, 2, 5)
+                if n * m * per_pos >= len(str(scale.size)) + 4)
     line = [" "] * (scale.width + 8)
     for pos in range(0, scale.size + 1, step):
         label = str(pos)
         c = scale.col(pos)
-        if all(ch == " " for ch in line[c: c + len(label) + 1]):
+        if all(ch == " " for ch in line[max(c - 1, 0): c + len(label) + 1]):
             line[c: c + len(label)] = label
     return Text("".join(line).rstrip(), style="grey50")
 
@@ -150,9 +152,9 @@ def timeline(p: Picture, width: int) -> Table:
 LEGEND = (
     (("u", "white on dodger_blue2", "user"), ("a", "black on dark_cyan", "assistant"),
      ("▸", "white on medium_purple", "tool call"), ("✓", "black on green3", "result"),
-     ("◆", "bold white on magenta", "binding (◆ non-regenerable)"), ("●", "white on deep_pink3", "obligation")),
-    (("✗⊘↺", "bold white on red3", "failed, rejected, superseded"), ("○", "bold black on orange1", "still open"),
-     ("▤⇣⚑", "grey30 on grey70", "node, spill, marker")),
+     ("●", "white on deep_pink3", "obligation")),
+    (("✗⊘↺", "bold white on red3", "failed, rejected, superseded"), ("○", "bold black on orange1", "still open")),
+    (("◇◆", "bold white on magenta", "binding (◆ non-regenerable)"), ("▤⇣⚑", "grey30 on grey70", "node, spill, marker")),
 )
 
 
