@@ -220,10 +220,14 @@ OPS: list[tuple[str, str, Callable[[Log], Callable[[], Any]]]] = [
 ]
 
 
+def _short(n: int) -> str:
+    return f"{n / 1_000_000:g}M" if n >= 1_000_000 else f"{n / 1000:g}k"
+
+
 def resume_rows(repeat: int, sizes: list[int]) -> Section:
     """Time every operation at every size, interleaved across sizes."""
     base = sizes[0]
-    growth = [f"{n // 1000:,}k / {base // 1000:,}k" for n in sizes[1:]]
+    growth = [f"{_short(n)} / {_short(base)}" for n in sizes[1:]]
     section = Section(
         "Resume and proofs against log size",
         ("operation", "method", "events", "min", "median", "max", f"growth vs {base:,}"),
