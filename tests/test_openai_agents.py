@@ -15,7 +15,7 @@ from agents.items import ModelResponse  # noqa: E402
 from agents.memory import Session, SessionSettings  # noqa: E402
 from agents.models.interface import Model  # noqa: E402
 from agents.usage import Usage  # noqa: E402
-from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText  # noqa: E402
 
@@ -127,7 +127,7 @@ ops = st.lists(
 
 
 @given(ops)
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=40, deadline=None)
 def test_random_call_sequences_match_sqlite_session(script: list[tuple[str, Any]]) -> None:
     """Any sequence of adds, reads, pops and clears gives SQLiteSession's results at every step."""
 
