@@ -16,6 +16,7 @@ import secrets
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -26,6 +27,21 @@ import psycopg
 ENV_URL = "COMPACTSTORE_TEST_PG_URL"
 #: The system user that runs the server when the tests run as root.
 SERVER_USER = "postgres"
+
+#: Runs beside the tests: once the test process is gone (killed, even with SIGKILL),
+#: stops the server and removes its directory, so no server outlives its run.
+WATCHDOG = """
+import os, shutil, subprocess, sys, time
+pid, root, cmd = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
+while True:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        break
+    time.sleep(1)
+subprocess.run(cmd, capture_output=True, timeout=60)
+shutil.rmtree(root, ignore_errors=True)
+"""
 
 
 def find_bin_dir() -> Path | None:
@@ -70,6 +86,7 @@ class TempServer:
         self.log = self.root / "server.log"
         self.password = secrets.token_hex(16)
         self.port = 0
+        self.watchdog: subprocess.Popen[bytes] | None = None
         self.as_user: list[str] = []
         if os.geteuid() == 0:  # PostgreSQL refuses to run as root
             _ensure_user(SERVER_USER)
@@ -107,10 +124,19 @@ class TempServer:
                 if attempt == 4:
                     raise RuntimeError(f"PostgreSQL did not start:\n{self.log.read_text()[-4000:]}") from None
                 time.sleep(0.2)
+        stop = [*self.as_user, str(self.bin_dir / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "stop"]
+        self.watchdog = subprocess.Popen(
+            [sys.executable, "-c", WATCHDOG, str(os.getpid()), str(self.root), *stop],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True,  # outlives a signal sent to the test run's process group
+        )
         return f"postgresql://postgres:{quote(self.password)}@127.0.0.1:{self.port}/postgres"
 
     def stop(self) -> None:
         """Stop the server (fast shutdown) and remove its directory."""
+        if self.watchdog is not None:
+            self.watchdog.kill()
+            self.watchdog.wait()
         try:
             if (self.data / "postmaster.pid").exists():
                 self._run(str(self.bin_dir / "pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop")
