@@ -25,8 +25,9 @@ For each it reports turns/s (median of the rounds) as a ratio against compactsto
 the same mode, the time to read every turn back (``Session.scan``, ``get_tuple`` with
 its pending writes, ``get_items``, ``repository.get``), and bytes on disk per turn (the
 file with its -wal after the store is closed). One commit per turn costs an fsync, so
-``--quick`` (what ``make bench`` runs) appends 1,000 turns per round in the
-one-per-call modes instead of 10,000; the batched modes always append 10,000.
+``--quick`` (what ``make bench`` runs) appends 500 turns per round in the
+one-per-call modes instead of 10,000 (and 200 instead of 1,000 with full-state
+checkpoints); the batched modes always append 10,000.
 
 Writes benchmarks/results/peers.json.
 """
@@ -443,13 +444,13 @@ def main(argv: list[str] | None = None) -> int:
     """Run every mode, print the table and write benchmarks/results/peers.json."""
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=5, help="timed rounds per row (default 5)")
-    parser.add_argument("--quick", action="store_true", help="1,000 turns in the one-per-call modes, not 10,000")
-    parser.add_argument("--turns", type=int, help="turns in the one-per-call modes (default 10,000; --quick 1,000)")
+    parser.add_argument("--quick", action="store_true", help="500 turns in the one-per-call modes, not 10,000")
+    parser.add_argument("--turns", type=int, help="turns in the one-per-call modes (default 10,000; --quick 500)")
     parser.add_argument("--batch-turns", type=int, default=10_000, help="turns in the batched mode (default 10,000)")
-    parser.add_argument("--state-turns", type=int, help="turns with full-state checkpoints (default 1,000; --quick 300)")
+    parser.add_argument("--state-turns", type=int, help="turns with full-state checkpoints (default 1,000; --quick 200)")
     args = parser.parse_args(argv)
-    one = args.turns or (1_000 if args.quick else 10_000)
-    state = args.state_turns or (300 if args.quick else 1_000)
+    one = args.turns or (500 if args.quick else 10_000)
+    state = args.state_turns or (200 if args.quick else 1_000)
     info = harness.machine()
     harness.print_machine(info, args.repeat)
     section = peer_rows(args.repeat, one, args.batch_turns, state)
