@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 from blake3 import blake3
@@ -283,6 +283,12 @@ def _structure(session: Session, stop: int) -> Structure:
     return build((r.pos, r.event) for r in session.scan(0, stop))
 
 
+def _as_list(field: str, value: object) -> list[Any]:
+    if isinstance(value, str | bytes) or not isinstance(value, Iterable):
+        raise InvalidArgument(field, f"want a list, got {type(value).__name__}")
+    return list(value)
+
+
 def _check_span(start: int, stop: int, size: int) -> None:
     if not isinstance(start, int) or not isinstance(stop, int) or not 0 <= start < stop <= size:
         raise InvalidArgument("span", f"[{start}, {stop}) is not a non-empty span of the session's {size} positions")
@@ -330,7 +336,11 @@ def compact(
     if on_risk not in ("refuse", "preserve", "spill"):
         raise InvalidArgument("on_risk", f'want "refuse", "preserve" or "spill", got {on_risk!r}')
     loss = _loss(loss)
-    keep = list(keep)
+    keep = _as_list("keep", keep)
+    if negative_facts is not AUTO:
+        negative_facts = _as_list("negative_facts", negative_facts)
+    if unresolved is not AUTO:
+        unresolved = _as_list("unresolved", unresolved)
     if summary is not None and not isinstance(summary, str):
         raise InvalidArgument("summary", f"must be str, got {type(summary).__name__}")
 
@@ -397,7 +407,7 @@ def digest(
     unresolved: Iterable[Item | str] | _Auto = AUTO,
 ) -> Node:
     """Append an L2 node over contiguous L1 nodes; see :meth:`Session.digest`."""
-    positions = [n.pos if isinstance(n, Node) else n for n in nodes]
+    positions = [n.pos if isinstance(n, Node) else n for n in _as_list("nodes", nodes)]
     if not positions or not all(isinstance(p, int) for p in positions):
         raise InvalidArgument("nodes", "want one or more L1 nodes (or their positions)")
     children = sorted(
@@ -455,6 +465,8 @@ def spilled(session: Session, handle: str) -> ev.JSON:
     if not isinstance(handle, str) or not handle.startswith(prefix) or not handle[len(prefix):].isdigit():
         raise InvalidArgument("handle", f"want 'spill:<pos>', got {handle!r}")
     pos = int(handle[len(prefix):])
+    if pos >= 2**63:
+        raise InvalidArgument("handle", f"{handle!r} names no position")
     record = session.read(pos)
     spill = record.event
     if not isinstance(spill, ev.Spill):

@@ -331,6 +331,15 @@ _FREE_JSON: dict[type[Event], tuple[str, ...]] = {
     for t in EVENT_TYPES
 }
 
+#: Fields whose default is None, per event type.
+_OPTIONAL: dict[type[Event], tuple[str, ...]] = {
+    t: tuple(
+        f for f, d in zip(t.__struct_fields__, (msgspec.NODEFAULT,) * (len(t.__struct_fields__) - len(t.__struct_defaults__)) + t.__struct_defaults__)
+        if d is None
+    )
+    for t in EVENT_TYPES
+}
+
 _encoder = msgspec.json.Encoder(order="sorted")
 _decoder: msgspec.json.Decoder[Any] = msgspec.json.Decoder(Union[EVENT_TYPES])  # noqa: UP007
 
@@ -357,6 +366,14 @@ def decode(body: bytes) -> Event:
         raise InvalidEvent(_field_of(str(exc)), str(exc)) from exc
     except msgspec.DecodeError as exc:
         raise InvalidEvent("body", str(exc)) from exc
+    except RecursionError as exc:
+        raise InvalidEvent("body", "nested too deeply to decode") from exc
+    # What append() refuses, decoding refuses too: an imported line is held to the same rules.
+    for name in _REQUIRED_TEXT.get(type(event), ()):
+        if not getattr(event, name):
+            raise InvalidEvent(name, "must not be empty")
+    if event.supersedes is not None and event.supersedes < 0:
+        raise InvalidEvent("supersedes", f"must be a position >= 0, got {event.supersedes}")
     return event
 
 
@@ -382,7 +399,7 @@ def canonical(event: Event) -> tuple[Event, bytes]:
         for i, e in enumerate(event.kept):
             if isinstance(e, Excerpt):
                 _check_json(e.value, f"kept[{i}].value", 0)
-    if event.supersedes is not None and event.supersedes < 0:
+    if isinstance(event.supersedes, int) and event.supersedes < 0:
         raise InvalidEvent("supersedes", f"must be a position >= 0, got {event.supersedes}")
     try:
         body = _encoder.encode(event)
@@ -391,9 +408,11 @@ def canonical(event: Event) -> tuple[Event, bytes]:
     if len(body) > MAX_EVENT_BYTES:
         raise InvalidEvent("event", f"encodes to {len(body)} bytes, more than the limit of {MAX_EVENT_BYTES}")
     decoded = decode(body)
-    for name in _REQUIRED_TEXT.get(type(decoded), ()):
-        if not getattr(decoded, name):
-            raise InvalidEvent(name, "must not be empty")
+    # JSON turns NaN and infinities into null: a typed optional field that held one
+    # decodes as None. Refuse it rather than store a body that is not canonical.
+    for name in _OPTIONAL[cls]:
+        if getattr(decoded, name) is None and getattr(event, name) is not None:
+            raise InvalidEvent(name, f"not a valid value: {getattr(event, name)!r}")
     return decoded, body
 
 
@@ -402,6 +421,8 @@ def _check_json(value: object, path: str, depth: int) -> None:
     # store something other than what the caller gave.
     if depth > MAX_DEPTH:
         raise InvalidEvent(path, f"nested deeper than {MAX_DEPTH}")
+    if value is None or type(value) in (str, int, bool):
+        return
     if isinstance(value, float):
         if not math.isfinite(value):
             raise InvalidEvent(path, f"not a finite number: {value!r}")
@@ -413,6 +434,10 @@ def _check_json(value: object, path: str, depth: int) -> None:
     elif isinstance(value, list | tuple):
         for i, v in enumerate(value):
             _check_json(v, f"{path}[{i}]", depth + 1)
+    elif not isinstance(value, str | int):
+        # bytes, sets, datetimes, UUIDs...: msgspec would store a string or list in their
+        # place, so what is read back would not be what was given.
+        raise InvalidEvent(path, f"not a JSON value: {type(value).__name__}")
 
 
 def _field_of(message: str) -> str:

@@ -20,7 +20,10 @@ _KEY_CHECK = b"compactstore/key-check/v1"
 
 def derive_key(key: bytes | str) -> bytes:
     """Return the 32-byte MAC key derived from a caller's key of any length."""
-    raw = key.encode() if isinstance(key, str) else key
+    try:
+        raw = key.encode() if isinstance(key, str) else key
+    except UnicodeEncodeError:
+        raise InvalidArgument("key", "a str key must be valid Unicode text") from None
     if not isinstance(raw, bytes) or not raw:
         raise InvalidArgument("key", "must be non-empty bytes or str")
     return blake3(raw, derive_key_context=_KEY_CONTEXT).digest()
@@ -29,7 +32,10 @@ def derive_key(key: bytes | str) -> bytes:
 def _message(domain: bytes, session: str, size: int, root: bytes, prev: int) -> bytes:
     name = session.encode()
     return b"".join(
-        (domain, len(name).to_bytes(4, "big"), name, size.to_bytes(8, "big"), root, prev.to_bytes(8, "big"))
+        # Signed: equal to unsigned for every real size, and a tampered negative one
+        # still gets a seal (that does not match) instead of an OverflowError.
+        (domain, len(name).to_bytes(4, "big"), name, size.to_bytes(8, "big", signed=True), root,
+         prev.to_bytes(8, "big", signed=True))
     )
 
 

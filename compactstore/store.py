@@ -9,10 +9,11 @@ between appends and re-read only when another writer has moved the session on.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import msgspec
 
@@ -95,8 +96,14 @@ def open(  # noqa: A001 - the public name the API promises
         IntegrityError: the key does not match the store's.
         CompactStoreError: the target is not a compactstore store, or is of a newer schema.
     """
-    store = Store(open_backend(str(target), durable=durable), key=key, clock=clock)
-    store.target = str(target)
+    if isinstance(target, os.PathLike):
+        target = os.fspath(target)
+    if not isinstance(target, str) or not target or "\x00" in target:
+        raise InvalidArgument("target", f"want a non-empty path or postgresql:// URL without NUL, got {target!r}")
+    if key is not None:
+        derive_key(key)  # a bad key is refused before anything is created
+    store = Store(open_backend(target, durable=durable), key=key, clock=clock)
+    store.target = target
     return store
 
 
@@ -105,7 +112,32 @@ def _check_name(name: str) -> str:
         raise InvalidArgument("session", "must be a non-empty str")
     if len(name) > MAX_SESSION_NAME or re.search(r"[\x00-\x1f\x7f]", name):
         raise InvalidArgument("session", f"at most {MAX_SESSION_NAME} characters, no control characters")
+    _utf8("session", name)
     return name
+
+
+def _utf8(field: str, text: str) -> None:
+    try:
+        text.encode()
+    except UnicodeEncodeError as exc:
+        raise InvalidArgument(field, f"not valid Unicode text: {exc.reason} at {exc.start}") from None
+
+
+MAX_POS = 2**63 - 1
+
+
+def _position(field: str, value: object) -> int:
+    """Return ``value`` as a position, or raise InvalidArgument naming ``field``."""
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_POS:
+        raise InvalidArgument(field, f"want an int position in [0, 2**63), got {value!r}")
+    return value
+
+
+def _as_list(field: str, value: object) -> list[Any]:
+    """Return ``value`` as a list; refuse a str (it would be split into characters) or a non-iterable."""
+    if isinstance(value, str | bytes) or not isinstance(value, Iterable):
+        raise InvalidArgument(field, f"want a list, got {type(value).__name__}")
+    return list(value)
 
 
 class Store:
@@ -237,7 +269,9 @@ class Session:
             InvalidEvent: naming the event's index and field; nothing is written.
             ConflictError: an idempotency key was already used for a different event.
         """
-        events = list(events)
+        events = _as_list("events", events)
+        if idempotency_keys is not None:
+            idempotency_keys = _as_list("idempotency_keys", idempotency_keys)
         if idempotency_keys is not None and len(idempotency_keys) != len(events):
             raise InvalidArgument("idempotency_keys", f"{len(idempotency_keys)} keys for {len(events)} events")
         if idempotency_keys is not None:
@@ -394,7 +428,7 @@ class Session:
 
     def oblige(self, name: str, needs: Sequence[str] = ()) -> Record:
         """Open obligation ``name``, which will need the bindings ``needs``."""
-        return self.append(ev.Obligation(name=name, needs=list(needs)))
+        return self.append(ev.Obligation(name=name, needs=_as_list("needs", needs)))
 
     def fulfil(self, name: str) -> Record:
         """Close obligation ``name``.
@@ -523,6 +557,8 @@ class Session:
         Raises:
             IntegrityError: the raw events up to the checkpoint do not verify.
         """
+        if not isinstance(marker, Marker):
+            _position("marker", marker)
         return resolver.resume(self, marker)
 
     def artifact(self, node: Node | int) -> Artifact:
@@ -531,6 +567,8 @@ class Session:
 
     def lookup(self, name: str) -> ev.JSON | None:
         """Return a literal's exact value from the log (a binding key, or ``pos:path``), or None."""
+        if not isinstance(name, str):
+            raise InvalidArgument("name", f"want a binding key or 'pos:path', got {type(name).__name__}")
         return resolver.lookup(self, name)
 
     def reconstruct(
@@ -573,6 +611,7 @@ class Session:
         Raises:
             InvalidArgument: no event at ``pos``.
         """
+        _position("pos", pos)
         sid = self._sid()
         row = self.store.backend.row(sid, pos) if sid is not None else None
         if row is None:
@@ -581,6 +620,9 @@ class Session:
 
     def scan(self, start: int = 0, stop: int | None = None) -> Iterator[Record]:
         """Yield the records at positions ``[start, stop)`` in order, streaming."""
+        _position("start", start)
+        if stop is not None:
+            _position("stop", stop)
         sid = self._sid()
         if sid is None:
             return

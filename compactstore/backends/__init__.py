@@ -142,6 +142,10 @@ class Backend(Protocol):
         """Return up to ``limit`` stored heads with ``size > after``, by size."""
         ...
 
+    def integrity(self) -> list[str]:
+        """Return what the database's own consistency check finds wrong (empty when none)."""
+        ...
+
     def redactions(self, session_id: int) -> dict[int, int]:
         """Return the session's redacted positions, each with the position of its redaction event."""
         ...

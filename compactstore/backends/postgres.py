@@ -317,6 +317,10 @@ class PostgresBackend:
         )
         return [HeadRow(*r) for r in got]
 
+    def integrity(self) -> list[str]:
+        """Return nothing: PostgreSQL checks its own pages and indexes (data checksums, amcheck)."""
+        return []
+
     def redactions(self, session_id: int) -> dict[int, int]:
         got = self._all("SELECT pos, by FROM redactions WHERE session_id = %s", (session_id,))
         return {int(p): int(b) for p, b in got}

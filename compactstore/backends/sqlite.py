@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import sqlite_utils
 
-from ..errors import CompactStoreError, IntegrityError
+from ..errors import CompactStoreError, ConflictError, IntegrityError
 from . import SCHEMA_VERSION, HeadRow, Row
 
 if TYPE_CHECKING:
@@ -92,10 +92,12 @@ class SQLiteBackend:
         """
         self._lock = threading.RLock()
         try:
-            self._conn = sqlite3.connect(
+            self._conn = conn = sqlite3.connect(
                 path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000
             )
-            conn = self._conn
+        except sqlite3.Error as exc:
+            raise _error(exc, f"open {path!r}") from exc
+        try:
             conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
             if path != ":memory:":
                 conn.execute("PRAGMA journal_mode = WAL")
@@ -103,8 +105,9 @@ class SQLiteBackend:
             with self._write():
                 if not conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'meta'").fetchone():
                     _schema(sqlite_utils.Database(conn, execute_plugins=False))
-        except sqlite3.DatabaseError as exc:
-            raise CompactStoreError(f"cannot open SQLite store {path!r}: {exc}") from exc
+        except (sqlite3.Error, UnicodeDecodeError) as exc:
+            conn.close()
+            raise _error(exc, f"open {path!r} as a compactstore store") from exc
 
     def close(self) -> None:
         self._conn.close()
@@ -115,25 +118,40 @@ class SQLiteBackend:
         conn.execute("BEGIN IMMEDIATE")
         try:
             yield conn
+            conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            if conn.in_transaction:
+                try:
+                    conn.execute("ROLLBACK")
+                except sqlite3.Error:
+                    pass  # SQLite rolled back already (a full disk does that); nothing was committed
             raise
-        conn.execute("COMMIT")
 
     def _all(self, sql: str, args: Sequence[object] = ()) -> list[Any]:
-        with self._lock:
-            return self._conn.execute(sql, args).fetchall()
+        try:
+            with self._lock:
+                return self._conn.execute(sql, args).fetchall()
+        except (sqlite3.Error, UnicodeDecodeError) as exc:
+            raise _error(exc, "read") from exc
+
+    def integrity(self) -> list[str]:
+        """Return what SQLite's own integrity check finds wrong in the file (indexes included)."""
+        got = [str(r[0]) for r in self._all("PRAGMA integrity_check")]
+        return [] if got == ["ok"] else [f"SQLite integrity check: {g}" for g in got]
 
     def meta(self) -> dict[str, str]:
         return {str(n): str(v) for n, v in self._all("SELECT name, value FROM meta")}
 
     def init_meta(self, values: dict[str, str]) -> dict[str, str]:
-        with self._lock, self._write() as conn:
-            if not conn.execute("SELECT 1 FROM meta LIMIT 1").fetchone():
-                conn.executemany(
-                    "INSERT INTO meta (name, value) VALUES (?, ?)",
-                    [("schema_version", SCHEMA_VERSION), *values.items()],
-                )
+        try:
+            with self._lock, self._write() as conn:
+                if not conn.execute("SELECT 1 FROM meta LIMIT 1").fetchone():
+                    conn.executemany(
+                        "INSERT INTO meta (name, value) VALUES (?, ?)",
+                        [("schema_version", SCHEMA_VERSION), *values.items()],
+                    )
+        except (sqlite3.Error, UnicodeDecodeError) as exc:
+            raise _error(exc, "read the meta table") from exc
         return self.meta()
 
     def sessions(self) -> list[tuple[int, str]]:
@@ -145,14 +163,17 @@ class SQLiteBackend:
 
     @contextmanager
     def writer(self, name: str) -> Iterator[_SQLiteWriter]:
-        with self._lock, self._write() as conn:
-            got = conn.execute("SELECT id FROM sessions WHERE name = ?", (name,)).fetchone()
-            if got is None:
-                sid = conn.execute("INSERT INTO sessions (name) VALUES (?)", (name,)).lastrowid
-                assert sid is not None
-            else:
-                sid = got[0]
-            yield _SQLiteWriter(conn, sid)
+        try:
+            with self._lock, self._write() as conn:
+                got = conn.execute("SELECT id FROM sessions WHERE name = ?", (name,)).fetchone()
+                if got is None:
+                    sid = conn.execute("INSERT INTO sessions (name) VALUES (?)", (name,)).lastrowid
+                    assert sid is not None
+                else:
+                    sid = got[0]
+                yield _SQLiteWriter(conn, sid)
+        except (sqlite3.Error, UnicodeDecodeError) as exc:
+            raise _error(exc, f"append to session {name!r}") from exc
 
     def row(self, session_id: int, pos: int) -> Row | None:
         got = self._all(
@@ -182,8 +203,11 @@ class SQLiteBackend:
         return HeadRow(*got[0]) if got else None
 
     def hashes(self, session_id: int, coords: Sequence[tuple[int, int]]) -> list[bytes]:
-        with self._lock:
-            return _hashes(self._conn, session_id, coords)
+        try:
+            with self._lock:
+                return _hashes(self._conn, session_id, coords)
+        except sqlite3.Error as exc:
+            raise _error(exc, "read subtree roots") from exc
 
     def node_range(self, session_id: int, level: int, lo: int, hi: int) -> list[tuple[int, bytes]]:
         return self._all(
@@ -218,6 +242,19 @@ class SQLiteBackend:
     def seq_bounds(self) -> tuple[int, int, int]:
         n, lo, hi = self._all("SELECT count(*), coalesce(min(seq), 0), coalesce(max(seq), 0) FROM events")[0]
         return int(n), int(lo), int(hi)
+
+
+def _error(exc: BaseException, doing: str) -> CompactStoreError:
+    """Return the compactstore error for a driver error raised while ``doing``."""
+    text = str(exc)
+    if "locked" in text or "busy" in text:
+        return ConflictError(f"SQLite: {doing}: {text} (another connection held the lock past the busy timeout)")
+    hint = None
+    if "full" in text:
+        hint = "free disk space; nothing of the failed write was kept, and everything acknowledged before is intact"
+    elif "readonly" in text or "read-only" in text:
+        hint = "the file or its folder is not writable; reads still work"
+    return CompactStoreError(f"SQLite: {doing}: {type(exc).__name__}: {text}", hint=hint)
 
 
 def _hashes(conn: sqlite3.Connection, session_id: int, coords: Sequence[tuple[int, int]]) -> list[bytes]:

@@ -7,8 +7,7 @@ store byte-for-byte as it was: the database file and its WAL are compared before
 after. The property tests run a few hundred inputs per entry point by default and
 thousands with ``--slow``.
 
-Inputs that break these rules today are pinned by strict-xfail tests at the end, and
-kept out of the property tests' strategies so that a *new* failure stands out.
+Inputs that once broke these rules have tests of their own at the end.
 """
 
 from __future__ import annotations
@@ -406,7 +405,7 @@ def test_decode_of_any_bytes(request: pytest.FixtureRequest) -> None:
         ("mark_raw bool", lambda s: s.mark_raw(True), None),
         ("resume type", lambda s: s.resume("x"), "marker"),  # type: ignore[arg-type]
         ("resume not a marker", lambda s: s.resume(0), "marker"),
-        ("resume negative", lambda s: s.resume(-1), "pos"),
+        ("resume negative", lambda s: s.resume(-1), "marker"),
         ("spilled handle", lambda s: s.spilled("../../etc/passwd"), "handle"),
         ("head size", lambda s: s.head(10**6), "size"),
     ],
@@ -461,18 +460,15 @@ def test_an_event_over_the_size_limit_is_refused(target: Target) -> None:
     target.refused(lambda: target.s.append(cs.Turn("u", chunk * 10)), field="event")
 
 
-# --- inputs that break the rules today ------------------------------------------------
+# --- inputs that once broke the rules ------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="_check_json lets msgspec encode bytes (base64), sets, datetimes, "
-                   "Decimals and UUIDs: the store keeps something other than what was given")
 @pytest.mark.parametrize("value", [b"\x00\xff", {1, 2}, frozenset({"a"})], ids=["bytes", "set", "frozenset"])
 def test_non_json_values_are_refused(target: Target, value: object) -> None:
     """A value JSON cannot hold as given is refused by name, like NaN is."""
     target.refused(lambda: target.s.append(cs.ToolCall("c", "n", {"v": value})), field="args.v")
 
 
-@pytest.mark.xfail(strict=True, reason="oblige() and extend() take any Sequence: a str is split into characters")
 @pytest.mark.parametrize("which", ["needs", "idempotency_keys"])
 def test_a_string_is_not_taken_for_a_list(target: Target, which: str) -> None:
     """oblige(needs="rollback") must not record needs ['r','o','l','l','b','a','c','k']."""
@@ -483,7 +479,6 @@ def test_a_string_is_not_taken_for_a_list(target: Target, which: str) -> None:
                        field="idempotency_keys")
 
 
-@pytest.mark.xfail(strict=True, raises=TypeError, reason="iterable arguments are passed to list()/for unchecked")
 @pytest.mark.parametrize("call", [
     lambda s: s.extend(None),
     lambda s: s.oblige("o", needs=None),
@@ -498,19 +493,18 @@ def test_non_iterables_get_a_typed_error(target: Target, call: Callable[[cs.Sess
     target.refused(lambda: call(target.s))
 
 
-@pytest.mark.xfail(strict=True, raises=OverflowError, reason="positions beyond 64 bits reach sqlite3 unchecked")
-@pytest.mark.parametrize("call", [
-    lambda s: s.read(2**64),
-    lambda s: s.resume(2**64),
-    lambda s: s.spilled("spill:" + "9" * 30),
+@pytest.mark.parametrize(("call", "field"), [
+    (lambda s: s.read(2**64), "pos"),
+    (lambda s: s.resume(2**64), "marker"),
+    (lambda s: s.spilled("spill:" + "9" * 30), "handle"),
 ], ids=["read", "resume", "spilled"])
-def test_positions_beyond_64_bits_get_a_typed_error(target: Target, call: Callable[[cs.Session], object]) -> None:
-    """read/resume/spilled of a position past 2**63: InvalidArgument('pos'), not OverflowError."""
-    target.refused(lambda: call(target.s), field="pos")
+def test_positions_beyond_64_bits_get_a_typed_error(
+    target: Target, call: Callable[[cs.Session], object], field: str
+) -> None:
+    """read/resume/spilled of a position past 2**63: InvalidArgument naming it, not OverflowError."""
+    target.refused(lambda: call(target.s), field=field)
 
 
-@pytest.mark.xfail(strict=True, raises=UnicodeEncodeError, reason="_check_name accepts lone surrogates; "
-                   "seal.derive_key encodes str keys unchecked")
 @pytest.mark.parametrize("where", ["session", "key"])
 def test_lone_surrogates_get_a_typed_error(target: Target, tmp_path: Path, where: str) -> None:
     """A session name or key with a lone surrogate: InvalidArgument, not UnicodeEncodeError; no file created."""
@@ -523,7 +517,6 @@ def test_lone_surrogates_get_a_typed_error(target: Target, tmp_path: Path, where
         assert not path.exists()
 
 
-@pytest.mark.xfail(strict=True, reason="cs.open() str()s any target, and opens the backend before checking the key")
 @pytest.mark.parametrize("case", ["none", "bytes", "int", "bad-key", "nul"])
 def test_a_bad_target_or_key_creates_no_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case: str) -> None:
     """cs.open(None), cs.open(b"x"), cs.open(5), a bad key, a NUL in the path: typed error, no file created."""
@@ -540,14 +533,12 @@ def test_a_bad_target_or_key_creates_no_file(tmp_path: Path, monkeypatch: pytest
     assert created == []
 
 
-@pytest.mark.xfail(strict=True, raises=RecursionError, reason="msgspec's recursion limit surfaces as RecursionError")
 def test_decode_of_deeply_nested_bytes_is_typed() -> None:
     """events.decode of a body nested 100,000 deep raises InvalidEvent, not RecursionError."""
     with pytest.raises(cs.InvalidEvent):
         ev.decode(b'{"kind":"turn","role":"u","content":"x","meta":{"a":' + b"[" * 100_000 + b"]" * 100_000 + b"}}")
 
 
-@pytest.mark.xfail(strict=True, reason="decode() accepts what canonical() refuses (empty role, negative supersedes)")
 @pytest.mark.parametrize("body", [b'{"kind":"turn","role":"","content":"x"}',
                                   b'{"kind":"turn","role":"u","content":"x","supersedes":-5}'],
                          ids=["empty-role", "negative-supersedes"])
@@ -557,8 +548,6 @@ def test_decode_refuses_what_append_refuses(body: bytes) -> None:
         ev.decode(body)
 
 
-@pytest.mark.xfail(strict=True, reason="canonical() walks only free-form fields for NaN; NaN in an optional typed "
-                   "field encodes as null, and the non-canonical body is stored")
 @pytest.mark.parametrize("event", [
     cs.Turn("u", "x", status=float("nan")),  # type: ignore[arg-type]
     cs.Turn("u", "x", name=float("inf")),  # type: ignore[arg-type]

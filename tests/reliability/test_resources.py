@@ -82,7 +82,6 @@ def test_a_full_disk_loses_nothing_acknowledged(tmpfs: Tmpfs) -> None:
         assert st.verify().ok
 
 
-@pytest.mark.xfail(strict=True, reason="sqlite3.OperationalError('database or disk is full') leaks from append")
 def test_a_full_disk_gives_a_typed_error(tmpfs: Tmpfs) -> None:
     """The append that finds the disk full raises a CompactStoreError saying so."""
     with cs.open(str(tmpfs.where / "s.db"), durable=True) as st:
@@ -183,7 +182,6 @@ def test_a_locked_database_loses_nothing(tmp_path: Path) -> None:
     _check_lock_outcome(path, lines)
 
 
-@pytest.mark.xfail(strict=True, reason="sqlite3.OperationalError('database is locked') leaks from append")
 def test_a_locked_database_gives_a_typed_error(tmp_path: Path) -> None:
     """The append that times out on the lock raises a CompactStoreError (ConflictError, like PostgreSQL's)."""
     lines = _locked_append(tmp_path / "s.db", "300")

@@ -6,8 +6,7 @@ hash and unkeyed seal recomputed, rows deleted, duplicated and swapped, events s
 out or swapped, rows injected outside the tree, meta rewritten, file bytes flipped.
 Each must make ``cs.open`` raise a ``CompactStoreError`` or ``verify()`` report it.
 
-The gaps found are pinned by the strict-xfail tests below; the campaign filters them
-out so that any *new* miss fails it.
+Every gap the campaign found has a test of its own below; any miss fails the campaign.
 """
 
 from __future__ import annotations
@@ -23,22 +22,10 @@ import tamper_harness as th
 import compactstore as cs
 from compactstore import merkle
 
-#: Misses and untyped errors that the xfail tests below pin down.
-KNOWN_MISSES = [
-    r"^inject event at ",  # test_an_event_at_a_negative_position_is_reported
-    r"^inject head of size (0|-\d+) ",  # test_a_head_of_size_zero_or_less_is_reported
-    r"^row duplicate heads .* with size = (0|-\d+)$",  # same
-    r"^meta set hash2$",  # test_an_unknown_meta_entry_is_reported
-    r"^row duplicate meta .* with name = ",  # same
-    r"^file byte \d+ flipped$",  # test_a_table_row_edited_behind_its_index_is_reported
-]
-KNOWN_UNTYPED = [
-    r"ValueError: negative shift count",  # test_a_negative_subtree_level_is_reported_not_raised
-    r"OverflowError: can't convert negative int",  # test_a_negative_head_field_is_reported_not_raised
-    r"DatabaseError: database disk image is malformed",  # test_a_corrupt_page_gives_a_typed_error
-    r"DatabaseError: file is not a database",  # same
-    r"UnicodeDecodeError",  # test_a_damaged_text_cell_gives_a_typed_error
-]
+#: Misses and untyped errors known and accepted: none. Each gap the campaign found has a
+#: test of its own below, which now passes.
+KNOWN_MISSES: list[str] = []
+KNOWN_UNTYPED: list[str] = []
 
 
 def _unexplained(items: list[str], known: list[str]) -> list[str]:
@@ -175,7 +162,7 @@ def test_the_order_of_commits_across_sessions_is_outside_the_hashes(stores: dict
     assert th.detect(work, th.KEY) == "missed"
 
 
-# --- gaps found by the campaign, pinned ------------------------------------------------
+# --- gaps the campaign found, each checked on its own ------------------------------------------------
 
 
 def _mutated(stores: dict[str, Path], tmp_path: Path, sql: str, args: tuple[object, ...] = ()) -> Path:
@@ -187,8 +174,6 @@ def _mutated(stores: dict[str, Path], tmp_path: Path, sql: str, args: tuple[obje
     return work
 
 
-@pytest.mark.xfail(strict=True, reason="verify() reads positions >= 0 only and never compares the row count; "
-                   "read(-1) serves the injected event")
 def test_an_event_at_a_negative_position_is_reported(stores: dict[str, Path], tmp_path: Path) -> None:
     """An event row inserted at position -1 of a session (next seq, any body) is reported."""
     work = _mutated(stores, tmp_path,
@@ -200,7 +185,6 @@ def test_an_event_at_a_negative_position_is_reported(stores: dict[str, Path], tm
             st.session("agent-a").read(-1)
 
 
-@pytest.mark.xfail(strict=True, reason="verify() streams heads with size > 0 only")
 @pytest.mark.parametrize("size", [0, -1])
 def test_a_head_of_size_zero_or_less_is_reported(stores: dict[str, Path], tmp_path: Path, size: int) -> None:
     """A head row of size 0 or less (a copy of a genuine one) is reported."""
@@ -209,14 +193,12 @@ def test_a_head_of_size_zero_or_less_is_reported(stores: dict[str, Path], tmp_pa
     assert th.detect(work, th.KEY) == "verify"
 
 
-@pytest.mark.xfail(strict=True, reason="verify() checks only the meta names it knows")
 def test_an_unknown_meta_entry_is_reported(stores: dict[str, Path], tmp_path: Path) -> None:
     """A meta row the library does not know (an attacker's flag for a later version) is reported."""
     work = _mutated(stores, tmp_path, "INSERT INTO meta VALUES ('redaction_policy', 'off')")
     assert th.detect(work, th.KEY) in ("open", "verify")
 
 
-@pytest.mark.xfail(strict=True, raises=ValueError, reason="verify(): size >> level with a negative stored level")
 def test_a_negative_subtree_level_is_reported_not_raised(stores: dict[str, Path], tmp_path: Path) -> None:
     """A subtree row at level -1 is a problem in the report, not a ValueError out of verify()."""
     work = _mutated(stores, tmp_path, "INSERT INTO nodes VALUES (1, -1, 0, zeroblob(32))")
@@ -224,7 +206,6 @@ def test_a_negative_subtree_level_is_reported_not_raised(stores: dict[str, Path]
         assert not st.verify().ok
 
 
-@pytest.mark.xfail(strict=True, raises=OverflowError, reason="seal(): prev.to_bytes(8) of a negative stored prev")
 def test_a_negative_head_field_is_reported_not_raised(stores: dict[str, Path], tmp_path: Path) -> None:
     """A head whose prev is negative is a problem in the report, not an OverflowError out of verify()."""
     work = _mutated(stores, tmp_path, "UPDATE heads SET prev = -1 WHERE session_id = 1 AND size = 1")
@@ -232,8 +213,6 @@ def test_a_negative_head_field_is_reported_not_raised(stores: dict[str, Path], t
         assert not st.verify().ok
 
 
-@pytest.mark.xfail(strict=True, raises=sqlite3.DatabaseError,
-                   reason="SQLite read errors after open are not wrapped in CompactStoreError")
 def test_a_corrupt_page_gives_a_typed_error(stores: dict[str, Path], tmp_path: Path) -> None:
     """A damaged events page makes verify() raise a CompactStoreError (or report it), not sqlite3.DatabaseError."""
     work = tmp_path / "w.db"
@@ -256,8 +235,6 @@ def test_a_corrupt_page_gives_a_typed_error(stores: dict[str, Path], tmp_path: P
             pass
 
 
-@pytest.mark.xfail(strict=True, raises=(sqlite3.DatabaseError, UnicodeDecodeError),
-                   reason="Store._check_meta reads meta outside the try that wraps sqlite3 errors")
 def test_a_damaged_text_cell_gives_a_typed_error(stores: dict[str, Path], tmp_path: Path) -> None:
     """A byte of a stored text value (meta's hash name) turned into invalid UTF-8: cs.open raises a CompactStoreError."""
     work = tmp_path / "w.db"
@@ -269,8 +246,6 @@ def test_a_damaged_text_cell_gives_a_typed_error(stores: dict[str, Path], tmp_pa
         cs.open(str(work), key=th.KEY).close()
 
 
-@pytest.mark.xfail(strict=True, reason="verify() reads through SQLite's indexes and runs no integrity check: "
-                   "a table row edited behind its index is never seen")
 def test_a_table_row_edited_behind_its_index_is_reported(stores: dict[str, Path], tmp_path: Path) -> None:
     """A session renamed in the table's page of the file but not in its index: compactstore keeps reading the
     old name through the index while a plain table scan (sqlite-utils, Datasette) shows the new one."""
@@ -302,7 +277,6 @@ def _fds_to(path: Path) -> int:
     return n
 
 
-@pytest.mark.xfail(strict=True, reason="SQLiteBackend.__init__ does not close its connection when opening fails")
 def test_a_failed_open_closes_its_connection(tmp_path: Path) -> None:
     """Opening a file that is not a store raises CompactStoreError and leaves no file descriptor open."""
     import gc
