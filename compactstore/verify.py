@@ -278,9 +278,9 @@ def _verify_session(
     if size and prev != size:
         found.add(name, "heads", prev, f"latest head is at size {prev}, but the log has {size} events")
     for level, n in backend.node_counts(sid).items():
-        want = size >> level if level >= 1 and merkle.is_stored(level) else 0
-        if n != want:
-            found.add(name, "nodes", None, f"{n} subtrees stored at level {level}, want {want}")
+        expected = size >> level if level >= 1 and merkle.is_stored(level) else 0
+        if n != expected:
+            found.add(name, "nodes", None, f"{n} subtrees stored at level {level}, want {expected}")
 
 
 def _check_body(

@@ -21,9 +21,9 @@ Tables (the same in every backend):
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
-from typing import NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 SCHEMA_VERSION = "1"
 
@@ -157,6 +157,24 @@ class Backend(Protocol):
     def seq_bounds(self) -> tuple[int, int, int]:
         """Return ``(count, min, max)`` of event sequence numbers."""
         ...
+
+
+def keyset(
+    fetch: Callable[[int, int, int], Sequence[tuple[Any, ...]]], start: int, stop: int | None, chunk: int
+) -> Iterator[Row]:
+    """Yield rows ``start <= pos < stop`` page by page: ``fetch(start, end, limit)`` returns one page.
+
+    Each page starts after the last position of the one before, so a page costs one
+    index range scan however far into the log it is.
+    """
+    end = stop if stop is not None else 1 << 62
+    while start < end:
+        got = fetch(start, end, chunk)
+        for r in got:
+            yield Row(*r)
+        if len(got) < chunk:
+            return
+        start = int(got[-1][2]) + 1
 
 
 def open_backend(target: str, *, durable: bool) -> Backend:

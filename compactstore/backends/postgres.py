@@ -26,7 +26,7 @@ from psycopg import errors as pgerr
 from psycopg_pool import ConnectionPool
 
 from ..errors import CompactStoreError, ConflictError, IntegrityError, InvalidEvent
-from . import SCHEMA_VERSION, HeadRow, Row
+from . import SCHEMA_VERSION, HeadRow, Row, keyset
 
 if TYPE_CHECKING:
     from . import Backend
@@ -278,17 +278,8 @@ class PostgresBackend:
         return Row(*got[0]) if got else None
 
     def rows(self, session_id: int, start: int, stop: int | None, chunk: int) -> Iterator[Row]:
-        end = stop if stop is not None else 1 << 62
-        while start < end:
-            got = self._all(
-                f"SELECT {_ROW} FROM events WHERE session_id = %s AND pos >= %s AND pos < %s ORDER BY pos LIMIT %s",
-                (session_id, start, end, chunk),
-            )
-            for r in got:
-                yield Row(*r)
-            if len(got) < chunk:
-                return
-            start = int(got[-1][2]) + 1
+        sql = f"SELECT {_ROW} FROM events WHERE session_id = %s AND pos >= %s AND pos < %s ORDER BY pos LIMIT %s"
+        return keyset(lambda a, b, n: self._all(sql, (session_id, a, b, n)), start, stop, chunk)
 
     def head(self, session_id: int) -> HeadRow | None:
         got = self._all(

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import sqlite_utils
 
 from ..errors import CompactStoreError, ConflictError, IntegrityError
-from . import SCHEMA_VERSION, HeadRow, Row
+from . import SCHEMA_VERSION, HeadRow, Row, keyset
 
 if TYPE_CHECKING:
     from . import Backend
@@ -183,18 +183,11 @@ class SQLiteBackend:
         return Row(*got[0]) if got else None
 
     def rows(self, session_id: int, start: int, stop: int | None, chunk: int) -> Iterator[Row]:
-        end = stop if stop is not None else 1 << 62
-        while start < end:
-            got = self._all(
-                "SELECT seq, session_id, pos, kind, idem_key, leaf, body FROM events "
-                "WHERE session_id = ? AND pos >= ? AND pos < ? ORDER BY pos LIMIT ?",
-                (session_id, start, end, chunk),
-            )
-            for r in got:
-                yield Row(*r)
-            if len(got) < chunk:
-                return
-            start = int(got[-1][2]) + 1
+        sql = (
+            "SELECT seq, session_id, pos, kind, idem_key, leaf, body FROM events "
+            "WHERE session_id = ? AND pos >= ? AND pos < ? ORDER BY pos LIMIT ?"
+        )
+        return keyset(lambda a, b, n: self._all(sql, (session_id, a, b, n)), start, stop, chunk)
 
     def head(self, session_id: int) -> HeadRow | None:
         got = self._all(
