@@ -428,7 +428,12 @@ def digest(
     def build_events(size: int) -> list[tuple[ev.Event, str | None]]:
         s = _structure(session, size)
         _overlap(s, 2, start, stop)
-        carried = sorted({f for c in children for f in c.negative_facts}, key=lambda f: f.pos)
+        # The children's facts, and what became negative inside the span after they were
+        # written (an event of the first child superseded by one of the last).
+        carried = sorted(
+            {f.pos: f for f in [*s.negatives_in(start, stop), *(f for c in children for f in c.negative_facts)]}.values(),
+            key=lambda f: f.pos,
+        )
         still_open = sorted(
             {i for c in children for i in c.unresolved if not s.resolved_before(i, stop)},
             key=lambda i: (i.pos, i.kind, i.id),

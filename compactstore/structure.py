@@ -89,10 +89,12 @@ class Structure:
             self.cause[pos] = pos
         elif not derived:
             self._texts[pos] = text_of(event)
-        if event.supersedes is not None and event.supersedes not in self.negatives:
-            old = self._texts.pop(event.supersedes, "")
-            self.negatives[event.supersedes] = ev.Fact(event.supersedes, "superseded", old)
-            self.cause[event.supersedes] = pos
+        if event.supersedes is not None:
+            self._supersede(event.supersedes, pos)
+        if isinstance(event, ev.Binding) and event.key in self.bindings:
+            # Re-binding a key supersedes its earlier value: a summary that keeps the old
+            # value must also say it is no longer current.
+            self._supersede(self.bindings[event.key][-1][0], pos)
         kind = event.kind
         if kind in _OPENS:
             self.opened.setdefault((_OPENS[kind], _item_id(event)), []).append(pos)
@@ -107,6 +109,11 @@ class Structure:
             self.nodes[pos] = event
         for key in event.uses or ():
             self.needs.append((pos, key, f"{kind} uses it"))
+
+    def _supersede(self, old: int, by: int) -> None:
+        if old not in self.negatives:
+            self.negatives[old] = ev.Fact(old, "superseded", self._texts.pop(old, ""))
+            self.cause[old] = by
 
     def negatives_in(self, start: int, stop: int) -> list[ev.Fact]:
         """Return the negative facts at positions ``[start, stop)`` known by ``stop``, by position.

@@ -260,3 +260,29 @@ def test_audit_spares_kept_spilled_and_rebound_bindings(store: cs.Store) -> None
     s.bind("path", "/srv/app")  # re-bound raw, outside any compacted span
     s.append(cs.Turn("user", "use them", uses=["commit", "path"]))
     assert s.audit() == []
+
+
+def test_l2_retains_what_became_negative_after_its_children_were_written(store: cs.Store) -> None:
+    """An event of the first L1 superseded inside the second L1's span is a negative fact of the L2."""
+    s = store.session("s")
+    s.append(cs.Turn("assistant", "Plan A"))  # 0
+    s.append(cs.Turn("user", "go"))  # 1
+    a = s.compact(0, 2)
+    s.append(cs.Turn("assistant", "Plan B", supersedes=0))  # 3
+    b = s.compact(2, 4)  # from the first node's own event on: contiguous with it
+    top = s.digest([a, b])
+    assert [(f.pos, f.status) for f in top.negative_facts] == [(0, "superseded")]
+    assert s.resume(s.mark(top)).mode == "certified"
+
+
+def test_rebinding_a_key_supersedes_its_earlier_value(store: cs.Store) -> None:
+    """A summary that keeps an old binding value must also retain that it was superseded."""
+    s = store.session("s")
+    s.bind("target", "prod-1")  # 0
+    s.bind("target", "prod-2", regenerable=True, how="ask the deploy tool")  # 1
+    s.oblige("deploy", needs=["target"])  # 2
+    node = s.compact(0, 2, keep=[(0, "value")], negative_facts=[])
+    with pytest.raises(cs.MarkerInvalid) as info:
+        s.mark(node)
+    assert [(v.condition, v.pos) for v in info.value.violations] == [("negative_facts", 0)]  # type: ignore[attr-defined]
+    assert [(f.pos, f.status) for f in s.compact(2, 3).negative_facts] == []
