@@ -38,8 +38,32 @@ Span = tuple[int, int]
 """Positions ``[start, stop)``."""
 
 
+_B3_LEAF = blake3(LEAF_PREFIX)
+#: Up to this size a leaf is hashed from a copy of a hasher that has absorbed the prefix;
+#: above it, concatenating is cheaper than the extra call.
+_PREABSORB_MAX = 4096
+
+
 def _b3_leaf(entry: bytes) -> bytes:
+    if len(entry) <= _PREABSORB_MAX:
+        h = _B3_LEAF.copy()
+        h.update(entry)
+        return h.digest()
     return blake3(LEAF_PREFIX + entry).digest()
+
+
+def _b3_leaves(entries: Iterable[bytes]) -> list[bytes]:
+    # The loop of _b3_leaf inlined: one Python frame for all leaves, not one per leaf.
+    out: list[bytes] = []
+    append, copy, b3 = out.append, _B3_LEAF.copy, blake3
+    for e in entries:
+        if len(e) <= _PREABSORB_MAX:
+            h = copy()
+            h.update(e)
+            append(h.digest())
+        else:
+            append(b3(LEAF_PREFIX + e).digest())
+    return out
 
 
 def _b3_node(left: bytes, right: bytes) -> bytes:
@@ -207,11 +231,13 @@ def spans_root(
 
 def _levels(entries: Sequence[bytes], algo: str) -> list[list[bytes]]:
     # Complete subtrees only, level by level: levels[l][i] is the root of (l, i).
-    leaf, node, _ = _hasher(algo)
-    level = [leaf(e) for e in entries]
+    _hasher(algo)
+    level = _leaves(entries, algo)
     levels = [level]
     while len(level) > 1:
-        level = [node(level[i], level[i + 1]) for i in range(0, len(level) - 1, 2)]
+        level = _pair(level, algo)
+        if len(levels[-1]) & 1:
+            level.pop()  # complete subtrees only: drop the carried odd node
         levels.append(level)
     return levels
 
@@ -225,25 +251,43 @@ def _lookup(levels: list[list[bytes]], coords: Iterable[Coord]) -> dict[Coord, b
     return {(lv, i): levels[lv][i] for lv, i in coords}
 
 
+def _leaves(entries: Iterable[bytes], algo: str) -> list[bytes]:
+    if algo == "blake3":
+        return _b3_leaves(entries)
+    leaf = _hasher(algo)[0]
+    return [leaf(e) for e in entries]
+
+
+def _pair(level: list[bytes], algo: str) -> list[bytes]:
+    """Return the next level up: neighbours paired, an odd last node carried up unchanged."""
+    n = len(level)
+    if algo == "blake3":
+        b3, join, prefix = blake3, b"".join, NODE_PREFIX
+        paired = [b3(join((prefix, a, b))).digest() for a, b in zip(level[0 : n - 1 : 2], level[1::2])]
+    else:
+        node = _hasher(algo)[1]
+        paired = [node(a, b) for a, b in zip(level[0 : n - 1 : 2], level[1::2])]
+    if n & 1:
+        paired.append(level[-1])
+    return paired
+
+
 def tree_root(entries: Sequence[bytes], algo: str = "blake3") -> bytes:
     """Return the RFC 9162 Merkle Tree Hash of ``entries``."""
-    leaf = _hasher(algo)[0]
-    return root_of_leaves([leaf(e) for e in entries], algo)
+    _hasher(algo)
+    return root_of_leaves(_leaves(entries, algo), algo)
 
 
 def root_of_leaves(leaves: Sequence[bytes], algo: str = "blake3") -> bytes:
     """Return the RFC 9162 root over leaf hashes (not entries)."""
-    _, node, empty = _hasher(algo)
+    empty = _hasher(algo)[2]
     level = list(leaves)
     if not level:
         return empty
-    # Pair neighbours bottom-up, carrying an odd last node up unchanged: the same
-    # tree as RFC 9162's recursive split at the largest power of two.
+    # Pairing bottom-up with the odd node carried gives the same tree as RFC 9162's
+    # recursive split at the largest power of two.
     while len(level) > 1:
-        paired = [node(level[i], level[i + 1]) for i in range(0, len(level) - 1, 2)]
-        if len(level) % 2:
-            paired.append(level[-1])
-        level = paired
+        level = _pair(level, algo)
     return level[0]
 
 
