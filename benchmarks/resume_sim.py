@@ -164,6 +164,8 @@ class Agent:
             value = rng.choice([f"migrations/{rng.randint(0, 999):03d}_down.sql", f"{rng.getrandbits(64):016x}",
                                 f"/tmp/build-{rng.randint(0, 9999)}"])
             pos = s.bind(key, value, regenerable=regenerable, how="re-run the tool" if regenerable else None).pos
+            if t.bindings.get(key):  # re-binding supersedes the value bound before
+                t.negatives.setdefault(t.bindings[key][-1][0], pos)
             t.bindings.setdefault(key, []).append((pos, value, regenerable))
         elif r < 0.85:
             if t.bindings:
@@ -246,8 +248,9 @@ def _literal_sources(s: cs.Session, node: cs.Node | None, raw: list[tuple[int, c
             found[key] = (pos, value)
 
     if node is not None:
+        superseded = {f.pos for f in node.negative_facts if f.status == "superseded"}
         for e in node.kept:
-            if e.path == "value":
+            if e.path == "value" and e.pos not in superseded:  # the summary says it is no longer current
                 bound = s.read(e.pos).event  # only for the key's name: the value is the excerpt's
                 if isinstance(bound, cs.Binding):
                     see(e.pos, bound.key, e.value)
