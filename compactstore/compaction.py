@@ -284,6 +284,7 @@ def _structure(session: Session, stop: int) -> Structure:
 
 
 def _as_list(field: str, value: object) -> list[Any]:
+    """Return ``value`` as a list; refuse a str (it would be split into characters) or a non-iterable."""
     if isinstance(value, str | bytes) or not isinstance(value, Iterable):
         raise InvalidArgument(field, f"want a list, got {type(value).__name__}")
     return list(value)

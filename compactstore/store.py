@@ -13,13 +13,13 @@ import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import msgspec
 
 from . import compaction, markers, merkle, resolver
 from . import events as ev
-from .compaction import AUTO, Finding, Node, OnRisk, Summarizer, _Auto, _structure
+from .compaction import AUTO, Finding, Node, OnRisk, Summarizer, _as_list, _Auto, _structure
 from .events import LossClass
 from .markers import Marker
 from .resolver import Artifact, Resolution
@@ -131,13 +131,6 @@ def _position(field: str, value: object) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_POS:
         raise InvalidArgument(field, f"want an int position in [0, 2**63), got {value!r}")
     return value
-
-
-def _as_list(field: str, value: object) -> list[Any]:
-    """Return ``value`` as a list; refuse a str (it would be split into characters) or a non-iterable."""
-    if isinstance(value, str | bytes) or not isinstance(value, Iterable):
-        raise InvalidArgument(field, f"want a list, got {type(value).__name__}")
-    return list(value)
 
 
 class Store:

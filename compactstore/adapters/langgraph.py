@@ -42,7 +42,7 @@ import base64
 import bisect
 import random
 import threading
-from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
@@ -56,7 +56,6 @@ from langgraph.checkpoint.base import (
     Checkpoint,
     CheckpointMetadata,
     CheckpointTuple,
-    PendingWrite,
     get_checkpoint_id,
     get_checkpoint_metadata,
     writes_sort_key,
@@ -319,7 +318,6 @@ class CompactStoreSaver(BaseCheckpointSaver[str]):
         event = records[pos].event
         if not isinstance(event, ev.Checkpoint):  # redacted by another process meanwhile
             return None
-        value = event.value
         checkpoint = self._snapshot(event)
         versions: ChannelVersions = checkpoint.get("channel_versions", {})
         holders = {}
