@@ -132,28 +132,17 @@ def resume(session: Session, marker: Marker | int) -> Resolution:
     if m.node is None:
         mode, reasons = "fallback", ["raw-checkpoint marker: the context is the raw log"]
     else:
-        violations, _ = check(events, leaves, m.node)
+        violations, path = check(events, leaves, m.node)
         reasons = [str(v) for v in violations]
         if tuple(m.conditions) != CONDITIONS:
             reasons.insert(0, f"marker certified {m.conditions}, not every condition {list(CONDITIONS)}")
         mode = "fallback" if reasons else "certified"
         if mode == "certified":
-            reasons = [f"every condition holds and every digest on path {sorted(_path(events, m.node))} matches the log"]
+            reasons = [f"every condition holds and every digest on path {path} matches the log"]
     context = _certified(events, m.node) if mode == "certified" and m.node is not None else _raw(events, 0, size)
     body = _encoder.encode({"marker": pos, "mode": mode, "size": size, "root": root.hex(), "context": context})
     digest = blake3(b"compactstore/resolution/v1\x00" + body).digest()
     return Resolution(session.name, pos, mode, size, root, context, reasons, digest)
-
-
-def _path(events: list[ev.Event], node: int) -> list[int]:
-    out, stack = [], [node]
-    while stack:
-        p = stack.pop()
-        out.append(p)
-        n = events[p]
-        if isinstance(n, ev.Summary):
-            stack.extend(n.children)
-    return out
 
 
 def _raw(events: list[ev.Event], start: int, stop: int) -> list[ContextItem]:

@@ -586,9 +586,11 @@ class Session:
 
     # --- reading ---------------------------------------------------------------
 
-    def _record(self, row: Row) -> Record:
+    def _record(self, row: Row, redacted: dict[int, int] | None = None) -> Record:
         if row.body is None:
-            by = self.store.backend.redactions(row.session_id).get(row.pos, -1)
+            if redacted is None:
+                redacted = self.store.backend.redactions(row.session_id)
+            by = redacted.get(row.pos, -1)
             return Record(self.name, row.seq, row.pos, "redacted", ev.Redacted(by=by), b"", row.leaf)
         return Record(self.name, row.seq, row.pos, row.kind, ev.decode(row.body), row.body, row.leaf)
 
@@ -619,8 +621,11 @@ class Session:
         sid = self._sid()
         if sid is None:
             return
+        redacted: dict[int, int] | None = None  # read once, and only if a redacted row comes up
         for row in self.store.backend.rows(sid, start, stop, _CHUNK):
-            yield self._record(row)
+            if row.body is None and redacted is None:
+                redacted = self.store.backend.redactions(sid)
+            yield self._record(row, redacted)
 
     def _bounded(self, name: str, value: int | None, lo: int) -> tuple[int, int]:
         """Return ``(value or size, size)`` after checking ``lo <= value <= size``."""

@@ -44,7 +44,6 @@ import random
 import threading
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Any
 
 import msgspec
@@ -66,8 +65,7 @@ from .. import events as ev
 from ..errors import ConflictError
 from ..events import encode_json
 from ..store import Record, Session, Store
-from ..store import open as open_store
-from .tail import RETRIES, Tail, idempotency_key, read_many, session_name
+from .tail import RETRIES, StoreUser, Tail, idempotency_key, read_many, session_name
 
 __all__ = ["CompactStoreSaver", "PREFIX"]
 
@@ -188,7 +186,7 @@ def _plain(value: object, depth: int = 0) -> bool:
     return False
 
 
-class CompactStoreSaver(BaseCheckpointSaver[str]):
+class CompactStoreSaver(StoreUser, BaseCheckpointSaver[str]):
     """A LangGraph checkpointer that keeps every thread as a tamper-evident compactstore session.
 
     Args:
@@ -202,24 +200,10 @@ class CompactStoreSaver(BaseCheckpointSaver[str]):
 
     def __init__(self, store: Store | str, *, serde: SerializerProtocol | None = None, prefix: str = PREFIX) -> None:
         super().__init__(serde=serde)
-        self._owned = not isinstance(store, Store)
-        self.store: Store = open_store(store) if isinstance(store, str) else store
+        self._use(store)
         self.prefix = prefix
         self._threads: dict[str, _Thread] = {}
         self._lock = threading.Lock()
-
-    def __enter__(self) -> CompactStoreSaver:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
-
-    def close(self) -> None:
-        """Close the store if this saver opened it."""
-        if self._owned:
-            self.store.close()
 
     # --- the log ---------------------------------------------------------------------
 

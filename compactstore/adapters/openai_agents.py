@@ -31,7 +31,6 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Sequence
-from types import TracebackType
 from typing import Any
 
 from agents.memory.session_settings import SessionSettings, resolve_session_limit
@@ -39,8 +38,7 @@ from agents.memory.session_settings import SessionSettings, resolve_session_limi
 from .. import events as ev
 from ..errors import InvalidEvent
 from ..store import Record, Session, Store
-from ..store import open as open_store
-from .tail import RETRIES, Tail, read_many, session_name
+from .tail import RETRIES, StoreUser, Tail, read_many, session_name
 
 __all__ = ["CompactStoreSession", "PREFIX"]
 
@@ -137,7 +135,7 @@ def _text(item: Item) -> str:
     return ""
 
 
-class CompactStoreSession:
+class CompactStoreSession(StoreUser):
     """An OpenAI Agents SDK ``Session`` kept as a tamper-evident compactstore session.
 
     Args:
@@ -161,24 +159,10 @@ class CompactStoreSession:
     ) -> None:
         self.session_id = session_id
         self.session_settings = session_settings if session_settings is not None else SessionSettings()
-        self._owned = not isinstance(store, Store)
-        self.store: Store = open_store(store) if isinstance(store, str) else store
+        self._use(store)
         #: the compactstore session holding the items: compact, mark and resume it like any other
         self.log: Session = self.store.session(session_name(prefix, str(session_id)))
         self._items = _Items(self.log)
-
-    def __enter__(self) -> CompactStoreSession:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
-
-    def close(self) -> None:
-        """Close the store if this session opened it."""
-        if self._owned:
-            self.store.close()
 
     async def get_items(self, limit: int | None = None) -> list[Item]:
         """Return the session's items, oldest first: all of them, or the latest ``limit``.

@@ -12,13 +12,16 @@ from __future__ import annotations
 import re
 import threading
 from collections.abc import Iterable, Sequence
+from types import TracebackType
+from typing import Self
 from urllib.parse import quote
 
 from blake3 import blake3
 
 from .. import events as ev
 from ..errors import ConflictError, InvalidEvent
-from ..store import MAX_SESSION_NAME, Record, Session
+from ..store import MAX_SESSION_NAME, Record, Session, Store
+from ..store import open as open_store
 
 #: Positions listed by one redaction event: keeps its body far below the event size limit.
 REDACTION_CHUNK = 10_000
@@ -32,6 +35,30 @@ READ_GAP = 64
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 #: What a part of an idempotency key must not hold unquoted: separators, "%", controls, non-ASCII.
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.~:|\-]")
+
+
+class StoreUser:
+    """Holds a store given open, or opens one from a target and then closes it with itself."""
+
+    store: Store
+    _owned: bool
+
+    def _use(self, store: Store | str) -> None:
+        self._owned = not isinstance(store, Store)
+        self.store = open_store(store) if isinstance(store, str) else store
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the store if this object opened it."""
+        if self._owned:
+            self.store.close()
 
 
 def session_name(prefix: str, ident: str) -> str:
