@@ -22,7 +22,7 @@ from . import events as ev
 from .compaction import AUTO, Finding, Node, OnRisk, Summarizer, _as_list, _Auto, _structure
 from .events import LossClass
 from .markers import Marker
-from .resolver import Artifact, Resolution
+from .resolver import Artifact, Resolution, RestoredSpan
 from .backends import SCHEMA_VERSION, Backend, HeadRow, Row, open_backend
 from .errors import CompactStoreError, ConflictError, IntegrityError, InvalidArgument, InvalidEvent
 from .seal import derive_key, head_mac, key_check, seal
@@ -310,6 +310,8 @@ class Session:
                 if event.supersedes is not None and event.supersedes >= pos:
                     where = f"events[{i}].supersedes" if len(prepared) > 1 else "supersedes"
                     raise InvalidEvent(where, f"must name an earlier position (< {pos}), got {event.supersedes}")
+                if isinstance(event, ev.Summary) and event.content_digest is not None:
+                    compaction.check_content_digest(self, event, pos, rows)
                 leaf = merkle.leaf_hash(p.body)
                 nodes.extend(n for n in frontier.append(leaf) if merkle.is_stored(n[0]))
                 rows.append(Row(seq + len(rows) if seq is not None else 0, sid, pos, event.kind, key, leaf, p.body))
@@ -557,6 +559,26 @@ class Session:
     def artifact(self, node: Node | int) -> Artifact:
         """Return the artifact a later instance expands from ``node``: loss class, payload, digest."""
         return resolver.artifact(self, node if isinstance(node, Node) else self.node(node))
+
+    def restore_span(self, node: Node | int) -> RestoredSpan:
+        """Return the raw events ``node`` replaced, exactly as logged, certified against the tree.
+
+        The node is read from the log, its leaf re-hashed and proven in the latest
+        sealed tree head, and the span root it records checked against the tree, in
+        O(log n). The span's bodies are then read in one query and certified by one
+        BLAKE3 over them against the node's content digest; a node written without one
+        is certified by rebuilding the span's Merkle root instead. Bodies are not
+        decoded until :meth:`RestoredSpan.events` is called. Any loss class: the raw
+        log, not the summary, is the source.
+
+        Raises:
+            IntegrityError: a body, the node or the tree does not match: nothing is returned.
+            ReconstructionUnsoundError: a body in the span was redacted.
+            InvalidArgument: there is no summary node at that position.
+        """
+        pos = node.pos if isinstance(node, Node) else node
+        _position("node", pos)
+        return resolver.restore_span(self, pos)
 
     def lookup(self, name: str) -> ev.JSON | None:
         """Return a literal's exact value from the log (a binding key, or ``pos:path``), or None."""

@@ -202,6 +202,18 @@ class SQLiteBackend:
         except sqlite3.Error as exc:
             raise _error(exc, "read subtree roots") from exc
 
+    def bodies(self, session_id: int, start: int, stop: int) -> list[bytes | None]:
+        # Within a session seq follows pos, so the span is one range of the table's own
+        # key: read it there rather than seeking the table once per index entry.
+        got = self._all(
+            "SELECT body FROM events WHERE +session_id = ?1 AND +pos >= ?2 AND +pos < ?3 "
+            "AND seq >= (SELECT seq FROM events WHERE session_id = ?1 AND pos >= ?2 ORDER BY pos LIMIT 1) "
+            "AND seq <= (SELECT seq FROM events WHERE session_id = ?1 AND pos < ?3 ORDER BY pos DESC LIMIT 1) "
+            "ORDER BY seq",
+            (session_id, start, stop),
+        )
+        return [b for (b,) in got]
+
     def node_range(self, session_id: int, level: int, lo: int, hi: int) -> list[tuple[int, bytes]]:
         return self._all(
             "SELECT idx, hash FROM nodes WHERE session_id = ? AND level = ? AND idx >= ? AND idx < ? ORDER BY idx",
