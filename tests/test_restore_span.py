@@ -217,6 +217,24 @@ def test_a_node_over_events_of_its_own_batch_is_checked_against_them(open_store:
         open_store().session("dst2").extend([*(r.event for r in records[: node.pos]), wrong])
 
 
+def test_verify_reports_a_content_digest_that_does_not_match_its_span(
+    open_store: Callable[..., cs.Store], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A node whose digest slipped past the append check (older code, a rewrite) is reported."""
+    store = open_store()
+    s = store.session("run")
+    _fill(s)
+    monkeypatch.setattr(compaction, "check_content_digest", lambda *a: None)
+    bad = s.append(cs.Summary(tier=1, start=3, stop=35, span_root=s.span_root(3, 35).hex(), summary="s",
+                              content_digest=content_digest([]).hex()))
+    report = store.verify()
+    assert not report.ok
+    assert [(p.table, p.pos) for p in report.problems] == [("events", bad.pos)]
+    assert "content digest of [3, 35)" in report.problems[0].what
+    with pytest.raises(cs.IntegrityError):
+        s.restore_span(bad.pos)
+
+
 def test_both_backends_restore_byte_identical_spans(sqlite_target: str, pg_url: str) -> None:
     """The same session on SQLite and PostgreSQL restores the same bodies under the same digest."""
     got = []

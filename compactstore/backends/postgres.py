@@ -297,6 +297,12 @@ class PostgresBackend:
         )
         return [None if b is None else bytes(b) for (b,) in got]
 
+    def kind_rows(self, session_id: int, kind: str) -> list[Row]:
+        got = self._all(
+            f"SELECT {_ROW} FROM events WHERE session_id = %s AND kind = %s ORDER BY pos", (session_id, kind)
+        )
+        return [Row(*r) for r in got]
+
     def node_range(self, session_id: int, level: int, lo: int, hi: int) -> list[tuple[int, bytes]]:
         got = self._all(
             "SELECT idx, hash FROM nodes WHERE session_id = %s AND level = %s AND idx >= %s AND idx < %s ORDER BY idx",

@@ -214,6 +214,14 @@ class SQLiteBackend:
         )
         return [b for (b,) in got]
 
+    def kind_rows(self, session_id: int, kind: str) -> list[Row]:
+        got = self._all(
+            "SELECT seq, session_id, pos, kind, idem_key, leaf, body FROM events "
+            "WHERE session_id = ? AND kind = ? ORDER BY pos",
+            (session_id, kind),
+        )
+        return [Row(*r) for r in got]
+
     def node_range(self, session_id: int, level: int, lo: int, hi: int) -> list[tuple[int, bytes]]:
         return self._all(
             "SELECT idx, hash FROM nodes WHERE session_id = ? AND level = ? AND idx >= ? AND idx < ? ORDER BY idx",
