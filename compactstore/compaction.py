@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import enum
 import struct
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
@@ -287,24 +287,51 @@ def content_digest_of(chunks: Iterable[Sequence[bytes]]) -> bytes:
     return h.digest()
 
 
+#: Rows per query when a span is streamed (memory stays flat however long the span).
+_CHUNK = 2048
+
+
+def _span_rows(session: Session, start: int, stop: int) -> Iterator[list[Row]]:
+    """Yield the stored rows of ``[start, stop)`` in chunks; raise if a position is missing or out of order."""
+    backend, nxt = session.store.backend, start
+    chunk: list[Row] = []
+    for row in backend.rows(session._require_sid(), start, stop, _CHUNK):
+        if row.pos != nxt:
+            raise IntegrityError(f"position {nxt} is missing", session=session.name, pos=nxt)
+        nxt += 1
+        chunk.append(row)
+        if len(chunk) == _CHUNK:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+    if nxt != stop:
+        raise IntegrityError(f"position {nxt} is missing", session=session.name, pos=nxt)
+
+
 def span_content(session: Session, start: int, stop: int) -> bytes | None:
-    """Return :func:`content_digest` of ``[start, stop)``, or None if a body there is redacted."""
-    bodies = session.store.backend.bodies(session._require_sid(), start, stop)
-    if len(bodies) != stop - start:
-        raise IntegrityError(f"positions missing in [{start}, {stop})", session=session.name, pos=start)
-    if any(b is None for b in bodies):
-        return None  # an erased body can never be certified again
-    return content_digest(bodies)  # type: ignore[arg-type]
+    """Return :func:`content_digest` of stored ``[start, stop)``, or None if a body there is redacted."""
+    erased = False
+
+    def bodies() -> Iterator[list[bytes]]:
+        nonlocal erased
+        for chunk in _span_rows(session, start, stop):
+            erased = erased or any(r.body is None for r in chunk)
+            yield [r.body or b"" for r in chunk]
+
+    got = content_digest_of(bodies())
+    return None if erased else got  # an erased body can never be certified again
 
 
 def check_content_digest(session: Session, node: ev.Summary, pos: int, pending: Sequence[Row]) -> None:
     """Refuse a node at ``pos`` whose content digest is not that of its span's bodies.
 
     A node is trusted with its content digest only because nothing else can enter the
-    log: the bodies it digests must give, leaf by leaf, the span root it records (which
-    restoration checks against the tree), and be the stored bodies, or those of
-    ``pending``, the rows of the same batch before it. Then a restoration that matches
-    the digest has the very bodies the tree holds, without rehashing the tree.
+    log: each body it digests must match its leaf, the leaves must give the span root
+    it records (which restoration checks against the tree again), and the bodies must
+    be the stored ones, or those of ``pending`` (the rows of the same batch before it).
+    Then a restoration that matches the digest has the very bodies the tree holds,
+    without rehashing the tree.
 
     Raises:
         InvalidEvent: naming ``content_digest`` or ``span_root``; nothing is written.
@@ -313,24 +340,30 @@ def check_content_digest(session: Session, node: ev.Summary, pos: int, pending: 
     if not (isinstance(start, int) and isinstance(stop, int) and 0 <= start < stop <= pos):
         raise InvalidEvent("content_digest", f"span [{start}, {stop}) is not a non-empty span before pos {pos}")
     first = pending[0].pos if pending else pos
-    bodies: list[bytes | None] = []
-    leaves: list[bytes] = []
-    if start < first:
-        sid = session._require_sid()
-        bodies = list(session.store.backend.bodies(sid, start, min(stop, first)))
-        coords = [(0, p) for p in range(start, min(stop, first))]
-        leaves = session.store.backend.hashes(sid, coords)
-    for row in pending[max(0, start - first) : max(0, stop - first)]:
-        bodies.append(row.body)
-        leaves.append(row.leaf)
-    if len(bodies) != stop - start or any(b is None for b in bodies):
-        raise InvalidEvent("content_digest", f"[{start}, {stop}) has a redacted or missing body: nothing to digest")
-    if any(merkle.leaf_hash(b) != leaf for b, leaf in zip(bodies, leaves)):  # type: ignore[arg-type]
-        raise InvalidEvent("content_digest", f"a body of [{start}, {stop}) does not match its leaf")
-    root = span_root_of(leaves, start, stop)
+    leaves: list[bytes] = []  # kept only when part of the span is in this batch, with no stored roots yet
+
+    def bodies() -> Iterator[list[bytes]]:
+        try:
+            stored = _span_rows(session, start, min(stop, first)) if start < first else iter(())
+            for chunk in [*stored, list(pending[max(0, start - first) : max(0, stop - first)])]:
+                for r in chunk:
+                    if r.body is None:
+                        raise InvalidEvent("content_digest", f"pos {r.pos} in [{start}, {stop}) is redacted: nothing to digest")
+                    leaf = merkle.leaf_hash(r.body)
+                    if leaf != r.leaf:
+                        raise InvalidEvent("content_digest", f"the body at pos {r.pos} does not match its leaf")
+                    if stop > first:
+                        leaves.append(leaf)
+                yield [r.body or b"" for r in chunk]
+        except IntegrityError as exc:
+            raise InvalidEvent("content_digest", exc.args[0]) from exc
+
+    want = content_digest_of(bodies()).hex()
+    if len(leaves) not in (0, stop - start):
+        raise InvalidEvent("content_digest", f"[{start}, {stop}) is not complete before pos {pos}")
+    root = span_root_of(leaves, start, stop) if stop > first else session.span_root(start, stop)
     if root.hex() != node.span_root:
         raise InvalidEvent("span_root", f"[{start}, {stop}) gives {root.hex()[:16]}…, the node says {node.span_root[:16]}…")
-    want = content_digest(bodies).hex()  # type: ignore[arg-type]
     if node.content_digest != want:
         got = node.content_digest or ""
         raise InvalidEvent("content_digest", f"got {got[:16]}…, the bodies of [{start}, {stop}) give {want[:16]}…")

@@ -453,7 +453,8 @@ class Session:
     ) -> Node:
         """Append a compaction: an L1 summary node over raw positions ``[start, stop)``.
 
-        The node records the span root (from the tree, O(log n)), the summary (given,
+        The node records the span root (from the tree, O(log n)), the content digest of
+        the span's bodies (see :meth:`restore_span`), the summary (given,
         or made by ``summarizer`` from the span's records; the extractive one by
         default), its loss class, the negative facts it retains and the items it lists
         as unresolved (both filled from the log's structure unless given), and the
