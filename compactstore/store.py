@@ -650,16 +650,21 @@ class Session:
                 redacted = self.store.backend.redactions(sid)
             yield self._record(row, redacted)
 
-    def _bounded(self, name: str, value: int | None, lo: int) -> tuple[int, int]:
-        """Return ``(value or size, size)`` after checking ``lo <= value <= size``."""
-        size = self.size
+    def _bounded(self, name: str, value: int | None, lo: int) -> tuple[int, int | None]:
+        """Return ``(value or size, session id)`` after checking ``lo <= value <= size``.
+
+        The id comes back so that the roots can be read without looking it up again.
+        """
+        sid = self._sid()
+        head = self.store.backend.head(sid) if sid is not None else None
+        size = head.size if head else 0
         value = size if value is None else value
         if not isinstance(value, int) or not lo <= value <= size:
             raise InvalidArgument(name, f"must be in [{lo}, {size}] for session {self.name!r}, got {value!r}")
-        return value, size
+        return value, sid
 
-    def _roots(self, spans: Sequence[merkle.Span]) -> list[bytes]:
-        sid = self._sid()
+    def _roots(self, spans: Sequence[merkle.Span], sid: int | None) -> list[bytes]:
+        """Return the root of each span from stored roots, all read in one ``hashes`` call."""
         coords = {c for a, b in spans for c in merkle.cover(a, b)}
         if sid is None or not coords:
             return merkle.spans_root(spans, {}, HASH)
@@ -668,35 +673,35 @@ class Session:
 
     def head(self, size: int | None = None) -> TreeHead:
         """Return the tree head at ``size`` (default: now), with a MAC when the store is keyed."""
-        size, _ = self._bounded("size", size, 0)
-        (root,) = self._roots([(0, size)])
+        size, sid = self._bounded("size", size, 0)
+        (root,) = self._roots([(0, size)], sid)
         mac = head_mac(self.store.mac_key, self.name, size, root) if self.store.mac_key else None
         return TreeHead(self.name, size, root, mac)
 
     def span_root(self, start: int, stop: int) -> bytes:
         """Return the root of positions ``[start, stop)`` (see :func:`merkle.span_root`), in O(log n)."""
-        stop, _ = self._bounded("stop", stop, 0)
+        stop, sid = self._bounded("stop", stop, 0)
         if not isinstance(start, int) or not 0 <= start <= stop:
             raise InvalidArgument("start", f"must be in [0, {stop}], got {start!r}")
-        return self._roots([(start, stop)])[0]
+        return self._roots([(start, stop)], sid)[0]
 
     def inclusion_proof(self, pos: int, size: int | None = None) -> list[bytes]:
         """Return the RFC 9162 inclusion proof of ``pos`` in the tree of ``size`` (default: now).
 
         Check it with :func:`compactstore.merkle.verify_inclusion`.
         """
-        size, _ = self._bounded("size", size, 1)
+        size, sid = self._bounded("size", size, 1)
         if not isinstance(pos, int) or not 0 <= pos < size:
             raise InvalidArgument("pos", f"must be in [0, {size - 1}], got {pos!r}")
-        return self._roots(merkle.inclusion_spans(pos, size))
+        return self._roots(merkle.inclusion_spans(pos, size), sid)
 
     def consistency_proof(self, old_size: int, new_size: int | None = None) -> list[bytes]:
         """Return the RFC 9162 consistency proof between tree sizes ``old_size`` and ``new_size``.
 
         Check it with :func:`compactstore.merkle.verify_consistency`.
         """
-        new_size, _ = self._bounded("new_size", new_size, 0)
+        new_size, sid = self._bounded("new_size", new_size, 0)
         if not isinstance(old_size, int) or not 0 <= old_size <= new_size:
             raise InvalidArgument("old_size", f"must be in [0, {new_size}], got {old_size!r}")
-        return self._roots(merkle.consistency_spans(old_size, new_size))
+        return self._roots(merkle.consistency_spans(old_size, new_size), sid)
 
