@@ -130,6 +130,14 @@ class Backend(Protocol):
         """Return the subtree roots at ``coords``; raise KeyError naming a missing one."""
         ...
 
+    def bodies(self, session_id: int, start: int, stop: int) -> list[bytes | None]:
+        """Return the bodies at positions ``[start, stop)`` in order (None where redacted), in one query."""
+        ...
+
+    def kind_rows(self, session_id: int, kind: str) -> list[Row]:
+        """Return the session's events of ``kind`` (the column, not the body), by position."""
+        ...
+
     def node_range(self, session_id: int, level: int, lo: int, hi: int) -> list[tuple[int, bytes]]:
         """Return ``(idx, hash)`` of stored nodes at ``level`` with ``lo <= idx < hi``."""
         ...

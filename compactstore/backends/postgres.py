@@ -290,6 +290,19 @@ class PostgresBackend:
     def hashes(self, session_id: int, coords: Sequence[tuple[int, int]]) -> list[bytes]:
         return self._run("read subtree roots", lambda cur: _hashes(cur, session_id, coords))
 
+    def bodies(self, session_id: int, start: int, stop: int) -> list[bytes | None]:
+        got = self._all(
+            "SELECT body FROM events WHERE session_id = %s AND pos >= %s AND pos < %s ORDER BY pos",
+            (session_id, start, stop),
+        )
+        return [None if b is None else bytes(b) for (b,) in got]
+
+    def kind_rows(self, session_id: int, kind: str) -> list[Row]:
+        got = self._all(
+            f"SELECT {_ROW} FROM events WHERE session_id = %s AND kind = %s ORDER BY pos", (session_id, kind)
+        )
+        return [Row(*r) for r in got]
+
     def node_range(self, session_id: int, level: int, lo: int, hi: int) -> list[tuple[int, bytes]]:
         got = self._all(
             "SELECT idx, hash FROM nodes WHERE session_id = %s AND level = %s AND idx >= %s AND idx < %s ORDER BY idx",
