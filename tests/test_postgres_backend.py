@@ -19,7 +19,13 @@ pytest.importorskip("psycopg")
 import psycopg  # noqa: E402
 
 from compactstore.backends import SCHEMA_VERSION  # noqa: E402
-from compactstore.backends.postgres import _FOLD_SQL, LOG_TABLES, PostgresBackend, _lock_key, redact_url  # noqa: E402
+from compactstore.backends.postgres import (  # noqa: E402
+    _LOCK_SESSION,
+    LOG_TABLES,
+    PostgresBackend,
+    _fold_sql,
+    redact_url,
+)
 
 
 def _turns(n: int, prefix: str = "t") -> list[cs.Event]:
@@ -147,11 +153,29 @@ def test_writers_to_different_sessions_do_not_block_each_other(pg_url: str) -> N
         assert two.verify().ok
 
 
-def test_the_lock_key_folds_session_ids_the_same_in_python_and_sql(owner: psycopg.Connection[Any]) -> None:
-    """The in-statement lock and the separate lock use the same key for the same session."""
+def _fold(session_id: int) -> int:
+    """Fold a session id into a signed 32-bit lock key, as the backend's SQL does."""
+    folded = session_id & 0xFFFFFFFF
+    return folded - (1 << 32) if folded >= 1 << 31 else folded
+
+
+def test_the_lock_key_folds_session_ids_into_signed_32_bits(owner: psycopg.Connection[Any]) -> None:
+    """The SQL fold maps every bigint session id onto the advisory lock's int4 key, wrapping as two's complement."""
     for sid in (1, 2, 2**31 - 1, 2**31, 2**32 - 1, 2**32, 2**32 + 7, 2**62 + 5):
-        got = owner.execute(f"SELECT {_FOLD_SQL} FROM (SELECT %s::bigint AS id) t", (sid,)).fetchone()
-        assert got == (_lock_key(sid),)
+        got = owner.execute(f"SELECT {_fold_sql('id')} FROM (SELECT %s::bigint AS id) t", (sid,)).fetchone()
+        assert got == (_fold(sid),)
+
+
+def test_a_writer_holds_its_sessions_advisory_lock(pg_url: str, owner: psycopg.Connection[Any]) -> None:
+    """An open writer holds exactly the advisory lock (session class, folded id) until it commits."""
+    held = "SELECT classid::bigint, objid::bigint, objsubid FROM pg_locks WHERE locktype = 'advisory' AND granted"
+    with cs.open(pg_url) as st:
+        st.session("s").append(cs.Turn("user", "x"))
+        with st.backend.writer("s") as w:
+            locks = owner.execute(held).fetchall()
+            assert [(c, o & 0xFFFFFFFF) for c, o, sub in locks] == [(_LOCK_SESSION, _fold(w.session_id) & 0xFFFFFFFF)]
+            assert locks[0][2] == 2  # the two-key form
+        assert owner.execute(held).fetchall() == []
 
 
 def test_driver_errors_become_compactstore_errors(pg_url: str) -> None:
@@ -232,3 +256,20 @@ def test_a_sqlite_only_run_never_imports_psycopg(tmp_path: object) -> None:
     )
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_a_store_made_before_the_append_functions_gains_them_on_open(
+    pg_url: str, owner: psycopg.Connection[Any]
+) -> None:
+    """A schema-1 store without the server-side functions opens, gains them, and keeps appending and verifying."""
+    with cs.open(pg_url, key=b"k") as st:
+        st.session("s").extend(_turns(20))
+        root = st.session("s").head().root
+    owner.execute("DROP FUNCTION compactstore_open(text)")  # as stores were made before it existed
+    with cs.open(pg_url, key=b"k") as st:
+        assert owner.execute("SELECT to_regprocedure('compactstore_open(text)') IS NOT NULL").fetchone() == (True,)
+        s = st.session("s")
+        assert s.head().root == root
+        assert [r.pos for r in s.extend(_turns(3, "y"))] == [20, 21, 22]
+        assert st.verify().ok
+    assert owner.execute("SELECT value FROM meta WHERE name = 'schema_version'").fetchone() == (SCHEMA_VERSION,)

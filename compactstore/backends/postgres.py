@@ -11,18 +11,24 @@ appends to one session are serialized (positions are read and written under the 
 while appends to different sessions run in parallel. Sequence numbers come from an
 identity column: unique and increasing within a session, but with gaps.
 
+An append costs three round trips, each one message: BEGIN with a call of the
+``compactstore_open`` function (find or create the session, lock it, read its head), one
+statement inserting the events, subtree roots and head, and COMMIT. The function is
+created with the schema and added to stores made before it existed.
+
 Every driver error is re-raised as a :class:`~compactstore.CompactStoreError`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 from psycopg import errors as pgerr
+from psycopg import pq, sql
 from psycopg_pool import ConnectionPool
 
 from ..errors import CompactStoreError, ConflictError, IntegrityError, InvalidEvent
@@ -40,6 +46,12 @@ _LOCK_SESSION = 0x63730002
 _ROW = "seq, session_id, pos, kind, idem_key, leaf, body"
 
 _T = TypeVar("_T")
+
+def _fold_sql(expr: str) -> str:
+    """Return SQL folding the bigint ``expr`` into the signed 32-bit second key of an advisory lock."""
+    low = f"({expr} & 4294967295)"
+    return f"({low} - CASE WHEN {low} >= 2147483648 THEN 4294967296 ELSE 0 END)::int4"
+
 
 #: The schema of version 1, created in one transaction.
 _SCHEMA = (
@@ -87,6 +99,33 @@ _SCHEMA = (
     "FROM events e JOIN sessions s ON s.id = e.session_id",
 )
 
+#: Begin an append in one call: find or create the session, take its lock, then read its
+#: latest head. Each statement of a VOLATILE function takes a fresh snapshot under READ
+#: COMMITTED, so the head is read after the lock is held and no writer can have appended
+#: since. A concurrent creator of the same name makes the insert wait for its commit and
+#: then do nothing; the select after it finds that row. The plans of the statements inside
+#: are cached per connection, where a statement sent as text is planned on every call.
+#: Change its body only under a new name: stores are given the functions they lack.
+_OPEN_FUNCTION = (
+    "CREATE FUNCTION compactstore_open(p_name text, OUT sid bigint, OUT head_size bigint, OUT head_root bytea, "
+    "OUT head_prev bigint, OUT head_seal bytea) LANGUAGE plpgsql VOLATILE AS $$ BEGIN "
+    "SELECT s.id INTO sid FROM sessions s WHERE s.name = p_name; "
+    "IF sid IS NULL THEN "
+    "INSERT INTO sessions AS s (name) VALUES (p_name) ON CONFLICT (name) DO NOTHING RETURNING s.id INTO sid; "
+    "IF sid IS NULL THEN SELECT s.id INTO sid FROM sessions s WHERE s.name = p_name; END IF; "
+    "IF sid IS NULL THEN RAISE EXCEPTION 'compactstore: session % vanished while being created', p_name "
+    "USING ERRCODE = 'serialization_failure'; END IF; "
+    "END IF; "
+    f"PERFORM pg_advisory_xact_lock({_LOCK_SESSION}, {_fold_sql('sid')}); "
+    "SELECT h.size, h.root, h.prev, h.seal INTO head_size, head_root, head_prev, head_seal FROM heads h "
+    "WHERE h.session_id = sid ORDER BY h.size DESC LIMIT 1; "
+    "END $$"
+)
+
+#: Functions the backend calls, by signature: created with the schema, and added on open
+#: to a store whose schema predates them (they change no table, so the version stays).
+_FUNCTIONS = {"compactstore_open(text)": _OPEN_FUNCTION}
+
 #: Migrations: from a schema version to the next, as ``(next version, statements)``.
 #: The version in ``meta`` is rewritten by the migration with the triggers disabled.
 _MIGRATIONS: dict[str, tuple[str, tuple[str, ...]]] = {}
@@ -109,19 +148,11 @@ def _error(exc: BaseException, doing: str) -> CompactStoreError:
     """Return the compactstore error for a driver error raised while ``doing``."""
     if isinstance(exc, pgerr.LockNotAvailable):
         return ConflictError(f"PostgreSQL: {doing}: timed out waiting for another writer ({exc})")
+    if isinstance(exc, pgerr.SerializationFailure):
+        return ConflictError(f"PostgreSQL: {doing}: lost a race with another writer ({exc})")
     if isinstance(exc, pgerr.UniqueViolation):
         return ConflictError(f"PostgreSQL: {doing}: another writer got there first ({exc})")
     return CompactStoreError(f"PostgreSQL: {doing}: {type(exc).__name__}: {exc}")
-
-
-#: ``_lock_key`` in SQL, for locking in the same statement that finds the session.
-_FOLD_SQL = "((id & 4294967295) - CASE WHEN (id & 4294967295) >= 2147483648 THEN 4294967296 ELSE 0 END)::int4"
-
-
-def _lock_key(session_id: int) -> int:
-    """Fold a session id into the signed 32-bit second key of an advisory lock."""
-    folded = session_id & 0xFFFFFFFF
-    return folded - (1 << 32) if folded >= 1 << 31 else folded
 
 
 def _text(value: str, field: str) -> str:
@@ -229,47 +260,14 @@ class PostgresBackend:
     def writer(self, name: str) -> Iterator[_PGWriter]:
         doing = f"append to session {name!r}"
         try:
-            with (
-                self._pool.connection() as conn,
-                _pipeline(conn),
-                conn.transaction(),
-                conn.cursor(binary=True) as cur,
-                conn.cursor(binary=True) as ahead,
-            ):
-                # The common case, an existing session, is one round trip: BEGIN, find the
-                # session and take its lock, then (a statement later, so under the lock)
-                # read its latest head.
-                cur.execute(
-                    f"SELECT id, pg_advisory_xact_lock(%s, {_FOLD_SQL}) FROM sessions WHERE name = %s",
-                    (_LOCK_SESSION, name),
-                )
-                ahead.execute(
-                    "SELECT h.size, h.root, h.prev, h.seal FROM sessions s JOIN heads h ON h.session_id = s.id "
-                    "WHERE s.name = %s ORDER BY h.size DESC LIMIT 1",
-                    (name,),
-                )
-                got = cur.fetchone()
-                prefetched = ahead.fetchone()
-                locked = got is not None
-                if got is None:
-                    # Race-free creation: a concurrent creator of the same name makes this
-                    # insert wait for its commit and then do nothing; the select finds its row.
-                    cur.execute(
-                        "INSERT INTO sessions (name) VALUES (%s) ON CONFLICT (name) DO NOTHING RETURNING id", (name,)
-                    )
-                    got = cur.fetchone()
-                    if got is None:
-                        cur.execute("SELECT id FROM sessions WHERE name = %s", (name,))
-                        got = cur.fetchone()
-                if got is None:
-                    raise ConflictError(f"session {name!r} vanished while being created", session=name)
-                sid = int(got[0])
-                if not locked:
-                    # Held until commit or rollback: appends to this session, and only
-                    # this session, wait here.
-                    cur.execute("SELECT pg_advisory_xact_lock(%s, %s)", (_LOCK_SESSION, _lock_key(sid)))
-                head = (HeadRow(*prefetched) if prefetched else None) if locked else _UNREAD
-                yield _PGWriter(cur, sid, head)
+            with self._pool.connection() as conn:
+                try:
+                    with conn.cursor(binary=True) as cur:
+                        yield _open_writer(conn, cur, name)
+                    conn.execute("COMMIT")
+                except BaseException:
+                    _rollback(conn)
+                    raise
         except psycopg.Error as exc:
             raise _error(exc, doing) from exc
 
@@ -338,7 +336,7 @@ def _ensure_schema(conn: psycopg.Connection[tuple[Any, ...]]) -> None:
         cur.execute("SELECT to_regclass('meta') IS NOT NULL")
         row = cur.fetchone()
         if not (row and row[0]):
-            cur.execute(";\n".join(_SCHEMA))  # one round trip, one transaction
+            cur.execute(";\n".join((*_SCHEMA, *_FUNCTIONS.values())))  # one round trip, one transaction
             return
         cur.execute("SELECT value FROM meta WHERE name = 'schema_version'")
         got = cur.fetchone()
@@ -352,6 +350,9 @@ def _ensure_schema(conn: psycopg.Connection[tuple[Any, ...]]) -> None:
             cur.execute("UPDATE meta SET value = %s WHERE name = 'schema_version'", (version,))
             cur.execute("ALTER TABLE meta ENABLE TRIGGER meta_no_update")
         # A version this library does not know is reported by the store, which reads meta.
+        cur.execute("SELECT s FROM unnest(%s::text[]) AS s WHERE to_regprocedure(s) IS NULL", (list(_FUNCTIONS),))
+        for (missing,) in cur.fetchall():
+            cur.execute(_FUNCTIONS[missing])
 
 
 def _hashes(cur: psycopg.Cursor[tuple[Any, ...]], session_id: int, coords: Sequence[tuple[int, int]]) -> list[bytes]:
@@ -381,9 +382,42 @@ class _Unread:
 _UNREAD = _Unread()
 
 
-def _pipeline(conn: psycopg.Connection[tuple[Any, ...]]) -> AbstractContextManager[object]:
-    """Batch statements whose results are not needed at once into fewer round trips."""
-    return conn.pipeline() if psycopg.Pipeline.is_supported() else nullcontext()
+def _open_writer(
+    conn: psycopg.Connection[tuple[Any, ...]], cur: psycopg.Cursor[tuple[Any, ...]], name: str
+) -> _PGWriter:
+    """Begin a transaction on ``conn`` holding session ``name``'s lock, creating the session.
+
+    One round trip: the simple query protocol (which alone carries several statements in
+    one message) sends BEGIN and the call of ``compactstore_open`` together. READ
+    COMMITTED is named because the head must be read with a snapshot newer than the lock.
+    """
+    with conn.cursor() as text:
+        text.execute(
+            "BEGIN ISOLATION LEVEL READ COMMITTED; "
+            f"SELECT sid, head_size, head_root, head_prev, head_seal FROM compactstore_open({_literal(conn, name)})"
+        )
+        text.nextset()
+        got = text.fetchone()
+    if got is None:
+        raise ConflictError(f"session {name!r} was neither found nor created", session=name)
+    sid, size, root, prev, seal = got
+    head = None if size is None else HeadRow(int(size), bytes(root), int(prev), bytes(seal))
+    return _PGWriter(cur, int(sid), head)
+
+
+def _literal(conn: psycopg.Connection[tuple[Any, ...]], value: str) -> str:
+    """Return ``value`` quoted as an SQL string literal for ``conn``."""
+    return sql.Literal(value).as_string(conn)
+
+
+def _rollback(conn: psycopg.Connection[tuple[Any, ...]]) -> None:
+    """Roll back the open transaction of ``conn``, if any; a broken connection is left to the pool."""
+    if conn.closed or conn.broken or conn.info.transaction_status == pq.TransactionStatus.IDLE:
+        return
+    try:
+        conn.execute("ROLLBACK")
+    except psycopg.Error:
+        pass  # the pool discards a connection it cannot reset
 
 
 class _PGWriter:
