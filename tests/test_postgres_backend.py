@@ -273,3 +273,18 @@ def test_a_store_made_before_the_append_functions_gains_them_on_open(
         assert [r.pos for r in s.extend(_turns(3, "y"))] == [20, 21, 22]
         assert st.verify().ok
     assert owner.execute("SELECT value FROM meta WHERE name = 'schema_version'").fetchone() == (SCHEMA_VERSION,)
+
+
+def test_a_redaction_whose_erasure_fails_writes_nothing(pg_url: str, owner: psycopg.Connection[Any]) -> None:
+    """The redaction event and its erasures commit together: when the erasure fails, the event is not stored either."""
+    with cs.open(pg_url) as st:
+        s = st.session("s")
+        s.extend(_turns(3))
+        owner.execute("ALTER TABLE redactions ADD CONSTRAINT refuse_all CHECK (pos < 0)")
+        with pytest.raises(cs.CompactStoreError) as info:
+            s.redact([1], "must not half-happen")
+        assert isinstance(info.value.__cause__, psycopg.Error)
+        assert s.size == 3
+        assert s.read(1).event.content == "t1"  # type: ignore[attr-defined]
+        s.append(cs.Turn("user", "after"))  # the connection came back clean
+        assert st.verify().ok

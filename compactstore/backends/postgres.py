@@ -11,10 +11,11 @@ appends to one session are serialized (positions are read and written under the 
 while appends to different sessions run in parallel. Sequence numbers come from an
 identity column: unique and increasing within a session, but with gaps.
 
-An append costs three round trips, each one message: BEGIN with a call of the
-``compactstore_open`` function (find or create the session, lock it, read its head), one
-statement inserting the events, subtree roots and head, and COMMIT. The function is
-created with the schema and added to stores made before it existed.
+An append costs two round trips: BEGIN with a call of the ``compactstore_open``
+function (find or create the session, lock it, read its head), then one statement
+inserting the events, subtree roots and head, pipelined with COMMIT (a redaction
+commits after its erasures instead). The function is created with the schema and added
+to stores made before it existed.
 
 Every driver error is re-raised as a :class:`~compactstore.CompactStoreError`.
 """
@@ -263,8 +264,10 @@ class PostgresBackend:
             with self._pool.connection() as conn:
                 try:
                     with conn.cursor(binary=True) as cur:
-                        yield _open_writer(conn, cur, name)
-                    conn.execute("COMMIT")
+                        w = _open_writer(conn, cur, name)
+                        yield w
+                    if not w.committed:
+                        conn.execute("COMMIT")
                 except BaseException:
                     _rollback(conn)
                     raise
@@ -375,6 +378,58 @@ def _hashes(cur: psycopg.Cursor[tuple[Any, ...]], session_id: int, coords: Seque
     return out
 
 
+#: The kind of the event whose erasures follow its insert in the same transaction.
+_ERASING_KIND = "redaction"
+
+#: One statement inserts the events (seqs assigned in position order), the completed
+#: subtree roots and the head. Leaves and bodies travel as two byte strings sliced on the
+#: server (a body's offset is the sum of the lengths before it; length -1 is NULL), and
+#: the rest as binary arrays: psycopg builds a byte string in one join, where an array
+#: of byte strings costs a Python step per element on both sides.
+_INSERT = (
+    "WITH u AS (SELECT u.pos, u.kind, u.idem_key, u.len, u.i, "
+    "sum(greatest(u.len, 0)) OVER (ORDER BY u.i) - greatest(u.len, 0) AS start "
+    "FROM unnest(%(pos)b::bigint[], %(kind)b::text[], %(key)b::text[], %(len)b::int4[]) "
+    "WITH ORDINALITY AS u(pos, kind, idem_key, len, i)), "
+    "e AS (INSERT INTO events (session_id, pos, kind, idem_key, leaf, body) "
+    "SELECT %(sid)b::bigint, u.pos, u.kind, u.idem_key, "
+    "substring(%(leaves)b::bytea FROM (%(width)b::int4 * (u.i - 1) + 1)::int4 FOR %(width)b::int4), "
+    "CASE WHEN u.len >= 0 THEN substring(%(bodies)b::bytea FROM (u.start + 1)::int4 FOR u.len) END "
+    "FROM u ORDER BY u.pos RETURNING pos, seq), "
+    "n AS (INSERT INTO nodes (session_id, level, idx, hash) SELECT %(sid)b::bigint, u.level, u.idx, u.hash "
+    "FROM unnest(%(level)b::bigint[], %(idx)b::bigint[], %(hash)b::bytea[]) AS u(level, idx, hash)), "
+    "h AS (INSERT INTO heads (session_id, size, root, prev, seal) "
+    "VALUES (%(sid)b::bigint, %(size)b::bigint, %(root)b::bytea, %(prev)b::bigint, %(seal)b::bytea)) "
+    "SELECT pos, seq FROM e"
+)
+
+
+def _insert_params(
+    session_id: int, rows: Sequence[Row], nodes: Sequence[tuple[int, int, bytes]], head: HeadRow
+) -> dict[str, object]:
+    """Return the parameters of :data:`_INSERT`; every leaf must have the width of the first."""
+    width = len(rows[0].leaf) if rows else 0
+    if any(len(r.leaf) != width for r in rows):
+        raise IntegrityError(f"leaves of different widths in one insert (want {width} bytes each)")
+    return {
+        "sid": session_id,
+        "pos": [r.pos for r in rows],
+        "kind": [r.kind for r in rows],
+        "key": [None if r.idem_key is None else _text(r.idem_key, "idempotency_key") for r in rows],
+        "len": [-1 if r.body is None else len(r.body) for r in rows],
+        "leaves": b"".join(r.leaf for r in rows),
+        "width": width,
+        "bodies": b"".join(r.body for r in rows if r.body is not None),
+        "level": [lv for lv, _, _ in nodes],
+        "idx": [i for _, i, _ in nodes],
+        "hash": [h for _, _, h in nodes],
+        "size": head.size,
+        "root": head.root,
+        "prev": head.prev,
+        "seal": head.seal,
+    }
+
+
 class _Unread:
     """The head was not read under the lock yet."""
 
@@ -421,12 +476,14 @@ def _rollback(conn: psycopg.Connection[tuple[Any, ...]]) -> None:
 
 
 class _PGWriter:
-    __slots__ = ("_cur", "_head", "session_id")
+    __slots__ = ("_cur", "_head", "committed", "session_id")
 
     def __init__(self, cur: psycopg.Cursor[tuple[Any, ...]], session_id: int, head: HeadRow | None | _Unread) -> None:
         self._cur = cur
         self._head = head
         self.session_id = session_id
+        #: Whether insert() has already committed the transaction.
+        self.committed = False
 
     def _do(self, doing: str, sql: str, args: Sequence[object] | Mapping[str, object], fetch: bool = True) -> list[tuple[Any, ...]]:
         try:
@@ -464,35 +521,21 @@ class _PGWriter:
         return None  # the identity column assigns it
 
     def insert(self, rows: Sequence[Row], nodes: Sequence[tuple[int, int, bytes]], head: HeadRow) -> list[int]:
-        # One statement: the events (seqs assigned in position order), the subtree roots
-        # and the head. Arrays travel in binary.
-        got = self._do(
-            "insert events, subtree roots and the head",
-            "WITH e AS (INSERT INTO events (session_id, pos, kind, idem_key, leaf, body) "
-            "SELECT %(sid)s, u.pos, u.kind, u.idem_key, u.leaf, u.body "
-            "FROM unnest(%(pos)b::bigint[], %(kind)b::text[], %(key)b::text[], %(leaf)b::bytea[], %(body)b::bytea[]) "
-            "AS u(pos, kind, idem_key, leaf, body) ORDER BY u.pos RETURNING pos, seq), "
-            "n AS (INSERT INTO nodes (session_id, level, idx, hash) SELECT %(sid)s, u.level, u.idx, u.hash "
-            "FROM unnest(%(level)b::bigint[], %(idx)b::bigint[], %(hash)b::bytea[]) AS u(level, idx, hash)), "
-            "h AS (INSERT INTO heads (session_id, size, root, prev, seal) "
-            "VALUES (%(sid)s, %(size)s, %(root)s, %(prev)s, %(seal)s)) "
-            "SELECT pos, seq FROM e",
-            {
-                "sid": self.session_id,
-                "pos": [r.pos for r in rows],
-                "kind": [r.kind for r in rows],
-                "key": [None if r.idem_key is None else _text(r.idem_key, "idempotency_key") for r in rows],
-                "leaf": [r.leaf for r in rows],
-                "body": [r.body for r in rows],
-                "level": [lv for lv, _, _ in nodes],
-                "idx": [i for _, i, _ in nodes],
-                "hash": [h for _, _, h in nodes],
-                "size": head.size,
-                "root": head.root,
-                "prev": head.prev,
-                "seal": head.seal,
-            },
-        )
+        # Unless an erasure follows, nothing more is written in this transaction (the
+        # protocol's promise), so COMMIT travels in the same message as the insert.
+        final = not any(r.kind == _ERASING_KIND for r in rows)
+        params = _insert_params(self.session_id, rows, nodes, head)
+        try:
+            if final:
+                with self._cur.connection.pipeline():
+                    self._cur.execute(_INSERT, params)
+                    self._cur.connection.execute("COMMIT")
+                self.committed = True
+            else:
+                self._cur.execute(_INSERT, params)
+            got = self._cur.fetchall()
+        except psycopg.Error as exc:
+            raise _error(exc, "insert events, subtree roots and the head") from exc
         seqs = {int(pos): int(seq) for pos, seq in got}
         return [seqs[r.pos] for r in rows]
 
