@@ -288,3 +288,17 @@ def test_a_redaction_whose_erasure_fails_writes_nothing(pg_url: str, owner: psyc
         assert s.read(1).event.content == "t1"  # type: ignore[attr-defined]
         s.append(cs.Turn("user", "after"))  # the connection came back clean
         assert st.verify().ok
+
+
+@pytest.mark.parametrize("key", ["a,b", "{x}", '"q"', "back\\slash", "NULL", "it's", "E'\\x00'", "ключ ✓", " lead"])
+def test_idempotency_keys_with_quotes_braces_and_backslashes_round_trip(
+    pg_url: str, owner: psycopg.Connection[Any], key: str
+) -> None:
+    """Keys written inline in the insert are stored exactly as given and find their event again."""
+    with cs.open(pg_url) as st:
+        s = st.session("s")
+        first = s.extend([cs.Turn("user", "x"), cs.Turn("user", "y")], idempotency_keys=[None, key])[1]
+        assert s.append(cs.Turn("user", "y"), idempotency_key=key) == first
+        assert owner.execute("SELECT idem_key FROM events WHERE pos = 1").fetchone() == (key,)
+        assert owner.execute("SELECT idem_key FROM events WHERE pos = 0").fetchone() == (None,)
+        assert s.size == 2

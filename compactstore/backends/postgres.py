@@ -22,14 +22,14 @@ Every driver error is re-raised as a :class:`~compactstore.CompactStoreError`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 from psycopg import errors as pgerr
-from psycopg import pq, sql
+from psycopg import pq
 from psycopg_pool import ConnectionPool
 
 from ..errors import CompactStoreError, ConflictError, IntegrityError, InvalidEvent
@@ -123,9 +123,39 @@ _OPEN_FUNCTION = (
     "END $$"
 )
 
+#: Insert a batch in one call: the events (seqs assigned in position order, returned in
+#: that order), the completed subtree roots and the head. Leaves, bodies and subtree
+#: roots arrive as one byte string each, sliced here (a body's offset is the sum of the
+#: lengths before it; length -1 is NULL): a long string literal costs the client one C
+#: call to write and the server one pass to read, where an array of byte strings costs a
+#: step per element on both sides.
+_INSERT_FUNCTION = (
+    "CREATE FUNCTION compactstore_insert(p_sid bigint, p_pos bigint[], p_kind text[], p_key text[], p_len int4[], "
+    "p_width int4, p_leaves bytea, p_bodies bytea, p_level bigint[], p_idx bigint[], p_hashes bytea, "
+    "p_size bigint, p_root bytea, p_prev bigint, p_seal bytea) RETURNS bigint[] LANGUAGE plpgsql VOLATILE AS $$ "
+    "DECLARE seqs bigint[]; BEGIN "
+    "WITH u AS (SELECT u.pos, u.kind, u.idem_key, u.len, u.i, "
+    "sum(greatest(u.len, 0)) OVER (ORDER BY u.i) - greatest(u.len, 0) AS start "
+    "FROM unnest(p_pos, p_kind, p_key, p_len) WITH ORDINALITY AS u(pos, kind, idem_key, len, i)), "
+    "e AS (INSERT INTO events AS ev (session_id, pos, kind, idem_key, leaf, body) "
+    "SELECT p_sid, u.pos, u.kind, u.idem_key, substring(p_leaves FROM (p_width * (u.i - 1) + 1)::int4 FOR p_width), "
+    "CASE WHEN u.len >= 0 THEN substring(p_bodies FROM (u.start + 1)::int4 FOR u.len) END "
+    "FROM u ORDER BY u.pos RETURNING ev.pos, ev.seq) "
+    "SELECT array_agg(e.seq ORDER BY e.pos) INTO seqs FROM e; "
+    "INSERT INTO nodes (session_id, level, idx, hash) "
+    "SELECT p_sid, n.level, n.idx, substring(p_hashes FROM (p_width * (n.i - 1) + 1)::int4 FOR p_width) "
+    "FROM unnest(p_level, p_idx) WITH ORDINALITY AS n(level, idx, i); "
+    "INSERT INTO heads (session_id, size, root, prev, seal) VALUES (p_sid, p_size, p_root, p_prev, p_seal); "
+    "RETURN seqs; END $$"
+)
+
 #: Functions the backend calls, by signature: created with the schema, and added on open
 #: to a store whose schema predates them (they change no table, so the version stays).
-_FUNCTIONS = {"compactstore_open(text)": _OPEN_FUNCTION}
+_FUNCTIONS = {
+    "compactstore_open(text)": _OPEN_FUNCTION,
+    "compactstore_insert(bigint, bigint[], text[], text[], int4[], int4, bytea, bytea, bigint[], bigint[], bytea, "
+    "bigint, bytea, bigint, bytea)": _INSERT_FUNCTION,
+}
 
 #: Migrations: from a schema version to the next, as ``(next version, statements)``.
 #: The version in ``meta`` is rewritten by the migration with the triggers disabled.
@@ -381,53 +411,63 @@ def _hashes(cur: psycopg.Cursor[tuple[Any, ...]], session_id: int, coords: Seque
 #: The kind of the event whose erasures follow its insert in the same transaction.
 _ERASING_KIND = "redaction"
 
-#: One statement inserts the events (seqs assigned in position order), the completed
-#: subtree roots and the head. Leaves and bodies travel as two byte strings sliced on the
-#: server (a body's offset is the sum of the lengths before it; length -1 is NULL), and
-#: the rest as binary arrays: psycopg builds a byte string in one join, where an array
-#: of byte strings costs a Python step per element on both sides.
-_INSERT = (
-    "WITH u AS (SELECT u.pos, u.kind, u.idem_key, u.len, u.i, "
-    "sum(greatest(u.len, 0)) OVER (ORDER BY u.i) - greatest(u.len, 0) AS start "
-    "FROM unnest(%(pos)b::bigint[], %(kind)b::text[], %(key)b::text[], %(len)b::int4[]) "
-    "WITH ORDINALITY AS u(pos, kind, idem_key, len, i)), "
-    "e AS (INSERT INTO events (session_id, pos, kind, idem_key, leaf, body) "
-    "SELECT %(sid)b::bigint, u.pos, u.kind, u.idem_key, "
-    "substring(%(leaves)b::bytea FROM (%(width)b::int4 * (u.i - 1) + 1)::int4 FOR %(width)b::int4), "
-    "CASE WHEN u.len >= 0 THEN substring(%(bodies)b::bytea FROM (u.start + 1)::int4 FOR u.len) END "
-    "FROM u ORDER BY u.pos RETURNING pos, seq), "
-    "n AS (INSERT INTO nodes (session_id, level, idx, hash) SELECT %(sid)b::bigint, u.level, u.idx, u.hash "
-    "FROM unnest(%(level)b::bigint[], %(idx)b::bigint[], %(hash)b::bytea[]) AS u(level, idx, hash)), "
-    "h AS (INSERT INTO heads (session_id, size, root, prev, seal) "
-    "VALUES (%(sid)b::bigint, %(size)b::bigint, %(root)b::bytea, %(prev)b::bigint, %(seal)b::bytea)) "
-    "SELECT pos, seq FROM e"
-)
+#: The SQL types of ``compactstore_insert``'s arguments, in order.
+_INSERT_TYPES = ("bigint", "bigint[]", "text[]", "text[]", "int4[]", "int4", "bytea", "bytea",
+                 "bigint[]", "bigint[]", "bytea", "bigint", "bytea", "bigint", "bytea")
+#: Up to this many bytes of bodies an insert is written inline, in the message that
+#: commits it; beyond, its arguments travel in binary and COMMIT follows on its own
+#: (one round trip more, against a server that would otherwise read the bytes as text).
+INLINE_BYTES = 64 * 1024
 
 
-def _insert_params(
+def _insert_args(
     session_id: int, rows: Sequence[Row], nodes: Sequence[tuple[int, int, bytes]], head: HeadRow
-) -> dict[str, object]:
-    """Return the parameters of :data:`_INSERT`; every leaf must have the width of the first."""
-    width = len(rows[0].leaf) if rows else 0
-    if any(len(r.leaf) != width for r in rows):
-        raise IntegrityError(f"leaves of different widths in one insert (want {width} bytes each)")
-    return {
-        "sid": session_id,
-        "pos": [r.pos for r in rows],
-        "kind": [r.kind for r in rows],
-        "key": [None if r.idem_key is None else _text(r.idem_key, "idempotency_key") for r in rows],
-        "len": [-1 if r.body is None else len(r.body) for r in rows],
-        "leaves": b"".join(r.leaf for r in rows),
-        "width": width,
-        "bodies": b"".join(r.body for r in rows if r.body is not None),
-        "level": [lv for lv, _, _ in nodes],
-        "idx": [i for _, i, _ in nodes],
-        "hash": [h for _, _, h in nodes],
-        "size": head.size,
-        "root": head.root,
-        "prev": head.prev,
-        "seal": head.seal,
-    }
+) -> tuple[object, ...]:
+    """Return the arguments of ``compactstore_insert``; every leaf and subtree root must have the width of the first."""
+    width = len(rows[0].leaf) if rows else 32
+    if any(len(r.leaf) != width for r in rows) or any(len(h) != width for _, _, h in nodes):
+        raise IntegrityError(f"hashes of different widths in one insert (want {width} bytes each)")
+    return (
+        session_id,
+        [r.pos for r in rows],
+        [r.kind for r in rows],
+        [None if r.idem_key is None else _text(r.idem_key, "idempotency_key") for r in rows],
+        [-1 if r.body is None else len(r.body) for r in rows],
+        width,
+        b"".join(r.leaf for r in rows),
+        b"".join(r.body for r in rows if r.body is not None),
+        [lv for lv, _, _ in nodes],
+        [i for _, i, _ in nodes],
+        b"".join(h for _, _, h in nodes),
+        head.size,
+        head.root,
+        head.prev,
+        head.seal,
+    )
+
+
+def _quote(text: str) -> str:
+    """Return ``text`` as an escape-string literal, read the same whatever ``standard_conforming_strings`` says."""
+    if "\x00" in text:  # a query is a C string: a NUL would cut it short
+        raise CompactStoreError("PostgreSQL text cannot hold NUL characters")
+    return "E'" + text.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+def _inline(value: object, kind: str) -> str:
+    """Return ``value`` as an SQL literal of type ``kind``.
+
+    Integers are written by ``str``, bytes in hex, and each text array element
+    double-quoted with backslash and double quote escaped, as the array parser reads it.
+    """
+    if isinstance(value, bytes):
+        return f"E'\\\\x{value.hex()}'::bytea"
+    if isinstance(value, int):
+        return f"{int(value)}::{kind}"
+    assert isinstance(value, list)
+    if kind != "text[]":
+        return "'{" + ",".join(str(int(v)) for v in value) + f"}}'::{kind}"
+    items = ("NULL" if v is None else '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"' for v in value)
+    return _quote("{" + ",".join(items) + "}") + "::text[]"
 
 
 class _Unread:
@@ -446,10 +486,10 @@ def _open_writer(
     one message) sends BEGIN and the call of ``compactstore_open`` together. READ
     COMMITTED is named because the head must be read with a snapshot newer than the lock.
     """
-    with conn.cursor() as text:
+    with _unprepared(conn), conn.cursor() as text:
         text.execute(
             "BEGIN ISOLATION LEVEL READ COMMITTED; "
-            f"SELECT sid, head_size, head_root, head_prev, head_seal FROM compactstore_open({_literal(conn, name)})"
+            f"SELECT sid, head_size, head_root, head_prev, head_seal FROM compactstore_open({_quote(name)})"
         )
         text.nextset()
         got = text.fetchone()
@@ -460,9 +500,18 @@ def _open_writer(
     return _PGWriter(cur, int(sid), head)
 
 
-def _literal(conn: psycopg.Connection[tuple[Any, ...]], value: str) -> str:
-    """Return ``value`` quoted as an SQL string literal for ``conn``."""
-    return sql.Literal(value).as_string(conn)
+@contextmanager
+def _unprepared(conn: psycopg.Connection[tuple[Any, ...]]) -> Iterator[None]:
+    """Keep statements written with inline values out of the driver's prepared-statement cache.
+
+    Each such statement is new text, so it would never be prepared, but the cache would
+    still hash it and keep the last hundred (whole batches of bodies) as keys.
+    """
+    threshold, conn.prepare_threshold = conn.prepare_threshold, None
+    try:
+        yield
+    finally:
+        conn.prepare_threshold = threshold
 
 
 def _rollback(conn: psycopg.Connection[tuple[Any, ...]]) -> None:
@@ -522,22 +571,30 @@ class _PGWriter:
 
     def insert(self, rows: Sequence[Row], nodes: Sequence[tuple[int, int, bytes]], head: HeadRow) -> list[int]:
         # Unless an erasure follows, nothing more is written in this transaction (the
-        # protocol's promise), so COMMIT travels in the same message as the insert.
+        # protocol's promise), so the insert may commit.
         final = not any(r.kind == _ERASING_KIND for r in rows)
-        params = _insert_params(self.session_id, rows, nodes, head)
+        conn = self._cur.connection
+        args = _insert_args(self.session_id, rows, nodes, head)
         try:
-            if final:
-                with self._cur.connection.pipeline():
-                    self._cur.execute(_INSERT, params)
-                    self._cur.connection.execute("COMMIT")
-                self.committed = True
+            if sum(len(r.body or b"") for r in rows) <= INLINE_BYTES:
+                # One message, so one round trip: the simple query protocol carries
+                # several statements, but no parameters.
+                call = ", ".join(_inline(v, t) for v, t in zip(args, _INSERT_TYPES))
+                with _unprepared(conn), conn.cursor() as text:
+                    text.execute(f"SELECT compactstore_insert({call}){'; COMMIT' if final else ''}")
+                    got = text.fetchone()
             else:
-                self._cur.execute(_INSERT, params)
-            got = self._cur.fetchall()
+                self._cur.execute(f"SELECT compactstore_insert({', '.join(f'%b::{t}' for t in _INSERT_TYPES)})", args)
+                got = self._cur.fetchone()
+                if final:
+                    conn.execute("COMMIT")
         except psycopg.Error as exc:
             raise _error(exc, "insert events, subtree roots and the head") from exc
-        seqs = {int(pos): int(seq) for pos, seq in got}
-        return [seqs[r.pos] for r in rows]
+        self.committed = final
+        if got is None or got[0] is None or len(got[0]) != len(rows):
+            raise IntegrityError(f"inserted {len(rows)} events, got {got and got[0] and len(got[0])} seqs back")
+        by_pos = dict(zip(sorted(r.pos for r in rows), got[0]))
+        return [int(by_pos[r.pos]) for r in rows]
 
     def erase(self, positions: Sequence[int], by: int) -> None:
         sid, positions = self.session_id, list(positions)
