@@ -423,21 +423,24 @@ INLINE_BYTES = 64 * 1024
 def _insert_args(
     session_id: int, rows: Sequence[Row], nodes: Sequence[tuple[int, int, bytes]], head: HeadRow
 ) -> tuple[object, ...]:
-    """Return the arguments of ``compactstore_insert``; every leaf and subtree root must have the width of the first."""
+    """Return the arguments of ``compactstore_insert``, arrays as array literals.
+
+    Every leaf and subtree root must have the width of the first.
+    """
     width = len(rows[0].leaf) if rows else 32
     if any(len(r.leaf) != width for r in rows) or any(len(h) != width for _, _, h in nodes):
         raise IntegrityError(f"hashes of different widths in one insert (want {width} bytes each)")
     return (
         session_id,
-        [r.pos for r in rows],
-        [r.kind for r in rows],
-        [None if r.idem_key is None else _text(r.idem_key, "idempotency_key") for r in rows],
-        [-1 if r.body is None else len(r.body) for r in rows],
+        _array([r.pos for r in rows]),
+        _array([r.kind for r in rows]),
+        _array([None if r.idem_key is None else _text(r.idem_key, "idempotency_key") for r in rows]),
+        _array([-1 if r.body is None else len(r.body) for r in rows]),
         width,
         b"".join(r.leaf for r in rows),
         b"".join(r.body for r in rows if r.body is not None),
-        [lv for lv, _, _ in nodes],
-        [i for _, i, _ in nodes],
+        _array([lv for lv, _, _ in nodes]),
+        _array([i for _, i, _ in nodes]),
         b"".join(h for _, _, h in nodes),
         head.size,
         head.root,
@@ -453,21 +456,32 @@ def _quote(text: str) -> str:
     return "E'" + text.replace("\\", "\\\\").replace("'", "''") + "'"
 
 
-def _inline(value: object, kind: str) -> str:
-    """Return ``value`` as an SQL literal of type ``kind``.
+def _array(values: Sequence[int] | Sequence[str | None]) -> str:
+    """Return ``values`` in the array literal syntax: integers as they are, text double-quoted.
 
-    Integers are written by ``str``, bytes in hex, and each text array element
-    double-quoted with backslash and double quote escaped, as the array parser reads it.
+    Written by hand because the driver builds arrays a Python step per element, where
+    one join does it here; the server parses the text in one pass.
     """
+    if values and isinstance(values[0], int):
+        return "{" + ",".join(map(str, values)) + "}"
+    return "{" + ",".join(
+        "NULL" if v is None else '"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"' for v in values
+    ) + "}"
+
+
+def _inline(value: object, kind: str) -> str:
+    """Return an argument of ``compactstore_insert`` as an SQL literal of type ``kind``."""
     if isinstance(value, bytes):
         return f"E'\\\\x{value.hex()}'::bytea"
     if isinstance(value, int):
         return f"{int(value)}::{kind}"
-    assert isinstance(value, list)
-    if kind != "text[]":
-        return "'{" + ",".join(str(int(v)) for v in value) + f"}}'::{kind}"
-    items = ("NULL" if v is None else '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"' for v in value)
-    return _quote("{" + ",".join(items) + "}") + "::text[]"
+    assert isinstance(value, str)
+    return f"{_quote(value)}::{kind}"
+
+
+def _placeholder(value: object, kind: str) -> str:
+    """Return the placeholder of an argument of ``compactstore_insert``: arrays as text, the rest in binary."""
+    return f"%t::{kind}" if isinstance(value, str) else f"%b::{kind}"
 
 
 class _Unread:
@@ -584,7 +598,8 @@ class _PGWriter:
                     text.execute(f"SELECT compactstore_insert({call}){'; COMMIT' if final else ''}")
                     got = text.fetchone()
             else:
-                self._cur.execute(f"SELECT compactstore_insert({', '.join(f'%b::{t}' for t in _INSERT_TYPES)})", args)
+                marks = ", ".join(_placeholder(v, t) for v, t in zip(args, _INSERT_TYPES))
+                self._cur.execute(f"SELECT compactstore_insert({marks})", args)
                 got = self._cur.fetchone()
                 if final:
                     conn.execute("COMMIT")
