@@ -302,3 +302,23 @@ def test_idempotency_keys_with_quotes_braces_and_backslashes_round_trip(
         assert owner.execute("SELECT idem_key FROM events WHERE pos = 1").fetchone() == (key,)
         assert owner.execute("SELECT idem_key FROM events WHERE pos = 0").fetchone() == (None,)
         assert s.size == 2
+
+
+def test_nothing_runs_in_a_writer_after_its_insert_committed(pg_url: str) -> None:
+    """An insert without a redaction commits at once, and any later statement in that writer is refused, not run unguarded."""
+    from compactstore.backends import HeadRow
+
+    with cs.open(pg_url) as st:
+        st.session("s").append(cs.Turn("user", "x"))
+        sid = st.backend.session_id("s")
+        assert sid is not None
+        head = st.backend.head(sid)
+        assert head is not None
+        with pytest.raises(cs.CompactStoreError, match="nothing may run"):
+            with st.backend.writer("s") as w:
+                row = st.backend.row(sid, 0)
+                assert row is not None
+                w.insert([row._replace(pos=1)], [], HeadRow(2, head.root, 1, head.seal))
+                assert st.backend.head(sid) == HeadRow(2, head.root, 1, head.seal)  # visible: committed
+                w.find_idempotent("k")
+        assert st.backend.head(sid) == HeadRow(2, head.root, 1, head.seal)  # and not rolled back

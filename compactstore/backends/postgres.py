@@ -128,7 +128,8 @@ _OPEN_FUNCTION = (
 #: roots arrive as one byte string each, sliced here (a body's offset is the sum of the
 #: lengths before it; length -1 is NULL): a long string literal costs the client one C
 #: call to write and the server one pass to read, where an array of byte strings costs a
-#: step per element on both sides.
+#: step per element on both sides. Rows are put in position order (so seqs follow it)
+#: before their bodies are cut out: a sort of wide rows would spill to disk past work_mem.
 _INSERT_FUNCTION = (
     "CREATE FUNCTION compactstore_insert(p_sid bigint, p_pos bigint[], p_kind text[], p_key text[], p_len int4[], "
     "p_width int4, p_leaves bytea, p_bodies bytea, p_level bigint[], p_idx bigint[], p_hashes bytea, "
@@ -136,11 +137,11 @@ _INSERT_FUNCTION = (
     "DECLARE seqs bigint[]; BEGIN "
     "WITH u AS (SELECT u.pos, u.kind, u.idem_key, u.len, u.i, "
     "sum(greatest(u.len, 0)) OVER (ORDER BY u.i) - greatest(u.len, 0) AS start "
-    "FROM unnest(p_pos, p_kind, p_key, p_len) WITH ORDINALITY AS u(pos, kind, idem_key, len, i)), "
+    "FROM unnest(p_pos, p_kind, p_key, p_len) WITH ORDINALITY AS u(pos, kind, idem_key, len, i) ORDER BY u.pos), "
     "e AS (INSERT INTO events AS ev (session_id, pos, kind, idem_key, leaf, body) "
     "SELECT p_sid, u.pos, u.kind, u.idem_key, substring(p_leaves FROM (p_width * (u.i - 1) + 1)::int4 FOR p_width), "
     "CASE WHEN u.len >= 0 THEN substring(p_bodies FROM (u.start + 1)::int4 FOR u.len) END "
-    "FROM u ORDER BY u.pos RETURNING ev.pos, ev.seq) "
+    "FROM u RETURNING ev.pos, ev.seq) "
     "SELECT array_agg(e.seq ORDER BY e.pos) INTO seqs FROM e; "
     "INSERT INTO nodes (session_id, level, idx, hash) "
     "SELECT p_sid, n.level, n.idx, substring(p_hashes FROM (p_width * (n.i - 1) + 1)::int4 FOR p_width) "
@@ -548,7 +549,16 @@ class _PGWriter:
         #: Whether insert() has already committed the transaction.
         self.committed = False
 
+    def _open(self) -> None:
+        """Refuse to run a statement once insert() has committed: it would run outside the transaction."""
+        if self.committed:
+            raise CompactStoreError(
+                "PostgreSQL: insert() committed the append; nothing may run in its writer after it",
+                hint="only a redaction's erase() may follow insert() (see Writer.insert)",
+            )
+
     def _do(self, doing: str, sql: str, args: Sequence[object] | Mapping[str, object], fetch: bool = True) -> list[tuple[Any, ...]]:
+        self._open()
         try:
             self._cur.execute(sql, args)
             return self._cur.fetchall() if fetch else []
@@ -567,6 +577,7 @@ class _PGWriter:
         return HeadRow(*got[0]) if got else None
 
     def hashes(self, coords: Sequence[tuple[int, int]]) -> list[bytes]:
+        self._open()
         try:
             return _hashes(self._cur, self.session_id, coords)
         except psycopg.Error as exc:
@@ -586,6 +597,7 @@ class _PGWriter:
     def insert(self, rows: Sequence[Row], nodes: Sequence[tuple[int, int, bytes]], head: HeadRow) -> list[int]:
         # Unless an erasure follows, nothing more is written in this transaction (the
         # protocol's promise), so the insert may commit.
+        self._open()
         final = not any(r.kind == _ERASING_KIND for r in rows)
         conn = self._cur.connection
         args = _insert_args(self.session_id, rows, nodes, head)
