@@ -20,6 +20,7 @@ import psycopg  # noqa: E402
 
 from compactstore.backends import SCHEMA_VERSION  # noqa: E402
 from compactstore.backends.postgres import (  # noqa: E402
+    _FUNCTIONS,
     _LOCK_SESSION,
     LOG_TABLES,
     PostgresBackend,
@@ -265,9 +266,11 @@ def test_a_store_made_before_the_append_functions_gains_them_on_open(
     with cs.open(pg_url, key=b"k") as st:
         st.session("s").extend(_turns(20))
         root = st.session("s").head().root
-    owner.execute("DROP FUNCTION compactstore_open(text)")  # as stores were made before it existed
+    for signature in _FUNCTIONS:  # as stores were made before they existed
+        owner.execute(f"DROP FUNCTION {signature}")
     with cs.open(pg_url, key=b"k") as st:
-        assert owner.execute("SELECT to_regprocedure('compactstore_open(text)') IS NOT NULL").fetchone() == (True,)
+        for signature in _FUNCTIONS:
+            assert owner.execute("SELECT to_regprocedure(%s) IS NOT NULL", (signature,)).fetchone() == (True,)
         s = st.session("s")
         assert s.head().root == root
         assert [r.pos for r in s.extend(_turns(3, "y"))] == [20, 21, 22]
