@@ -11,11 +11,12 @@ appends to one session are serialized (positions are read and written under the 
 while appends to different sessions run in parallel. Sequence numbers come from an
 identity column: unique and increasing within a session, but with gaps.
 
-An append costs two round trips: BEGIN with a call of the ``compactstore_open``
-function (find or create the session, lock it, read its head), then one statement
-inserting the events, subtree roots and head, pipelined with COMMIT (a redaction
-commits after its erasures instead). The function is created with the schema and added
-to stores made before it existed.
+An append costs two round trips, each one message: BEGIN with a call of the
+``compactstore_open`` function (find or create the session, lock it, read its head),
+then a call of ``compactstore_insert`` (the events, subtree roots and head) with COMMIT.
+A redaction commits after its erasures instead, and a batch of more than
+:data:`INLINE_BYTES` of bodies commits in a third. Both functions are created with the
+schema and added on open to stores made before them.
 
 Every driver error is re-raised as a :class:`~compactstore.CompactStoreError`.
 """
