@@ -76,7 +76,11 @@ class Writer(Protocol):
         nodes: Sequence[tuple[int, int, bytes]],
         head: HeadRow,
     ) -> list[int]:
-        """Insert events, completed subtree roots and the new head; return the events' seqs."""
+        """Insert events, completed subtree roots and the new head; return the events' seqs.
+
+        The last write of the transaction, but for the ``erase`` of a redaction among
+        ``rows``: without one, a writer may commit here, in the same round trip.
+        """
         ...
 
     def erase(self, positions: Sequence[int], by: int) -> None:
