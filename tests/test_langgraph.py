@@ -255,6 +255,28 @@ def test_put_writes_is_idempotent_per_task_and_index(store: cs.Store) -> None:
     assert got is not None and got.metadata["step"] == 2
 
 
+def test_plain_values_are_stored_as_json_and_another_serializer_sees_every_value(store: cs.Store) -> None:
+    """With the default serializer a plain value is stored as itself; a tuple, or any value under another one, is packed."""
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+    class Wrapping(JsonPlusSerializer):
+        """Stands for an encrypting serializer: it must see every value."""
+
+    for saver, plain in ((CompactStoreSaver(store), True), (CompactStoreSaver(store, serde=Wrapping()), False)):
+        thread = f"t-{plain}"
+        c1 = _put(saver, thread, {"m": [1, "a"]}, {"m": 1}, {"m": 1})
+        saver.put_writes(c1, [("m", {"role": "user"}), ("n", (1, 2))], "task")
+        checkpoint, *writes = [r.event for r in saver.session(thread).scan()]
+        assert isinstance(checkpoint, cs.Checkpoint) and isinstance(writes[0], cs.Write)
+        assert (checkpoint.value["blobs"]["m"][1:] == [[1, "a"]]) == plain
+        assert (writes[0].value == [{"role": "user"}]) == plain
+        assert len(writes[1].value) == 2  # a tuple is not JSON: through serde
+        got = saver.get_tuple(c1)
+        assert got is not None and got.checkpoint["channel_values"] == {"m": [1, "a"]}
+        pair = saver.serde.loads_typed(saver.serde.dumps_typed((1, 2)))  # what serde gives back
+        assert got.pending_writes == [("task", "m", {"role": "user"}), ("task", "n", pair)]
+
+
 def test_metadata_json_cannot_carry_goes_through_serde(store: cs.Store) -> None:
     """Non-string keys and NaN in metadata come back as serde returns them; plain metadata stays readable JSON."""
     saver = CompactStoreSaver(store)

@@ -18,10 +18,12 @@ How a thread maps onto the log:
   channel values (plain JSON, like metadata) and, as ``[version, type, base64]`` of
   ``serde.dumps_typed``, the value of each channel in ``new_versions``: a channel whose
   version did not change is read from the earlier event that stored that version.
-- ``put_writes`` appends one ``write`` event per write under the idempotency key
-  ``["w", ns, checkpoint_id, task_id, idx, replaced]``: a retried call writes nothing.
-  A regular write to a (task, idx) already written is ignored; a special one (error,
-  interrupt, resume, scheduled) replaces it with an event that ``supersedes`` it.
+- ``put_writes`` appends one ``write`` event per (task, idx) not written yet, all in
+  one transaction: the saver decides what is new from its index of the log, under the
+  session's write lock and only if no other writer appended since it last read, so a
+  retried call writes nothing and the store looks up no idempotency key. A regular
+  write to a (task, idx) already written is ignored; a special one (error, interrupt,
+  resume, scheduled) replaces it with an event that ``supersedes`` it.
 - Deleting (``delete_thread``, ``prune``, ``delete_for_runs``) is redaction: bodies
   are erased, leaves stay, the tree still verifies and ``Store.verify`` counts them as
   redacted. A kept checkpoint that read a channel value from an erased event is first
@@ -60,6 +62,7 @@ from langgraph.checkpoint.base import (
     writes_sort_key,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from .. import events as ev
 from ..errors import ConflictError
@@ -73,8 +76,14 @@ __all__ = ["CompactStoreSaver", "PREFIX"]
 PREFIX = "langgraph:"
 STRATEGIES = ("keep_latest", "delete")
 
-#: A stored value: ``[type, base64 of the bytes]``, as ``serde.dumps_typed`` gave them.
+#: A value through serde: ``[type, base64 of the bytes]``, as ``serde.dumps_typed`` gave them.
 Packed = list[str]
+#: A stored channel value or write: ``[value]`` when it is plain JSON and the serializer
+#: is the default one (serde would give it back equal), else :data:`Packed`. The length
+#: tells them apart, whatever type names a serializer uses.
+Stored = list[Any]
+#: The int range msgpack (so the default serializer) carries: beyond it serde decides.
+_INTS = (-(2**63), 2**64)
 #: A checkpoint within a thread: ``(namespace, checkpoint id)``.
 Key = tuple[str, str]
 
@@ -110,7 +119,7 @@ class _Thread(Tail):
     def apply(self, record: Record) -> None:
         event, pos = record.event, record.pos
         if isinstance(event, ev.Checkpoint):
-            space = self.namespaces.setdefault(event.ns, _Namespace())
+            space = self._space(event.ns)
             if event.id not in space.where:
                 bisect.insort(space.ids, event.id)
                 space.where[event.id] = []
@@ -126,10 +135,16 @@ class _Thread(Tail):
                 self.thread_id = value["thread"]
             self.at[pos] = ("c", event.ns, event.id, keys)
         elif isinstance(event, ev.Write):
-            space = self.namespaces.setdefault(event.ns, _Namespace())
+            space = self._space(event.ns)
             wkey = (event.task, event.idx)
             space.writes.setdefault(event.checkpoint, {}).setdefault(wkey, []).append(pos)
             self.at[pos] = ("w", event.ns, event.checkpoint, wkey)
+
+    def _space(self, ns: str) -> _Namespace:
+        space = self.namespaces.get(ns)
+        if space is None:
+            space = self.namespaces[ns] = _Namespace()
+        return space
 
     def forget(self, positions: Sequence[int]) -> None:
         for pos in positions:
@@ -171,18 +186,32 @@ def _drop(index: dict[Any, list[int]], key: Any, pos: int) -> None:
             del index[key]
 
 
-def _plain(value: object, depth: int = 0) -> bool:
-    """Return whether ``value`` survives a JSON round trip exactly (as the store encodes it)."""
+def _plain(value: object, depth: int = 0, *, msgpack: bool = False) -> bool:
+    """Return whether ``value`` survives a JSON round trip exactly (as the store encodes it).
+
+    With ``msgpack``, also whether the default serializer's msgpack round trip gives it
+    back equal (ints within 64 bits).
+    """
     if depth > 32:
         return False
-    if value is None or isinstance(value, (str, bool, int)):
+    kind = type(value)
+    if value is None or kind is str or kind is bool:
         return True
-    if isinstance(value, float):
+    if kind is int:
+        return not msgpack or _INTS[0] <= value < _INTS[1]  # type: ignore[operator]
+    if kind is float:
         return value == value and value not in (float("inf"), float("-inf"))
-    if isinstance(value, list):
-        return all(_plain(v, depth + 1) for v in value)
-    if isinstance(value, dict):
-        return all(isinstance(k, str) and _plain(v, depth + 1) for k, v in value.items())
+    if kind is list:
+        for v in value:  # type: ignore[attr-defined]
+            # Strings, the usual leaves, without a call each: this runs on every write.
+            if type(v) is not str and not _plain(v, depth + 1, msgpack=msgpack):
+                return False
+        return True
+    if kind is dict:
+        for k, v in value.items():  # type: ignore[attr-defined]
+            if type(k) is not str or (type(v) is not str and not _plain(v, depth + 1, msgpack=msgpack)):
+                return False
+        return True
     return False
 
 
@@ -264,6 +293,18 @@ class CompactStoreSaver(StoreUser, BaseCheckpointSaver[str]):
     def _unpack(self, packed: Packed) -> Any:
         return self.serde.loads_typed((packed[0], base64.b64decode(packed[1])))
 
+    def _store_value(self, value: Any) -> Stored:
+        """Return ``value`` as a write or channel value is stored: itself when plain, else packed."""
+        # Only with the default serializer, which gives plain JSON back equal: another
+        # one (an encrypting one, say) must see every value.
+        if type(self.serde) is JsonPlusSerializer and _plain(value, msgpack=True):
+            return [value]
+        return self._pack(value)
+
+    def _load_value(self, stored: Stored) -> Any:
+        """Return the value :meth:`_store_value` stored."""
+        return stored[0] if len(stored) == 1 else self._unpack(stored)
+
     def _snapshot(self, event: ev.Checkpoint) -> dict[str, Any]:
         got = event.value["checkpoint"]
         return dict(got) if isinstance(got, dict) else dict(self._unpack(got))
@@ -316,15 +357,15 @@ class CompactStoreSaver(StoreUser, BaseCheckpointSaver[str]):
         for ch, at in holders.items():
             holder = records[at].event
             if isinstance(holder, ev.Checkpoint):
-                blob = holder.value["blobs"][ch]
-                if blob[1] != "empty":
-                    channel_values[ch] = self._unpack(blob[1:])
+                stored = holder.value["blobs"][ch][1:]
+                if len(stored) == 1 or stored[0] != "empty":
+                    channel_values[ch] = self._load_value(stored)
         pending = []
         for w in writes.values():
             write = records[w[-1]].event
             if isinstance(write, ev.Write):
                 pending.append((writes_sort_key(write.path, write.task, write.idx),
-                                (write.task, write.channel, self._unpack(write.value))))
+                                (write.task, write.channel, self._load_value(write.value))))
         pending.sort(key=lambda p: p[0])
         conf = {"thread_id": thread_id, "checkpoint_ns": ns}
         return CheckpointTuple(
@@ -419,7 +460,7 @@ class CompactStoreSaver(StoreUser, BaseCheckpointSaver[str]):
         ns = conf.get("checkpoint_ns", "")
         snapshot: dict[str, Any] = dict(checkpoint)
         values: dict[str, Any] = snapshot.pop("channel_values", {})
-        blobs = {ch: [version, *(self._pack(values[ch]) if ch in values else ["empty", ""])]
+        blobs = {ch: [version, *(self._store_value(values[ch]) if ch in values else ["empty", ""])]
                  for ch, version in new_versions.items()}
         md = get_checkpoint_metadata(config, metadata)
         # The checkpoint's structure (ids, versions, versions seen) as readable JSON, as
@@ -443,14 +484,9 @@ class CompactStoreSaver(StoreUser, BaseCheckpointSaver[str]):
             old = self._holder(thread, ident)
             if old is not None and self._same(thread.session.read(old).event, event):
                 return
-            try:
-                record = thread.session.append(
-                    msgspec.structs.replace(event, supersedes=old), idempotency_key=idempotency_key(ident, old)
-                )
-            except ConflictError:
-                continue  # another writer got there first: read what it wrote, then decide again
-            thread.own([record])
-            return
+            if thread.commit(lambda: [msgspec.structs.replace(event, supersedes=old)]) is not None:
+                return
+            # another writer appended meanwhile: read what it wrote, then decide again
         raise ConflictError(f"gave up writing {ident!r} to {thread.session.name!r} after {RETRIES} conflicts",
                             session=thread.session.name)
 
@@ -494,26 +530,23 @@ class CompactStoreSaver(StoreUser, BaseCheckpointSaver[str]):
         if not batch:
             return
         events = {i: ev.Write(checkpoint=cid, task=task_id, channel=channel, idx=i, path=task_path, ns=ns,
-                              value=self._pack(value))
+                              value=self._store_value(value))
                   for i, (channel, value) in batch.items()}
         thread = self._thread(thread_id)
         assert thread is not None
         with thread.lock:
             for _ in range(RETRIES):
                 thread.refresh()
-                new, keys, special = [], [], []
+                new: list[ev.Event] = []
+                special = []
                 for i, event in events.items():
                     old = self._holder(thread, ("w", ns, cid, task_id, i))
                     if old is None:
                         new.append(event)
-                        keys.append(idempotency_key(("w", ns, cid, task_id, i)))
                     elif i < 0:
                         special.append(event)
-                try:
-                    if new:
-                        thread.own(thread.session.extend(new, idempotency_keys=keys))
-                except ConflictError:
-                    continue
+                if new and thread.commit(lambda: new) is None:
+                    continue  # another writer appended meanwhile: read what it wrote, then decide again
                 for event in special:
                     self._append_replacing(thread, event, ("w", ns, cid, task_id, event.idx))
                 return
