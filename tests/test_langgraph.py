@@ -360,6 +360,60 @@ def test_copy_thread_copies_history_into_the_target_once(store: cs.Store) -> Non
     assert store.verify().ok
 
 
+def _grow(saver: CompactStoreSaver, thread: str, turns: int, **metadata: Any) -> list[dict[str, Any]]:
+    """Put one checkpoint per turn whose "messages" channel is the whole list so far, as a graph does."""
+    configs, parent = [], None
+    for n in range(1, turns + 1):
+        messages = [{"role": "user", "content": f"m{i}"} for i in range(n)]
+        parent = _put(saver, thread, {"messages": messages, "n": n}, {"messages": n, "n": n},
+                      {"messages": n, "n": n}, parent=parent, **metadata)
+        configs.append(parent)
+    return configs
+
+
+def _messages(saver: CompactStoreSaver, config: dict[str, Any]) -> list[Any]:
+    got = saver.get_tuple(config)
+    assert got is not None
+    return list(got.checkpoint["channel_values"]["messages"])
+
+
+def test_a_growing_list_channel_stores_what_was_appended_and_reads_back_whole(store: cs.Store) -> None:
+    """Each checkpoint stores only the messages added since the last; every one reads back whole, chains bounded."""
+    from compactstore.adapters.langgraph import MAX_CHAIN
+
+    turns = MAX_CHAIN * 2 + 5
+    configs = _grow(CompactStoreSaver(store), "t", turns)
+    events = [r.event for r in store.session("langgraph:t").scan()]
+    assert sum(1 for e in events if isinstance(e, cs.Checkpoint) and "deltas" in e.value) >= turns - 4
+    assert all(len(e.value.get("deltas", {}).get("messages", [])) < MAX_CHAIN for e in events
+               if isinstance(e, cs.Checkpoint))
+    fresh = CompactStoreSaver(store)  # reads the log from scratch
+    for n, config in enumerate(configs, 1):
+        assert _messages(fresh, config) == [{"role": "user", "content": f"m{i}"} for i in range(n)]
+    # A list that does not extend the last one is stored whole.
+    config = _put(fresh, "t", {"messages": [{"role": "user", "content": "other"}]}, {"messages": turns + 1},
+                  {"messages": turns + 1}, parent=configs[-1])
+    assert _messages(fresh, config) == [{"role": "user", "content": "other"}]
+
+
+def test_pruning_copying_and_deleting_runs_keep_list_values_spread_over_earlier_events_whole(store: cs.Store) -> None:
+    """The kept checkpoint is stored whole before its parts are erased; a copy reads the same; verify() holds."""
+    saver = CompactStoreSaver(store)
+    configs = _grow(saver, "p", 10)
+    saver.copy_thread("p", "q")
+    for config in configs:
+        copied = {"configurable": {**config["configurable"], "thread_id": "q"}}
+        assert _messages(saver, copied) == _messages(saver, config)
+    saver.prune(["p"], strategy="keep_latest")
+    assert _messages(CompactStoreSaver(store), configs[-1]) == [{"role": "user", "content": f"m{i}"} for i in range(10)]
+    more = _grow(saver, "r", 6, run_id="early")
+    later = _put(saver, "r", {"messages": [{"role": "user", "content": f"m{i}"} for i in range(7)]},
+                 {"messages": 7}, {"messages": 7}, parent=more[-1], run_id="late")
+    saver.delete_for_runs(["early"])
+    assert _messages(CompactStoreSaver(store), later) == [{"role": "user", "content": f"m{i}"} for i in range(7)]
+    assert store.verify().ok
+
+
 def test_importing_compactstore_loads_no_framework() -> None:
     """Only the adapter modules import LangGraph or the Agents SDK; the package itself imports neither."""
     import subprocess
