@@ -472,7 +472,7 @@ def _field_check(t: msgspec.inspect.Type) -> tuple[int, frozenset[str]] | None:
     if isinstance(t, msgspec.inspect.BoolType):
         return _BOOL, frozenset()
     if isinstance(t, msgspec.inspect.LiteralType) and all(type(v) is str for v in t.values):
-        return _LITERAL, frozenset(t.values)
+        return _LITERAL, frozenset(v for v in t.values if isinstance(v, str))
     if isinstance(t, msgspec.inspect.ListType) and isinstance(t.item_type, msgspec.inspect.StrType):
         return (_STR_LIST, frozenset()) if _field_check(t.item_type) else None
     if isinstance(t, msgspec.inspect.ListType) and isinstance(t.item_type, msgspec.inspect.IntType):

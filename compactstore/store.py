@@ -13,7 +13,7 @@ import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -35,9 +35,10 @@ MAX_SESSION_NAME = 512
 _CHUNK = 2048
 #: The kind tag of each event type (what ``Event.kind`` returns), looked up once per row.
 _KINDS: dict[type[ev.Event], str] = {t: str(t.__struct_config__.tag) for t in ev.EVENT_TYPES}
+_new_tuple = tuple.__new__
 
 
-class _Prepared(NamedTuple):
+class _Prepared(msgspec.Struct, gc=False):
     """An event validated and encoded for appending."""
 
     event: ev.Event
@@ -252,8 +253,11 @@ class Session:
             InvalidEvent: naming the bad field; nothing is written.
             ConflictError: the key was already used for a different event.
         """
-        keys = None if idempotency_key is None else [idempotency_key]
-        return self.extend([event], idempotency_keys=keys)[0]
+        if idempotency_key is None:
+            prepared = self._prepare_plain([event])
+        else:
+            prepared = [self._prepare(0, event, idempotency_key, False)]
+        return self._commit(lambda _pos: prepared)[0]
 
     def extend(
         self, events: Sequence[ev.Event], *, idempotency_keys: Sequence[str | None] | None = None
@@ -273,11 +277,32 @@ class Session:
             given = [k for k in idempotency_keys if k is not None]
             if len(set(given)) != len(given):
                 raise InvalidArgument("idempotency_keys", "a key appears twice in one batch")
-        prepared = [self._prepare(i, e, idempotency_keys[i] if idempotency_keys else None, len(events) > 1)
-                    for i, e in enumerate(events)]
+        if idempotency_keys is None:
+            prepared = self._prepare_plain(events)
+        else:
+            prepared = [self._prepare(i, e, idempotency_keys[i], len(events) > 1) for i, e in enumerate(events)]
         if not prepared:
             return []
         return self._commit(lambda _pos: prepared)
+
+    def _prepare_plain(self, events: list[ev.Event]) -> list[_Prepared]:
+        """Return what ``_prepare`` returns for each of ``events`` appended without idempotency keys."""
+        out: list[_Prepared] = []
+        append, clock, canonical, replace = out.append, self.store.clock, ev.canonical, msgspec.structs.replace
+        batch = len(events) > 1
+        for i, event in enumerate(events):
+            # The common case inline: a registered event, no key, stamped here; the rest as _prepare does it.
+            if type(event) not in _KINDS or event.idempotency_key is not None or event.ts is not None:
+                append(self._prepare(i, event, None, batch))
+                continue
+            try:
+                canon, body = canonical(replace(event, ts=clock()))
+            except InvalidEvent as exc:
+                if not batch:
+                    raise
+                raise InvalidEvent(f"events[{i}].{exc.field}", exc.reason) from exc
+            append(_Prepared(canon, body, None, True))
+        return out
 
     def _commit(self, build: Callable[[int], Sequence[_Prepared | tuple[ev.Event, str | None]]]) -> list[Record]:
         """Append what ``build(first_position)`` returns, in one transaction under the session's lock.
@@ -321,7 +346,8 @@ class Session:
                 seq = w.next_seq()
                 base = seq if seq is not None else 0
                 step = 1 if seq is not None else 0
-                rows = [Row(base + j * step, sid, first + j, _KINDS[type(p.event)], p.key, leaf, p.body)
+                # tuple.__new__ is Row(...) without the Python-level __new__ a NamedTuple adds.
+                rows = [_new_tuple(Row, (base + j * step, sid, first + j, _KINDS[type(p.event)], p.key, leaf, p.body))
                         for j, (p, leaf) in enumerate(zip(fresh, leaves))]
                 root = frontier.root()
                 prev = head.size if head else 0

@@ -11,6 +11,7 @@ import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import sqlite_utils
@@ -172,35 +173,16 @@ class SQLiteBackend:
         got = self._all("SELECT id FROM sessions WHERE name = ?", (name,))
         return int(got[0][0]) if got else None
 
-    @contextmanager
-    def writer(self, name: str) -> Iterator[_SQLiteWriter]:
-        try:
-            with self._lock:
-                with self._write() as conn:
-                    # Under the write lock: if no other connection has committed since this
-                    # one last did, what it remembers of that commit is still the latest.
-                    version = conn.execute("PRAGMA data_version").fetchone()[0]
-                    if version != self._version:
-                        self._heads.clear()
-                        self._next_seq = None
-                    sid = self._sids.get(name)
-                    if sid is None:
-                        got = conn.execute("SELECT id FROM sessions WHERE name = ?", (name,)).fetchone()
-                        if got is None:
-                            sid = conn.execute("INSERT INTO sessions (name) VALUES (?)", (name,)).lastrowid
-                            assert sid is not None
-                        else:
-                            sid = got[0]
-                    w = _SQLiteWriter(conn, sid, self._heads.get(sid), self._next_seq)
-                    yield w
-                # Committed: remember it. (A rollback leaves the remembered state as it was.)
-                self._version = version
-                self._sids[name] = sid
-                if w.written is not None:
-                    self._heads[sid] = w.written
-                    self._next_seq = w.seq_after
-        except (sqlite3.Error, UnicodeDecodeError) as exc:
-            raise _error(exc, f"append to session {name!r}") from exc
+    def writer(self, name: str) -> _SQLiteWriter:
+        return _SQLiteWriter(self, name)
+
+    def _remember(self, version: int, name: str, w: _SQLiteWriter) -> None:
+        """Keep what the writer ``w`` just committed, as of ``data_version`` ``version``."""
+        self._version = version
+        self._sids[name] = w.session_id
+        if w.written is not None:
+            self._heads[w.session_id] = w.written
+            self._next_seq = w.seq_after
 
     def row(self, session_id: int, pos: int) -> Row | None:
         got = self._all(
@@ -293,16 +275,82 @@ def _hashes(conn: sqlite3.Connection, session_id: int, coords: Sequence[tuple[in
 
 
 class _SQLiteWriter:
-    __slots__ = ("_conn", "session_id", "_head", "_seq", "written", "seq_after")
+    """One write transaction on a session, under the database's write lock: a context manager.
 
-    def __init__(self, conn: sqlite3.Connection, session_id: int, head: HeadRow | None, seq: int | None) -> None:
-        self._conn = conn
-        self.session_id = session_id
-        self._head = head  # the latest head when known without reading, else None
-        self._seq = seq
+    Not a generator-based one: an append of one event pays for entering and leaving it.
+    """
+
+    __slots__ = ("_backend", "_name", "_conn", "_version", "session_id", "_head", "_seq", "written", "seq_after")
+
+    def __init__(self, backend: SQLiteBackend, name: str) -> None:
+        self._backend = backend
+        self._name = name
+        self._conn = backend._conn
         #: the head this transaction inserted, and the seq after its events
         self.written: HeadRow | None = None
         self.seq_after: int | None = None
+
+    def __enter__(self) -> _SQLiteWriter:
+        backend, conn, name = self._backend, self._conn, self._name
+        backend._lock.acquire()
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                # Under the write lock: if no other connection has committed since this
+                # one last did, what it remembers of that commit is still the latest.
+                self._version = version = conn.execute("PRAGMA data_version").fetchone()[0]
+                if version != backend._version:
+                    backend._heads.clear()
+                    backend._next_seq = None
+                sid = backend._sids.get(name)
+                if sid is None:
+                    got = conn.execute("SELECT id FROM sessions WHERE name = ?", (name,)).fetchone()
+                    if got is None:
+                        sid = conn.execute("INSERT INTO sessions (name) VALUES (?)", (name,)).lastrowid
+                        assert sid is not None
+                    else:
+                        sid = got[0]
+                self.session_id = sid
+                self._head = backend._heads.get(sid)  # the latest head when known without reading
+                self._seq = backend._next_seq
+            except BaseException:
+                self._rollback()
+                raise
+        except (sqlite3.Error, UnicodeDecodeError) as exc:
+            backend._lock.release()
+            raise _error(exc, f"append to session {name!r}") from exc
+        except BaseException:
+            backend._lock.release()
+            raise
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        backend = self._backend
+        try:
+            if kind is None:
+                try:
+                    self._conn.execute("COMMIT")
+                except BaseException as failed:
+                    self._rollback()
+                    if isinstance(failed, sqlite3.Error):
+                        raise _error(failed, f"append to session {self._name!r}") from failed
+                    raise
+                # Committed: remember it. (A rollback leaves the remembered state as it was.)
+                backend._remember(self._version, self._name, self)
+                return
+            self._rollback()
+            if isinstance(exc, (sqlite3.Error, UnicodeDecodeError)):
+                raise _error(exc, f"append to session {self._name!r}") from exc
+        finally:
+            backend._lock.release()
+
+    def _rollback(self) -> None:
+        conn = self._conn
+        if conn.in_transaction:
+            try:
+                conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass  # SQLite rolled back already (a full disk does that); nothing was committed
 
     def head(self) -> HeadRow | None:
         if self._head is not None:
