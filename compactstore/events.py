@@ -373,23 +373,35 @@ def decode(body: bytes) -> Event:
     except RecursionError as exc:
         raise InvalidEvent("body", "nested too deeply to decode") from exc
     # What append() refuses, decoding refuses too: an imported line is held to the same rules.
-    for name in _REQUIRED_TEXT.get(type(event), ()):
-        if not getattr(event, name):
-            raise InvalidEvent(name, "must not be empty")
-    if event.supersedes is not None and event.supersedes < 0:
-        raise InvalidEvent("supersedes", f"must be a position >= 0, got {event.supersedes}")
+    _check_rules(event)
     return event
 
 
 def canonical(event: Event) -> tuple[Event, bytes]:
     """Validate ``event`` and return it in canonical form with its bytes.
 
-    The returned event is what decoding the bytes gives (tuples become lists, and so
-    on), so ``encode(returned) == bytes`` holds.
+    The returned event equals what decoding the bytes gives (tuples become lists, and
+    so on), so ``encode(returned) == bytes`` holds. An event whose fields already hold
+    exactly those values is returned as given, sharing its lists and dicts.
 
     Raises:
         InvalidEvent: naming the field and why; for example ``args.x``: not finite.
     """
+    cls = type(event)
+    plan = _PLANS.get(cls)
+    if plan is not None and _plain(event, plan):
+        # Every field already holds exactly what decoding its bytes would give, so the
+        # validating decode could only hand back an equal event: skip it.
+        if event.supersedes is not None and event.supersedes < 0:
+            raise InvalidEvent("supersedes", f"must be a position >= 0, got {event.supersedes}")
+        body = _encode_checked(event)
+        _check_rules(event)
+        return event, body
+    return _canonical_by_decoding(event)
+
+
+def _canonical_by_decoding(event: Event) -> tuple[Event, bytes]:
+    """Return what :func:`canonical` returns, found the slow way: encode, then a validating decode."""
     cls = type(event)
     free = _FREE_JSON.get(cls)
     if free is None:
@@ -405,12 +417,7 @@ def canonical(event: Event) -> tuple[Event, bytes]:
                 _check_json(e.value, f"kept[{i}].value", 0)
     if isinstance(event.supersedes, int) and event.supersedes < 0:
         raise InvalidEvent("supersedes", f"must be a position >= 0, got {event.supersedes}")
-    try:
-        body = _encoder.encode(event)
-    except (TypeError, UnicodeEncodeError, OverflowError) as exc:
-        raise InvalidEvent("event", str(exc)) from exc
-    if len(body) > MAX_EVENT_BYTES:
-        raise InvalidEvent("event", f"encodes to {len(body)} bytes, more than the limit of {MAX_EVENT_BYTES}")
+    body = _encode_checked(event)
     decoded = decode(body)
     # JSON turns NaN and infinities into null: a typed optional field that held one
     # decodes as None. Refuse it rather than store a body that is not canonical.
@@ -418,6 +425,144 @@ def canonical(event: Event) -> tuple[Event, bytes]:
         if getattr(decoded, name) is None and getattr(event, name) is not None:
             raise InvalidEvent(name, f"not a valid value: {getattr(event, name)!r}")
     return decoded, body
+
+
+def _encode_checked(event: Event) -> bytes:
+    try:
+        body = _encoder.encode(event)
+    except (TypeError, UnicodeEncodeError, OverflowError) as exc:
+        raise InvalidEvent("event", str(exc)) from exc
+    if len(body) > MAX_EVENT_BYTES:
+        raise InvalidEvent("event", f"encodes to {len(body)} bytes, more than the limit of {MAX_EVENT_BYTES}")
+    return body
+
+
+def _check_rules(event: Event) -> None:
+    # What the types cannot say: identifying text is not empty, a superseded position exists.
+    for name in _REQUIRED_TEXT.get(type(event), ()):
+        if not getattr(event, name):
+            raise InvalidEvent(name, "must not be empty")
+    if event.supersedes is not None and event.supersedes < 0:
+        raise InvalidEvent("supersedes", f"must be a position >= 0, got {event.supersedes}")
+
+
+# --- the fast path: events whose fields are already plain ---------------------------
+#
+# canonical() decodes the bytes it encoded because msgspec encodes without checking
+# types: Turn(role=5) encodes fine, and only the decoder refuses it. For a field whose
+# value is already of exactly the type the decoder would produce (a str, not a str
+# subclass; a list of str, not a tuple; finite floats; ints msgspec reads back as the
+# same int), decoding can only give an equal value. _plain checks exactly that, with no
+# coercion; whatever it does not accept goes the slow way, which refuses or
+# canonicalizes it as before.
+
+_STR, _INT, _BOOL, _LITERAL, _STR_LIST, _INT_LIST, _JSON_DICT, _JSON = range(8)
+#: Ints the decoder reads back as the same int (beyond them msgspec's JSON grows floats or refuses).
+_INT_MIN, _INT_MAX = -(2**63), 2**64 - 1
+
+_Plan = tuple[tuple[str, int, bool, frozenset[str]], ...]
+
+
+def _field_check(t: msgspec.inspect.Type) -> tuple[int, frozenset[str]] | None:
+    """Return the fast check for a field of type ``t``, or None when there is none."""
+    unconstrained = all(getattr(t, a, None) is None for a in ("min_length", "max_length", "pattern", "gt", "ge",
+                                                                "lt", "le", "multiple_of"))
+    if not unconstrained:
+        return None
+    if isinstance(t, msgspec.inspect.StrType):
+        return _STR, frozenset()
+    if isinstance(t, msgspec.inspect.IntType):
+        return _INT, frozenset()
+    if isinstance(t, msgspec.inspect.BoolType):
+        return _BOOL, frozenset()
+    if isinstance(t, msgspec.inspect.LiteralType) and all(type(v) is str for v in t.values):
+        return _LITERAL, frozenset(v for v in t.values if isinstance(v, str))
+    if isinstance(t, msgspec.inspect.ListType) and isinstance(t.item_type, msgspec.inspect.StrType):
+        return (_STR_LIST, frozenset()) if _field_check(t.item_type) else None
+    if isinstance(t, msgspec.inspect.ListType) and isinstance(t.item_type, msgspec.inspect.IntType):
+        return (_INT_LIST, frozenset()) if _field_check(t.item_type) else None
+    if (isinstance(t, msgspec.inspect.DictType) and isinstance(t.key_type, msgspec.inspect.StrType)
+            and isinstance(t.value_type, msgspec.inspect.AnyType) and _field_check(t.key_type)):
+        return _JSON_DICT, frozenset()
+    if isinstance(t, msgspec.inspect.AnyType):
+        return _JSON, frozenset()
+    return None
+
+
+def _plan_of(cls: type[Event]) -> _Plan | None:
+    """Return the fast checks of every field of ``cls``, or None when one field has none."""
+    info = msgspec.inspect.type_info(cls)
+    assert isinstance(info, msgspec.inspect.StructType)
+    plan = []
+    for field in info.fields:
+        t, nullable = field.type, False
+        if isinstance(t, msgspec.inspect.UnionType):
+            rest = [m for m in t.types if not isinstance(m, msgspec.inspect.NoneType)]
+            if len(rest) != 1 or len(t.types) != 2:
+                return None
+            t, nullable = rest[0], True
+        check = _field_check(t)
+        if check is None:
+            return None
+        plan.append((field.name, check[0], nullable or check[0] == _JSON, check[1]))
+    return tuple(plan)
+
+
+def _plain(event: Event, plan: _Plan) -> bool:
+    """Return whether every field of ``event`` holds exactly what decoding it would give."""
+    for name, check, nullable, values in plan:
+        v = getattr(event, name)
+        if v is None:
+            if nullable:
+                continue
+            return False
+        t = type(v)
+        if check == _STR:
+            if t is not str:
+                return False
+        elif check == _INT:
+            if t is not int or not _INT_MIN <= v <= _INT_MAX:
+                return False
+        elif check == _BOOL:
+            if t is not bool:
+                return False
+        elif check == _LITERAL:
+            if t is not str or v not in values:
+                return False
+        elif check == _STR_LIST:
+            if t is not list or not all(type(x) is str for x in v):
+                return False
+        elif check == _INT_LIST:
+            if t is not list or not all(type(x) is int and _INT_MIN <= x <= _INT_MAX for x in v):
+                return False
+        elif check == _JSON_DICT:
+            if t is not dict or not _plain_json(v, 0):
+                return False
+        elif not _plain_json(v, 0):
+            return False
+    return True
+
+
+def _plain_json(value: object, depth: int) -> bool:
+    """Return whether ``value`` is JSON of exactly the types decoding gives, within MAX_DEPTH."""
+    if depth > MAX_DEPTH:
+        return False
+    t = type(value)
+    if t is str or t is bool or value is None:
+        return True
+    if t is int:
+        return _INT_MIN <= value <= _INT_MAX  # type: ignore[operator]
+    if t is float:
+        return math.isfinite(value)  # type: ignore[arg-type]
+    if t is list:
+        return all(_plain_json(v, depth + 1) for v in value)  # type: ignore[attr-defined]
+    if t is dict:
+        return all(type(k) is str and _plain_json(v, depth + 1) for k, v in value.items())  # type: ignore[attr-defined]
+    return False
+
+
+#: The fast checks per event type; a type absent here (Summary: enums, nested structs) always goes the slow way.
+_PLANS: dict[type[Event], _Plan] = {t: p for t in EVENT_TYPES if (p := _plan_of(t)) is not None}
 
 
 def _check_json(value: object, path: str, depth: int) -> None:

@@ -439,6 +439,12 @@ def verify_consistency(
 # --- incremental appends ------------------------------------------------------------
 
 
+def leaf_hashes(entries: Iterable[bytes], algo: str = "blake3") -> list[bytes]:
+    """Return ``H(0x00 || entry)`` of each of ``entries``, in order."""
+    _hasher(algo)
+    return _leaves(entries, algo)
+
+
 class Frontier:
     """The compact range ``[0, size)`` of a growing tree: O(log n) hashes, O(log n) per append.
 
@@ -459,18 +465,28 @@ class Frontier:
 
     def append(self, leaf: bytes) -> list[tuple[int, int, bytes]]:
         """Add leaf hash ``leaf``; return the completed subtrees as ``(level, index, root)``."""
+        return self.extend((leaf,))
+
+    def extend(self, leaves: Iterable[bytes]) -> list[tuple[int, int, bytes]]:
+        """Add leaf hashes ``leaves`` in order; return the completed subtrees as ``(level, index, root)``.
+
+        The subtrees come in the order they complete: by position of their last leaf,
+        lower levels first.
+        """
         made: list[tuple[int, int, bytes]] = []
-        hashes = self.hashes
-        hashes.append(leaf)
-        n = self.size + 1
-        level = 0
-        # Each trailing 1-bit of the old size is a pair of equal subtrees to merge.
-        while (n >> level) & 1 == 0:
-            right = hashes.pop()
-            merged = self._node(hashes.pop(), right)
-            hashes.append(merged)
-            level += 1
-            made.append((level, (n >> level) - 1, merged))
+        hashes, node, n = self.hashes, self._node, self.size
+        push, pop, done = hashes.append, hashes.pop, made.append
+        for leaf in leaves:
+            push(leaf)
+            n += 1
+            level = 0
+            # Each trailing 1-bit of the old size is a pair of equal subtrees to merge.
+            while not (n >> level) & 1:
+                right = pop()
+                merged = node(pop(), right)
+                push(merged)
+                level += 1
+                done((level, (n >> level) - 1, merged))
         self.size = n
         return made
 
@@ -480,4 +496,7 @@ class Frontier:
 
     def copy(self) -> Frontier:
         """Return an independent copy."""
-        return Frontier(self.size, self.hashes, self._algo)
+        # Not through __init__: this frontier's hashes are already known to fit its size.
+        other = Frontier.__new__(Frontier)
+        other.size, other.hashes, other._node, other._algo = self.size, list(self.hashes), self._node, self._algo
+        return other

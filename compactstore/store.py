@@ -13,7 +13,7 @@ import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -33,9 +33,12 @@ if TYPE_CHECKING:
 HASH = "blake3"
 MAX_SESSION_NAME = 512
 _CHUNK = 2048
+#: The kind tag of each event type (what ``Event.kind`` returns), looked up once per row.
+_KINDS: dict[type[ev.Event], str] = {t: str(t.__struct_config__.tag) for t in ev.EVENT_TYPES}
+_new_tuple = tuple.__new__
 
 
-class _Prepared(NamedTuple):
+class _Prepared(msgspec.Struct, gc=False):
     """An event validated and encoded for appending."""
 
     event: ev.Event
@@ -250,8 +253,11 @@ class Session:
             InvalidEvent: naming the bad field; nothing is written.
             ConflictError: the key was already used for a different event.
         """
-        keys = None if idempotency_key is None else [idempotency_key]
-        return self.extend([event], idempotency_keys=keys)[0]
+        if idempotency_key is None:
+            prepared = self._prepare_plain([event])
+        else:
+            prepared = [self._prepare(0, event, idempotency_key, False)]
+        return self._commit(lambda _pos: prepared)[0]
 
     def extend(
         self, events: Sequence[ev.Event], *, idempotency_keys: Sequence[str | None] | None = None
@@ -271,11 +277,32 @@ class Session:
             given = [k for k in idempotency_keys if k is not None]
             if len(set(given)) != len(given):
                 raise InvalidArgument("idempotency_keys", "a key appears twice in one batch")
-        prepared = [self._prepare(i, e, idempotency_keys[i] if idempotency_keys else None, len(events) > 1)
-                    for i, e in enumerate(events)]
+        if idempotency_keys is None:
+            prepared = self._prepare_plain(events)
+        else:
+            prepared = [self._prepare(i, e, idempotency_keys[i], len(events) > 1) for i, e in enumerate(events)]
         if not prepared:
             return []
         return self._commit(lambda _pos: prepared)
+
+    def _prepare_plain(self, events: list[ev.Event]) -> list[_Prepared]:
+        """Return what ``_prepare`` returns for each of ``events`` appended without idempotency keys."""
+        out: list[_Prepared] = []
+        append, clock, canonical, replace = out.append, self.store.clock, ev.canonical, msgspec.structs.replace
+        batch = len(events) > 1
+        for i, event in enumerate(events):
+            # The common case inline: a registered event, no key, stamped here; the rest as _prepare does it.
+            if type(event) not in _KINDS or event.idempotency_key is not None or event.ts is not None:
+                append(self._prepare(i, event, None, batch))
+                continue
+            try:
+                canon, body = canonical(replace(event, ts=clock()))
+            except InvalidEvent as exc:
+                if not batch:
+                    raise
+                raise InvalidEvent(f"events[{i}].{exc.field}", exc.reason) from exc
+            append(_Prepared(canon, body, None, True))
+        return out
 
     def _commit(self, build: Callable[[int], Sequence[_Prepared | tuple[ev.Event, str | None]]]) -> list[Record]:
         """Append what ``build(first_position)`` returns, in one transaction under the session's lock.
@@ -293,60 +320,64 @@ class Session:
             built = build(frontier.size)
             prepared = [p if isinstance(p, _Prepared) else self._prepare(i, p[0], p[1], len(built) > 1)
                         for i, p in enumerate(built)]
-            seq = w.next_seq()
-            rows: list[Row] = []
-            nodes: list[tuple[int, int, bytes]] = []
-            records: list[Record | None] = []
-            fresh: list[ev.Event] = []
+            # Retries of idempotent appends replay their first record and write nothing.
+            replays: dict[int, Record] = {}
+            fresh: list[_Prepared] = []
             erasures: list[tuple[ev.Redaction, int]] = []
+            first = frontier.size
             for i, p in enumerate(prepared):
-                event, key = p.event, p.key
-                if key is not None:
-                    earlier = w.find_idempotent(key)
+                event = p.event
+                if p.key is not None:
+                    earlier = w.find_idempotent(p.key)
                     if earlier is not None:
-                        records.append(self._replay(earlier, p))
+                        replays[i] = self._replay(earlier, p)
                         continue
-                pos = frontier.size
+                pos = first + len(fresh)
                 if event.supersedes is not None and event.supersedes >= pos:
                     where = f"events[{i}].supersedes" if len(prepared) > 1 else "supersedes"
                     raise InvalidEvent(where, f"must name an earlier position (< {pos}), got {event.supersedes}")
-                if isinstance(event, ev.Summary) and event.content_digest is not None:
-                    compaction.check_content_digest(self, event, pos, rows)
-                leaf = merkle.leaf_hash(p.body)
-                nodes.extend(n for n in frontier.append(leaf) if merkle.is_stored(n[0]))
-                rows.append(Row(seq + len(rows) if seq is not None else 0, sid, pos, event.kind, key, leaf, p.body))
-                fresh.append(event)
-                records.append(None)
+                fresh.append(p)
                 if isinstance(event, ev.Redaction):
                     erasures.append((event, pos))
-            if rows:
+            rows: list[Row] = []
+            if fresh:
+                leaves = merkle.leaf_hashes([p.body for p in fresh], HASH)
+                nodes = [n for n in frontier.extend(leaves) if merkle.is_stored(n[0])]
+                seq = w.next_seq()
+                base = seq if seq is not None else 0
+                step = 1 if seq is not None else 0
+                # tuple.__new__ is Row(...) without the Python-level __new__ a NamedTuple adds.
+                rows = [_new_tuple(Row, (base + j * step, sid, first + j, _KINDS[type(p.event)], p.key, leaf, p.body))
+                        for j, (p, leaf) in enumerate(zip(fresh, leaves))]
+                for j, p in enumerate(fresh):
+                    if isinstance(p.event, ev.Summary) and p.event.content_digest is not None:
+                        compaction.check_content_digest(self, p.event, first + j, rows[:j])
                 root = frontier.root()
                 prev = head.size if head else 0
                 new_head = HeadRow(frontier.size, root, prev, store._seal(self.name, frontier.size, root, prev))
                 seqs = w.insert(rows, nodes, new_head)
-                rows = [r._replace(seq=s) for r, s in zip(rows, seqs)]
+                if seq is None:  # the database assigned them
+                    rows = [r._replace(seq=s) for r, s in zip(rows, seqs)]
                 for redaction, by in erasures:
                     self._check_erasable(redaction, by)
                     w.erase(redaction.positions, by)
         if rows:
             self.store._frontiers[sid] = frontier
         # The events are already decoded: build the records without decoding the bodies again.
-        new = iter(zip(rows, fresh))
-        out = []
-        for r in records:
-            if r is None:
-                row, event = next(new)
-                r = Record(self.name, row.seq, row.pos, row.kind, event, row.body or b"", row.leaf)
-            out.append(r)
-        return out
+        name = self.name
+        new = [Record(name, r.seq, r.pos, r.kind, p.event, p.body, r.leaf) for r, p in zip(rows, fresh)]
+        if not replays:
+            return new
+        made = iter(new)
+        return [replays[i] if i in replays else next(made) for i in range(len(prepared))]
 
     def _prepare(self, i: int, event: ev.Event, key: str | None, batch: bool) -> _Prepared:
         try:
-            if key is not None and (not isinstance(key, str) or not key or len(key) > 1024):
-                raise InvalidEvent("idempotency_key", "must be a non-empty str of at most 1024 characters")
-            if key is not None and event.idempotency_key not in (None, key):
-                raise InvalidEvent("idempotency_key", "the event carries a different idempotency key")
             if key is not None:
+                if not isinstance(key, str) or not key or len(key) > 1024:
+                    raise InvalidEvent("idempotency_key", "must be a non-empty str of at most 1024 characters")
+                if event.idempotency_key not in (None, key):
+                    raise InvalidEvent("idempotency_key", "the event carries a different idempotency key")
                 event = msgspec.structs.replace(event, idempotency_key=key)
             elif isinstance(event, ev.Event) and event.idempotency_key is not None:
                 raise InvalidEvent("idempotency_key", "pass it as append(..., idempotency_key=...)")

@@ -112,3 +112,92 @@ def events() -> st.SearchStrategy[object]:
         ),
         st.builds(ToolResult, call_id=_ident, output=json_values, ok=st.booleans(), **_common),
     )
+
+
+class _Str(str):
+    """A str subclass: encodes like a str, decodes as a plain one."""
+
+
+class _Int(int):
+    """An int subclass: encodes like an int, decodes as a plain one."""
+
+
+_odd_scalars = st.one_of(
+    st.integers(-(2**70), 2**70),
+    st.sampled_from([float("nan"), float("inf"), -0.0, 1.0, True, False, 2**63, 2**64 - 1, 2**64, -(2**63) - 1]),
+    st.text(max_size=8).map(_Str),
+    st.integers(-5, 5).map(_Int),
+    st.binary(max_size=4),
+    st.sampled_from(["\ud800", "ok", "failed", "OK", "", "other", "file"]),
+)
+_odd_values = st.recursive(
+    st.one_of(json_scalars, _odd_scalars),
+    lambda children: st.one_of(
+        st.lists(children, max_size=3),
+        st.lists(children, max_size=3).map(tuple),
+        st.dictionaries(st.one_of(st.text(max_size=4), st.integers(0, 3), st.text(max_size=4).map(_Str)),
+                        children, max_size=3),
+        st.frozensets(st.integers(0, 3), max_size=2),
+    ),
+    max_leaves=8,
+)
+
+
+def _nested(depth: int) -> object:
+    value: object = 1
+    for i in range(depth):
+        value = [value] if i % 2 else {"k": value}
+    return value
+
+
+def _valid_for(t: object) -> st.SearchStrategy[object]:
+    """Values of msgspec type ``t`` that decoding accepts (plain ones, the kind the fast path takes)."""
+    import msgspec.inspect as mi
+
+    if isinstance(t, mi.UnionType):
+        return st.one_of(*(_valid_for(m) for m in t.types))
+    if isinstance(t, mi.NoneType):
+        return st.none()
+    if isinstance(t, mi.StrType):
+        return st.text(min_size=1, max_size=8)
+    if isinstance(t, mi.IntType):
+        return st.integers(0, 2**62)
+    if isinstance(t, mi.BoolType):
+        return st.booleans()
+    if isinstance(t, mi.LiteralType):
+        return st.sampled_from(t.values)
+    if isinstance(t, mi.ListType):
+        return st.lists(_valid_for(t.item_type), max_size=3)
+    if isinstance(t, mi.DictType):
+        return st.dictionaries(st.text(max_size=6), json_values, max_size=3)
+    if isinstance(t, mi.EnumType):
+        return st.sampled_from(list(t.cls))
+    return json_values
+
+
+_junk = st.one_of(
+    st.none(), json_values, _odd_values,
+    st.sampled_from([0, 5, -1, "ok", "failed", ["a", "b"], [1, 2], {"a": [1.5, None]}, ("a",), (1, 2)]),
+    st.integers(60, 68).map(_nested),
+)
+
+
+@st.composite
+def wild_events(draw: st.DrawFn) -> object:
+    """An event of any registered type, each field valid or (one time in four) anything at all.
+
+    Anything: wrong types, NaN and infinities, str and int subclasses, tuples, int
+    keys, bytes, ints beyond 64 bits, lone surrogates, nesting near the depth limit.
+    """
+    import msgspec
+
+    from compactstore import events as ev
+
+    cls = draw(st.sampled_from(ev.EVENT_TYPES))
+    kwargs = {}
+    for field in msgspec.inspect.type_info(cls).fields:  # type: ignore[attr-defined]
+        if not field.required and draw(st.booleans()):
+            continue  # keep the default
+        junk = draw(st.integers(0, 3)) == 0
+        kwargs[field.name] = draw(_junk if junk else _valid_for(field.type))
+    return cls(**kwargs)

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 import compactstore as cs
 from compactstore import events as ev
 
-from strategies import events, json_values
+from strategies import events, json_values, wild_events
 
 
 @given(events())
@@ -81,3 +81,29 @@ def test_checkpoint_and_write_events_have_fixed_bytes() -> None:
     with pytest.raises(cs.InvalidEvent) as info:
         ev.canonical(cs.Checkpoint(id="c", value={"x": float("nan")}))
     assert info.value.field == "value.x"
+
+
+def _outcome(canonical: object, event: object) -> tuple[object, ...]:
+    try:
+        canon, body = canonical(event)  # type: ignore[operator]
+    except Exception as exc:  # noqa: BLE001 - the refusal itself is what is compared
+        return ("refused", type(exc), getattr(exc, "field", None), str(exc))
+    assert ev.encode(canon) == body
+    return ("ok", body, canon)
+
+
+@given(st.one_of(events(), wild_events()))
+@settings(max_examples=1500, deadline=None)
+def test_fast_canonical_gives_the_bytes_and_refusals_of_the_decoding_path(event: object) -> None:
+    """Skipping the validating decode changes nothing: same bytes, an equal event, the same refusal."""
+    assert _outcome(ev.canonical, event) == _outcome(ev._canonical_by_decoding, event)
+
+
+def test_fast_canonical_is_taken_for_plain_events_only() -> None:
+    """A plain event skips the decode (and is returned as given); a tuple or a NaN takes the slow way."""
+    plain = cs.ToolCall("c1", "run", {"sql": "x", "n": [1, 2.5, None, True]}, ts=1, meta={"k": {}}, uses=["a"])
+    assert ev.canonical(plain)[0] is plain
+    assert ev.canonical(cs.ToolCall("c1", "run", {"xs": (1, 2)}, ts=1))[0].args == {"xs": [1, 2]}
+    for odd in (cs.ToolResult("c", float("nan")), cs.Turn("user", "x", ts=True), cs.Turn("user", "x", uses=("a",))):
+        assert not ev._plain(odd, ev._PLANS[type(odd)])
+    assert cs.Summary not in ev._PLANS  # enums and nested structs: always decoded

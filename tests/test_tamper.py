@@ -49,15 +49,27 @@ def _mutations(value: object) -> list[object]:
     return ["x"]  # NULL
 
 
-def _cells(path: Path) -> list[tuple[str, int, str, object]]:
+def _where(conn: sqlite3.Connection, table: str) -> tuple[list[str], str]:
+    """Return the primary key columns of ``table`` and a WHERE clause that picks one row by them.
+
+    Rows are addressed by primary key, not rowid: nodes and heads are WITHOUT ROWID tables.
+    """
+    info = conn.execute(f"PRAGMA table_info({table})").fetchall()
+    keys = [r[1] for r in sorted((r for r in info if r[5]), key=lambda r: r[5])]
+    return keys, " AND ".join(f"{k} = ?" for k in keys)
+
+
+def _cells(path: Path) -> list[tuple[str, tuple[object, ...], str, object]]:
     conn = sqlite3.connect(path)
     cells = []
     for table in TABLES:
         cols = [r[1] for r in conn.execute(f"PRAGMA table_info({table})")]
-        for rowid, *values in conn.execute(f"SELECT rowid, * FROM {table}"):
+        keys, _ = _where(conn, table)
+        for row in conn.execute(f"SELECT {', '.join(keys)}, * FROM {table}"):
+            key, values = tuple(row[:len(keys)]), row[len(keys):]
             for col, value in zip(cols, values):
                 for new in _mutations(value):
-                    cells.append((table, rowid, col, new))
+                    cells.append((table, key, col, new))
     conn.close()
     return cells
 
@@ -70,11 +82,13 @@ def _detected(path: Path, key: bytes | None) -> bool:
         return True
 
 
-def _sample(cells: list[tuple[str, int, str, object]], exhaustive: bool) -> list[tuple[str, int, str, object]]:
+def _sample(
+    cells: list[tuple[str, tuple[object, ...], str, object]], exhaustive: bool
+) -> list[tuple[str, tuple[object, ...], str, object]]:
     """Return every cell, or a fixed sample that still changes every column of every table."""
     if exhaustive:
         return cells
-    first: dict[tuple[str, str], tuple[str, int, str, object]] = {}
+    first: dict[tuple[str, str], tuple[str, tuple[object, ...], str, object]] = {}
     for cell in cells:
         first.setdefault((cell[0], cell[2]), cell)
     rest = [c for c in cells if c not in first.values()]
@@ -94,12 +108,12 @@ def test_every_single_cell_change_is_detected(tmp_path: Path, key: bytes | None,
         assert st.verify().ok
     work = tmp_path / "work.db"
     tried, missed = 0, []
-    for table, rowid, col, new in _sample(_cells(clean), request.config.getoption("--slow")):
+    for table, row, col, new in _sample(_cells(clean), request.config.getoption("--slow")):
         shutil.copyfile(clean, work)
         conn = sqlite3.connect(work)
         _drop_triggers(conn)
         try:
-            conn.execute(f"UPDATE {table} SET {col} = ? WHERE rowid = ?", (new, rowid))
+            conn.execute(f"UPDATE {table} SET {col} = ? WHERE {_where(conn, table)[1]}", (new, *row))
         except sqlite3.DatabaseError:
             conn.close()  # a constraint refused it: the attacker cannot make this change either
             continue
@@ -107,7 +121,7 @@ def test_every_single_cell_change_is_detected(tmp_path: Path, key: bytes | None,
         conn.close()
         tried += 1
         if not _detected(work, key):
-            missed.append((table, rowid, col, new))
+            missed.append((table, row, col, new))
     assert tried > 120
     assert missed == [], str(missed[:40])
 
@@ -118,18 +132,18 @@ def test_deleting_any_row_is_detected(tmp_path: Path) -> None:
     _build(clean, None)
     work = tmp_path / "work.db"
     conn = sqlite3.connect(clean)
-    rows = [(t, r) for t in TABLES for (r,) in conn.execute(f"SELECT rowid FROM {t}")]
+    rows = [(t, r) for t in TABLES for r in conn.execute(f"SELECT {', '.join(_where(conn, t)[0])} FROM {t}")]
     conn.close()
     missed = []
-    for table, rowid in rows:
+    for table, row in rows:
         shutil.copyfile(clean, work)
         conn = sqlite3.connect(work)
         _drop_triggers(conn)
-        conn.execute(f"DELETE FROM {table} WHERE rowid = ?", (rowid,))
+        assert conn.execute(f"DELETE FROM {table} WHERE {_where(conn, table)[1]}", row).rowcount == 1
         conn.commit()
         conn.close()
         if not _detected(work, None):
-            missed.append((table, rowid))
+            missed.append((table, row))
     assert missed == [], str(missed[:40])
 
 

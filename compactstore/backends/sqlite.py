@@ -11,6 +11,7 @@ import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import sqlite_utils
@@ -39,17 +40,17 @@ def _schema(db: sqlite_utils.Database) -> None:
     db.execute(
         "CREATE UNIQUE INDEX idx_events_idem ON events(session_id, idem_key) WHERE idem_key IS NOT NULL"
     )
-    db.table("nodes").create(
-        {"session_id": int, "level": int, "idx": int, "hash": bytes},
-        pk=("session_id", "level", "idx"),
-        not_null={"hash"},
-        strict=True,
+    # WITHOUT ROWID: a row lives in its primary key's B-tree only, so a commit writes one
+    # page of heads (and of nodes) where a rowid table writes a table page and an index
+    # page. sqlite-utils cannot create these; the columns are those it would create.
+    db.execute(
+        'CREATE TABLE "nodes" (\n   "session_id" INTEGER,\n   "level" INTEGER,\n   "idx" INTEGER,\n'
+        '   "hash" BLOB NOT NULL,\n   PRIMARY KEY ("session_id", "level", "idx")\n) STRICT, WITHOUT ROWID'
     )
-    db.table("heads").create(
-        {"session_id": int, "size": int, "root": bytes, "prev": int, "seal": bytes},
-        pk=("session_id", "size"),
-        not_null={"root", "prev", "seal"},
-        strict=True,
+    db.execute(
+        'CREATE TABLE "heads" (\n   "session_id" INTEGER,\n   "size" INTEGER,\n   "root" BLOB NOT NULL,\n'
+        '   "prev" INTEGER NOT NULL,\n   "seal" BLOB NOT NULL,\n   PRIMARY KEY ("session_id", "size")\n'
+        ') STRICT, WITHOUT ROWID'
     )
     db.table("redactions").create(
         {"session_id": int, "pos": int, "by": int}, pk=("session_id", "pos"), not_null={"by"}, strict=True
@@ -78,7 +79,11 @@ def _schema(db: sqlite_utils.Database) -> None:
 
 
 class SQLiteBackend:
-    """A store in one SQLite file (or ``":memory:"``)."""
+    """A store in one SQLite file (or ``":memory:"``).
+
+    Stores written before nodes and heads became WITHOUT ROWID tables keep their rowid
+    tables and are read and appended to as they are: every statement works on both.
+    """
 
     gapless_seq = True
 
@@ -91,6 +96,13 @@ class SQLiteBackend:
                 (survives a process crash).
         """
         self._lock = threading.RLock()
+        # What this connection committed last, valid while PRAGMA data_version shows no
+        # other connection has committed since: each session's latest head and the next
+        # seq. A session's id never changes once committed (sessions is append-only).
+        self._version: int | None = None
+        self._heads: dict[int, HeadRow] = {}
+        self._next_seq: int | None = None
+        self._sids: dict[str, int] = {}
         try:
             self._conn = conn = sqlite3.connect(
                 path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000
@@ -161,19 +173,16 @@ class SQLiteBackend:
         got = self._all("SELECT id FROM sessions WHERE name = ?", (name,))
         return int(got[0][0]) if got else None
 
-    @contextmanager
-    def writer(self, name: str) -> Iterator[_SQLiteWriter]:
-        try:
-            with self._lock, self._write() as conn:
-                got = conn.execute("SELECT id FROM sessions WHERE name = ?", (name,)).fetchone()
-                if got is None:
-                    sid = conn.execute("INSERT INTO sessions (name) VALUES (?)", (name,)).lastrowid
-                    assert sid is not None
-                else:
-                    sid = got[0]
-                yield _SQLiteWriter(conn, sid)
-        except (sqlite3.Error, UnicodeDecodeError) as exc:
-            raise _error(exc, f"append to session {name!r}") from exc
+    def writer(self, name: str) -> _SQLiteWriter:
+        return _SQLiteWriter(self, name)
+
+    def _remember(self, version: int, name: str, w: _SQLiteWriter) -> None:
+        """Keep what the writer ``w`` just committed, as of ``data_version`` ``version``."""
+        self._version = version
+        self._sids[name] = w.session_id
+        if w.written is not None:
+            self._heads[w.session_id] = w.written
+            self._next_seq = w.seq_after
 
     def row(self, session_id: int, pos: int) -> Row | None:
         got = self._all(
@@ -323,13 +332,86 @@ def _hashes(conn: sqlite3.Connection, session_id: int, coords: Sequence[tuple[in
 
 
 class _SQLiteWriter:
-    __slots__ = ("_conn", "session_id")
+    """One write transaction on a session, under the database's write lock: a context manager.
 
-    def __init__(self, conn: sqlite3.Connection, session_id: int) -> None:
-        self._conn = conn
-        self.session_id = session_id
+    Not a generator-based one: an append of one event pays for entering and leaving it.
+    """
+
+    __slots__ = ("_backend", "_name", "_conn", "_version", "session_id", "_head", "_seq", "written", "seq_after")
+
+    def __init__(self, backend: SQLiteBackend, name: str) -> None:
+        self._backend = backend
+        self._name = name
+        self._conn = backend._conn
+        #: the head this transaction inserted, and the seq after its events
+        self.written: HeadRow | None = None
+        self.seq_after: int | None = None
+
+    def __enter__(self) -> _SQLiteWriter:
+        backend, conn, name = self._backend, self._conn, self._name
+        backend._lock.acquire()
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                # Under the write lock: if no other connection has committed since this
+                # one last did, what it remembers of that commit is still the latest.
+                self._version = version = conn.execute("PRAGMA data_version").fetchone()[0]
+                if version != backend._version:
+                    backend._heads.clear()
+                    backend._next_seq = None
+                sid = backend._sids.get(name)
+                if sid is None:
+                    got = conn.execute("SELECT id FROM sessions WHERE name = ?", (name,)).fetchone()
+                    if got is None:
+                        sid = conn.execute("INSERT INTO sessions (name) VALUES (?)", (name,)).lastrowid
+                        assert sid is not None
+                    else:
+                        sid = got[0]
+                self.session_id = sid
+                self._head = backend._heads.get(sid)  # the latest head when known without reading
+                self._seq = backend._next_seq
+            except BaseException:
+                self._rollback()
+                raise
+        except (sqlite3.Error, UnicodeDecodeError) as exc:
+            backend._lock.release()
+            raise _error(exc, f"append to session {name!r}") from exc
+        except BaseException:
+            backend._lock.release()
+            raise
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        backend = self._backend
+        try:
+            if kind is None:
+                try:
+                    self._conn.execute("COMMIT")
+                except BaseException as failed:
+                    self._rollback()
+                    if isinstance(failed, sqlite3.Error):
+                        raise _error(failed, f"append to session {self._name!r}") from failed
+                    raise
+                # Committed: remember it. (A rollback leaves the remembered state as it was.)
+                backend._remember(self._version, self._name, self)
+                return
+            self._rollback()
+            if isinstance(exc, (sqlite3.Error, UnicodeDecodeError)):
+                raise _error(exc, f"append to session {self._name!r}") from exc
+        finally:
+            backend._lock.release()
+
+    def _rollback(self) -> None:
+        conn = self._conn
+        if conn.in_transaction:
+            try:
+                conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass  # SQLite rolled back already (a full disk does that); nothing was committed
 
     def head(self) -> HeadRow | None:
+        if self._head is not None:
+            return self._head
         got = self._conn.execute(
             "SELECT size, root, prev, seal FROM heads WHERE session_id = ? ORDER BY size DESC LIMIT 1", (self.session_id,)
         ).fetchone()
@@ -346,17 +428,25 @@ class _SQLiteWriter:
         return Row(*got) if got else None
 
     def next_seq(self) -> int | None:
+        if self._seq is not None:
+            return self._seq
         # Under the write lock max(seq) + 1 is exactly what SQLite would assign.
         return int(self._conn.execute("SELECT coalesce(max(seq), 0) + 1 FROM events").fetchone()[0])
 
     def insert(self, rows: Sequence[Row], nodes: Sequence[tuple[int, int, bytes]], head: HeadRow) -> list[int]:
         conn, sid = self._conn, self.session_id
-        conn.executemany("INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
-        conn.executemany(
-            "INSERT INTO nodes (session_id, level, idx, hash) VALUES (?, ?, ?, ?)",
-            [(sid, lv, i, h) for lv, i, h in nodes],
-        )
+        if len(rows) == 1:
+            conn.execute("INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?)", rows[0])
+        else:
+            conn.executemany("INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+        if nodes:
+            conn.executemany(
+                "INSERT INTO nodes (session_id, level, idx, hash) VALUES (?, ?, ?, ?)",
+                [(sid, lv, i, h) for lv, i, h in nodes],
+            )
         conn.execute("INSERT INTO heads (session_id, size, root, prev, seal) VALUES (?, ?, ?, ?, ?)", (sid, *head))
+        self._head = self.written = head
+        self._seq = self.seq_after = rows[-1].seq + 1
         return [r.seq for r in rows]
 
     def erase(self, positions: Sequence[int], by: int) -> None:

@@ -124,21 +124,29 @@ def _new_value(rng: random.Random, value: object) -> object:
     return rng.choice([0, "x", b"x"])  # NULL
 
 
-def _random_row(conn: sqlite3.Connection, rng: random.Random, table: str) -> int | None:
-    rowids = [r for (r,) in conn.execute(f"SELECT rowid FROM {table}")]
-    return rng.choice(rowids) if rowids else None
+Address = tuple[str, tuple[Any, ...]]
+"""One row: a WHERE clause on the table's primary key, and its values."""
+
+
+def _random_row(conn: sqlite3.Connection, rng: random.Random, table: str) -> Address | None:
+    # By primary key, not rowid: nodes and heads are WITHOUT ROWID tables.
+    info = conn.execute(f"PRAGMA table_info({table})").fetchall()
+    keys = [r[1] for r in sorted((r for r in info if r[5]), key=lambda r: r[5])]
+    rows = conn.execute(f"SELECT {', '.join(keys)} FROM {table}").fetchall()
+    return (" AND ".join(f"{k} IS ?" for k in keys), tuple(rng.choice(rows))) if rows else None
 
 
 def m_cell(conn: sqlite3.Connection, rng: random.Random, keyed: bool) -> str | None:
     table = rng.choice(tables(conn))
-    rowid = _random_row(conn, rng, table)
-    if rowid is None:
+    row = _random_row(conn, rng, table)
+    if row is None:
         return None
+    where, key = row
     col = rng.choice(_cols(conn, table))
-    (value,) = conn.execute(f"SELECT {col} FROM {table} WHERE rowid = ?", (rowid,)).fetchone()
+    (value,) = conn.execute(f"SELECT {col} FROM {table} WHERE {where}", key).fetchone()
     new = None if value is not None and rng.random() < 0.05 else _new_value(rng, value)
-    conn.execute(f"UPDATE {table} SET {col} = ? WHERE rowid = ?", (new, rowid))
-    return f"cell {table}.{col} rowid {rowid}: {value!r:.40} -> {new!r:.40}"
+    conn.execute(f"UPDATE {table} SET {col} = ? WHERE {where}", (new, *key))
+    return f"cell {table}.{col} at {key!r:.40}: {value!r:.40} -> {new!r:.40}"
 
 
 def _scalar_paths(obj: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
@@ -251,29 +259,32 @@ def m_field(level: str) -> Callable[[sqlite3.Connection, random.Random, bool], s
 
 def m_row(conn: sqlite3.Connection, rng: random.Random, keyed: bool) -> str | None:
     table = rng.choice(tables(conn))
-    rowid = _random_row(conn, rng, table)
-    if rowid is None:
+    row = _random_row(conn, rng, table)
+    if row is None:
         return None
+    where, key = row
     op = rng.choice(["delete", "duplicate", "swap"])
     if op == "delete":
-        conn.execute(f"DELETE FROM {table} WHERE rowid = ?", (rowid,))
-        return f"row delete {table} rowid {rowid}"
+        conn.execute(f"DELETE FROM {table} WHERE {where}", key)
+        return f"row delete {table} at {key!r:.40}"
     cols = _cols(conn, table)
     if op == "duplicate":
-        row = list(conn.execute(f"SELECT * FROM {table} WHERE rowid = ?", (rowid,)).fetchone())
+        values = list(conn.execute(f"SELECT * FROM {table} WHERE {where}", key).fetchone())
         i = rng.randrange(len(cols))  # change one key column so the copy fits
-        row[i] = _new_value(rng, row[i])
-        conn.execute(f"INSERT INTO {table} VALUES ({', '.join('?' * len(cols))})", row)
-        return f"row duplicate {table} rowid {rowid} with {cols[i]} = {row[i]!r:.40}"
+        values[i] = _new_value(rng, values[i])
+        conn.execute(f"INSERT INTO {table} VALUES ({', '.join('?' * len(cols))})", values)
+        return f"row duplicate {table} at {key!r:.40} with {cols[i]} = {values[i]!r:.40}"
     other = _random_row(conn, rng, table)
+    assert other is not None
     col = rng.choice(cols)
-    a = conn.execute(f"SELECT {col} FROM {table} WHERE rowid = ?", (rowid,)).fetchone()[0]
-    b = conn.execute(f"SELECT {col} FROM {table} WHERE rowid = ?", (other,)).fetchone()[0]
+    a = conn.execute(f"SELECT {col} FROM {table} WHERE {where}", key).fetchone()[0]
+    b = conn.execute(f"SELECT {col} FROM {table} WHERE {where}", other[1]).fetchone()[0]
     if a == b:
         return None
-    conn.execute(f"UPDATE {table} SET {col} = ? WHERE rowid = ?", (b, rowid))
-    conn.execute(f"UPDATE {table} SET {col} = ? WHERE rowid = ?", (a, other))
-    return f"row swap {table}.{col} between rowids {rowid} and {other}"
+    # Read both rows before writing either: a swapped key column moves the first row.
+    conn.execute(f"UPDATE {table} SET {col} = ? WHERE {where}", (b, *key))
+    conn.execute(f"UPDATE {table} SET {col} = ? WHERE {where}", (a, *other[1]))
+    return f"row swap {table}.{col} between {key!r:.40} and {other[1]!r:.40}"
 
 
 def m_splice(conn: sqlite3.Connection, rng: random.Random, keyed: bool) -> str | None:
