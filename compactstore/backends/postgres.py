@@ -27,6 +27,7 @@ from psycopg_pool import ConnectionPool
 
 from ..errors import CompactStoreError, ConflictError, IntegrityError, InvalidEvent
 from . import SCHEMA_VERSION, HeadRow, Row, keyset
+from . import index as _index
 
 if TYPE_CHECKING:
     from . import Backend
@@ -330,6 +331,10 @@ class PostgresBackend:
         n, lo, hi = self._all("SELECT count(*), coalesce(min(seq), 0), coalesce(max(seq), 0) FROM events")[0]
         return int(n), int(lo), int(hi)
 
+    def index_run(self, sql: str, args: Sequence[object]) -> list[tuple[Any, ...]]:
+        """Run one statement of :mod:`compactstore.backends.index` and return its rows."""
+        return self._all(_pg_sql(sql), args)
+
 
 def _ensure_schema(conn: psycopg.Connection[tuple[Any, ...]]) -> None:
     """Create the schema in an empty database, or migrate an older one, under a lock."""
@@ -339,6 +344,7 @@ def _ensure_schema(conn: psycopg.Connection[tuple[Any, ...]]) -> None:
         row = cur.fetchone()
         if not (row and row[0]):
             cur.execute(";\n".join(_SCHEMA))  # one round trip, one transaction
+            _index_schema(cur)
             return
         cur.execute("SELECT value FROM meta WHERE name = 'schema_version'")
         got = cur.fetchone()
@@ -352,6 +358,20 @@ def _ensure_schema(conn: psycopg.Connection[tuple[Any, ...]]) -> None:
             cur.execute("UPDATE meta SET value = %s WHERE name = 'schema_version'", (version,))
             cur.execute("ALTER TABLE meta ENABLE TRIGGER meta_no_update")
         # A version this library does not know is reported by the store, which reads meta.
+        _index_schema(cur)
+
+
+def _index_schema(cur: psycopg.Cursor[tuple[Any, ...]]) -> None:
+    """Create the structural index's table in a store that lacks it (new, or written before it)."""
+    cur.execute("SELECT to_regclass(%s) IS NOT NULL", (_index.TABLE,))
+    row = cur.fetchone()
+    if not (row and row[0]):
+        cur.execute(";\n".join(_index.POSTGRES_SCHEMA))
+
+
+def _pg_sql(sql: str) -> str:
+    """Return a statement of :mod:`compactstore.backends.index` with psycopg's placeholders."""
+    return sql.replace("?", "%s")
 
 
 def _hashes(cur: psycopg.Cursor[tuple[Any, ...]], session_id: int, coords: Sequence[tuple[int, int]]) -> list[bytes]:
@@ -461,6 +481,10 @@ class _PGWriter:
         )
         seqs = {int(pos): int(seq) for pos, seq in got}
         return [seqs[r.pos] for r in rows]
+
+    def index_run(self, sql: str, args: Sequence[object]) -> list[tuple[Any, ...]]:
+        """Run one statement of :mod:`compactstore.backends.index` inside the write transaction."""
+        return self._do("structural index", _pg_sql(sql), args, fetch=sql.startswith("SELECT"))
 
     def erase(self, positions: Sequence[int], by: int) -> None:
         sid, positions = self.session_id, list(positions)

@@ -17,6 +17,7 @@ import sqlite_utils
 
 from ..errors import CompactStoreError, ConflictError, IntegrityError
 from . import SCHEMA_VERSION, HeadRow, Row, keyset
+from . import index as _index
 
 if TYPE_CHECKING:
     from . import Backend
@@ -105,6 +106,7 @@ class SQLiteBackend:
             with self._write():
                 if not conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'meta'").fetchone():
                     _schema(sqlite_utils.Database(conn, execute_plugins=False))
+                _index_schema(conn)
         except (sqlite3.Error, UnicodeDecodeError) as exc:
             conn.close()
             raise _error(exc, f"open {path!r} as a compactstore store") from exc
@@ -236,6 +238,10 @@ class SQLiteBackend:
         n, lo, hi = self._all("SELECT count(*), coalesce(min(seq), 0), coalesce(max(seq), 0) FROM events")[0]
         return int(n), int(lo), int(hi)
 
+    def index_run(self, sql: str, args: Sequence[object]) -> list[Any]:
+        """Run one statement of :mod:`compactstore.backends.index` and return its rows."""
+        return self._all(sql, args)
+
 
 def _error(exc: BaseException, doing: str) -> CompactStoreError:
     """Return the compactstore error for a driver error raised while ``doing``."""
@@ -263,6 +269,17 @@ def _hashes(conn: sqlite3.Connection, session_id: int, coords: Sequence[tuple[in
             raise IntegrityError(f"subtree ({level}, {idx}) is missing", pos=idx << level)
         out.append(got[0])
     return out
+
+
+def _index_schema(conn: sqlite3.Connection) -> None:
+    """Create the structural index's table in a store that lacks it (new, or written before it)."""
+    if not conn.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (_index.TABLE,)).fetchone():
+        for sql in _index.SQLITE_SCHEMA:
+            conn.execute(sql)
+
+
+def _index_run(conn: sqlite3.Connection, sql: str, args: Sequence[object]) -> list[Any]:
+    return conn.execute(sql, args).fetchall()
 
 
 class _SQLiteWriter:
@@ -301,6 +318,10 @@ class _SQLiteWriter:
         )
         conn.execute("INSERT INTO heads (session_id, size, root, prev, seal) VALUES (?, ?, ?, ?, ?)", (sid, *head))
         return [r.seq for r in rows]
+
+    def index_run(self, sql: str, args: Sequence[object]) -> list[Any]:
+        """Run one statement of :mod:`compactstore.backends.index` inside the write transaction."""
+        return _index_run(self._conn, sql, args)
 
     def erase(self, positions: Sequence[int], by: int) -> None:
         sid = self.session_id

@@ -1,0 +1,268 @@
+"""The structural index: the facts the marker checks need, kept in step with the log.
+
+Closure, negative-fact retention and the needed bindings of anchoring are facts about
+a node's span and the session's open items, and reading them off the events costs a
+pass over the whole log. The index keeps them as rows (see
+:class:`compactstore.structure.IndexRow`), derived by
+:class:`compactstore.structure.Deriver` from each event as it is appended and written
+in the same transaction, so a marker check asks for what it needs in O(log n) queries
+plus the size of the answer:
+
+- the items open at a boundary: the snapshot at the multiple of SNAPSHOT_EVERY below
+  it, then the opens and closes since (at most SNAPSHOT_EVERY positions);
+- the negative facts of a span: the ``negative`` rows of its positions;
+- the latest binding of a key before a position: one descending index probe.
+
+The index is complete up to its ``size`` rows. A store written before the index, or a
+session appended to by a version that did not write it, is derived again from the log
+by the next append; until then, and for a session with redactions (a redacted body no
+longer gives the facts it gave when appended), the checks take the full path over the
+events. ``verify()`` derives the whole index again from the bodies and reports every
+row that differs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Protocol
+
+import msgspec
+
+from . import events as ev
+from .backends.index import IndexSQL, IndexTuple, Run
+from .backends.index import orphans as _orphans
+from .errors import InvalidEvent
+from .structure import SNAPSHOT_EVERY, Deriver, IndexRow, apply_items, superseded_text
+
+if TYPE_CHECKING:
+    from .store import Session
+
+#: Kinds whose events can give index rows whatever their fields (the rest give rows only
+#: through ``status`` or ``supersedes``).
+_STRUCTURAL_KINDS = frozenset(
+    {"binding", "tool_call", "tool_result", "obligation", "fulfilment", "handle_opened", "handle_closed"}
+)
+_PLAIN = ev.Checkpoint(id="-")  # stands for an event that gives no row
+_CHUNK = 2048
+
+
+class _Runner(Protocol):
+    def index_run(self, sql: str, args: Sequence[object]) -> list[tuple[object, ...]]: ...
+
+
+def _row(t: IndexTuple) -> IndexRow:
+    return IndexRow(*t)
+
+
+def _event(body: bytes | None, kind: str) -> ev.Event:
+    """Decode ``body``, or skip it when its kind and bytes show it gives no index row."""
+    if body is None:
+        return ev.Redacted(by=-1)
+    if kind not in _STRUCTURAL_KINDS and b'"status":' not in body and b'"supersedes":' not in body:
+        return _PLAIN
+    return ev.decode(body)
+
+
+class Index:
+    """The structural index of one session, read through ``run``."""
+
+    def __init__(self, run: Run, session_id: int) -> None:
+        self.sql = IndexSQL(run, session_id)
+
+    @classmethod
+    def of(cls, session: Session, size: int) -> Index | None:
+        """Return the session's index if it answers for checkpoint ``size``, else None (take the full path)."""
+        backend = session.store.backend
+        sid = session._sid()
+        if sid is None:
+            return None
+        index = cls(backend.index_run, sid)  # type: ignore[arg-type]
+        if index.sql.size() < size or backend.redactions(sid):
+            return None
+        return index
+
+    def open_at(self, at: int) -> dict[int, str]:
+        """Return the items open at boundary ``at`` (position -> item)."""
+        base = at - at % SNAPSHOT_EVERY
+        items = {r.num: r.key for r in map(_row, self.sql.rows(("open_at",), base, base + 1))} if base else {}
+        apply_items(items, map(_row, self.sql.rows(("open", "close"), base, at)))
+        return items
+
+    def negatives(self, start: int, stop: int) -> list[IndexRow]:
+        """Return the ``negative`` rows of positions ``[start, stop)``, whatever made them negative when."""
+        return [_row(t) for t in self.sql.rows(("negative",), start, stop)]
+
+    def latest_binding(self, key: str, before: int) -> IndexRow | None:
+        """Return the ``binding`` row of the last binding of ``key`` before ``before``."""
+        got = self.sql.latest_binding(key, before)
+        return None if got is None else _row(got)
+
+    def needs(self, positions: Sequence[int]) -> dict[int, list[str]]:
+        """Return the bindings each obligation opened at ``positions`` needs."""
+        return {r.pos: msgspec.json.decode(r.text, type=list[str]) for r in map(_row, self.sql.rows_at("open", positions))}
+
+
+class _Prior:
+    """What came before a derivation, read from the index and the log inside the write transaction."""
+
+    def __init__(self, sql: IndexSQL) -> None:
+        self.sql = sql
+
+    def is_negative(self, pos: int) -> bool:
+        return bool(self.sql.rows_at("negative", [pos]))
+
+    def latest_binding(self, key: str, before: int) -> int | None:
+        got = self.sql.latest_binding(key, before)
+        return None if got is None else got[0]
+
+    def superseded_text(self, pos: int) -> str:
+        body = self.sql.body(pos)
+        return "" if body is None else superseded_text(ev.decode(body))
+
+    def open_at(self, pos: int) -> list[tuple[int, str]]:
+        return sorted(Index(self.sql.run, self.sql.sid).open_at(pos).items())
+
+
+def extend(writer: _Runner, session_id: int, before: int, fresh: Sequence[tuple[int, ev.Event]]) -> None:
+    """Write the index rows of the events just inserted at ``before`` onwards, in their transaction.
+
+    If the index stops short of ``before`` (a store written before it), the missing
+    positions are derived first from the log itself.
+    """
+    sql = IndexSQL(writer.index_run, session_id)  # type: ignore[arg-type]
+    done = sql.size()
+    if done > before:
+        return  # the index claims positions the log does not have: verify() reports it
+    deriver = Deriver(done, _Prior(sql))
+    if done < before:
+        for pos, event in _log(sql.run, session_id, done, before):
+            deriver.add(pos, event)
+    for pos, event in fresh:
+        deriver.add(pos, event)
+    sql.insert(deriver.finish())
+
+
+def _log(run: Run, session_id: int, start: int, stop: int) -> Iterator[tuple[int, ev.Event]]:
+    """Yield ``(position, event)`` of the stored log ``[start, stop)``, skipping the decoding of plain events."""
+    while start < stop:
+        got = run(
+            "SELECT pos, kind, body FROM events WHERE session_id = ? AND pos >= ? AND pos < ? ORDER BY pos LIMIT ?",
+            (session_id, start, stop, _CHUNK),
+        )
+        if not got:
+            return
+        for pos, kind, body in got:
+            yield int(pos), _event(None if body is None else bytes(body), str(kind))
+        start = int(got[-1][0]) + 1
+
+
+# --- verification ------------------------------------------------------------------
+
+
+class _Rebuilt:
+    """The prior of a derivation from position 0: nothing came before; texts come from the log."""
+
+    def __init__(self, run: Run, session_id: int) -> None:
+        self.sql = IndexSQL(run, session_id)
+
+    def is_negative(self, pos: int) -> bool:
+        return False
+
+    def latest_binding(self, key: str, before: int) -> int | None:
+        return None
+
+    def superseded_text(self, pos: int) -> str:
+        body = self.sql.body(pos)
+        try:
+            return "" if body is None else superseded_text(ev.decode(body))
+        except InvalidEvent:
+            return ""
+
+    def open_at(self, pos: int) -> list[tuple[int, str]]:
+        return []
+
+
+def verify_session(
+    run: Run, session_id: int, heads: Iterable[int], add: Callable[[int | None, str], None]
+) -> None:
+    """Derive the session's index again from its bodies and report every row that differs.
+
+    ``heads`` are the sizes of the session's stored tree heads; ``add(pos, what)``
+    reports a problem. A session with redactions is not checked: its index is never
+    read (see :meth:`Index.of`).
+    """
+    sql = IndexSQL(run, session_id)
+    stored = _stream(sql)
+    sizes = sorted({r.pos for r in stored if r.rel == "size"})
+    if not sizes:
+        if stored:
+            add(stored[0].pos, "index rows without a size row")
+        return
+    heads = sorted(h for h in heads if h >= sizes[0])
+    if sizes != heads:
+        extra, missing = sorted(set(sizes) - set(heads)), sorted(set(heads) - set(sizes))
+        add(None, f"size rows {extra[:5]} name no tree head; tree heads {missing[:5]} have no size row"
+            if extra else f"tree heads {missing[:5]} have no size row")
+    deriver = Deriver(0, _Rebuilt(run, session_id))
+    try:
+        for pos, event in _log(run, session_id, 0, sizes[-1]):
+            deriver.add(pos, event)
+    except (InvalidEvent, AssertionError):
+        add(None, "the log cannot be read in order to derive the index again")  # the log's own checks say why
+        return
+    want = sorted([*deriver.rows, *(IndexRow(s, "size", "", 0, "") for s in sizes)], key=_order)
+    got = sorted((r for r in stored), key=_order)
+    if want != got:
+        wanted, have = set(want), set(got)
+        for r in sorted(have - wanted, key=_order)[:20]:
+            add(r.pos, f"row {tuple(r)} is not what the log gives")
+        for r in sorted(wanted - have, key=_order)[:20]:
+            add(r.pos, f"row {tuple(r)} is missing")
+        if len(got) != len(set(got)):
+            add(None, "a row is stored twice")
+
+
+def _order(r: IndexRow) -> tuple[int, str, int, str, str]:
+    return (r.pos, r.rel, r.num, r.key, r.text)
+
+
+def _stream(sql: IndexSQL) -> list[IndexRow]:
+    out: list[IndexRow] = []
+    after: tuple[int, str, int] = (-(2**62), "", -(2**62))
+    while True:
+        got = [_row(t) for t in sql.all_rows(after, _CHUNK)]
+        out.extend(got)
+        if len(got) < _CHUNK:
+            return out
+        after = (got[-1].pos, got[-1].rel, got[-1].num)
+
+
+def orphans(run: Run) -> list[int]:
+    """Return the session ids the index names that no session has."""
+    return _orphans(run)
+
+
+def verify_store(backend: object, sessions: Sequence[tuple[int, str]], add: Callable[[str | None, int | None, str], None]) -> None:
+    """Check the structural index of every session of a store; ``add(session, pos, what)`` reports a problem.
+
+    Called by :meth:`Store.verify` once the log itself is checked.
+    """
+    run: Run = backend.index_run  # type: ignore[attr-defined]
+    redacted = backend.redactions  # type: ignore[attr-defined]
+    for sid in orphans(run):
+        add(None, None, f"rows name session id {sid}, which does not exist")
+    for sid, name in sessions:
+        if redacted(sid):
+            continue
+        heads = [h.size for h in _heads(backend, sid)]
+        verify_session(run, sid, heads, lambda pos, what, name=name: add(name, pos, what))  # type: ignore[misc]
+
+
+def _heads(backend: object, sid: int) -> Iterator[object]:
+    after = -(2**62)
+    while True:
+        got = backend.heads(sid, after, _CHUNK)  # type: ignore[attr-defined]
+        yield from got
+        if len(got) < _CHUNK:
+            return
+        after = got[-1].size
