@@ -31,8 +31,9 @@ import msgspec
 from . import events as ev
 from .backends.index import IndexSQL, IndexTuple, Run
 from .backends.index import orphans as _orphans
-from .errors import InvalidEvent
-from .structure import SNAPSHOT_EVERY, Deriver, IndexRow, apply_items, superseded_text
+from .errors import IntegrityError, InvalidEvent
+from . import structure
+from .structure import Deriver, IndexRow, apply_items, superseded_text
 
 if TYPE_CHECKING:
     from .store import Session
@@ -83,7 +84,7 @@ class Index:
 
     def open_at(self, at: int) -> dict[int, str]:
         """Return the items open at boundary ``at`` (position -> item)."""
-        base = at - at % SNAPSHOT_EVERY
+        base = at - at % structure.SNAPSHOT_EVERY
         items = {r.num: r.key for r in map(_row, self.sql.rows(("open_at",), base, base + 1))} if base else {}
         apply_items(items, map(_row, self.sql.rows(("open", "close"), base, at)))
         return items
@@ -98,8 +99,18 @@ class Index:
         return None if got is None else _row(got)
 
     def needs(self, positions: Sequence[int]) -> dict[int, list[str]]:
-        """Return the bindings each obligation opened at ``positions`` needs."""
-        return {r.pos: msgspec.json.decode(r.text, type=list[str]) for r in map(_row, self.sql.rows_at("open", positions))}
+        """Return the bindings each obligation opened at ``positions`` needs.
+
+        Raises:
+            IntegrityError: a row does not hold a list of keys (the index was altered).
+        """
+        out = {}
+        for r in map(_row, self.sql.rows_at("open", positions)):
+            try:
+                out[r.pos] = msgspec.json.decode(r.text, type=list[str])
+            except msgspec.DecodeError:
+                raise IntegrityError(f"structural index row at pos {r.pos} is not a list of keys", pos=r.pos) from None
+        return out
 
 
 class _Prior:

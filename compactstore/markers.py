@@ -18,7 +18,7 @@ and resume run the very same code over the very same inputs.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Literal
 
 import msgspec
@@ -26,6 +26,8 @@ import msgspec
 from . import events as ev
 from . import merkle
 from .compaction import _extract, kept_keys, value_digest
+from .backends import Row
+from .backends.index import IndexSQL
 from .errors import IntegrityError, InvalidArgument, MarkerInvalid
 from .index import Index
 from .seal import head_mac
@@ -272,6 +274,16 @@ class Reader:
         if pos not in self.events:
             self.add(self.session.read(pos))
         return self.events[pos]
+
+    def prefetch(self, positions: Iterable[int]) -> None:
+        """Read the events at ``positions`` (those before the checkpoint and not read yet) in one query."""
+        sid = self.session._sid()
+        wanted = sorted({p for p in positions if 0 <= p < self.size and p not in self.events})
+        if sid is None or not wanted:
+            return
+        run = self.session.store.backend.index_run
+        for row in IndexSQL(run, sid).events_at(wanted):
+            self.add(self.session._record(Row(*row)))
 
     def add(self, record: Record) -> None:
         """Take in a record read elsewhere (checking it like the ones read here)."""

@@ -26,6 +26,7 @@ from . import merkle
 from .compaction import Node
 from .errors import IntegrityError, InvalidArgument, ReconstructionUnsoundError
 from .events import JSON, LossClass
+from .backends.index import IndexSQL
 from .index import Index
 from .markers import CONDITIONS, Marker, Reader, check, check_indexed
 from .seal import head_mac
@@ -147,8 +148,7 @@ def _resume_indexed(session: Session, record: Record, m: Marker, index: Index) -
         return None  # the fallback's context is every raw event: the full path gives it, reasons and all
     top = reader(node)
     assert isinstance(top, ev.Summary)
-    for f in top.negative_facts:
-        reader(f.pos)
+    reader.prefetch(f.pos for f in top.negative_facts)
     raw: list[Record] = []
     for start, stop in ((0, top.start), (top.stop, size)):
         for r in session.scan(start, stop):
@@ -156,13 +156,13 @@ def _resume_indexed(session: Session, record: Record, m: Marker, index: Index) -
             raw.append(r)
     if len(raw) != top.start + size - top.stop:
         raise IntegrityError(f"positions missing before pos {size}", session=session.name)
-    if _root_with(session, reader.leaves, size) != m.root:
+    if _root_with(session, index.sql, reader.leaves, size) != m.root:
         raise IntegrityError(
             f"events read under marker at pos {pos} do not give its checkpoint root", session=session.name, pos=pos
         )
-    if _root_with(session, {**reader.leaves, pos: marker_leaf}, pos + 1) != session.head(pos + 1).root:
+    if _root_with(session, index.sql, {pos: marker_leaf}, pos + 1) != session.head(pos + 1).root:
         raise IntegrityError(
-            f"events [0, {pos + 1}) do not give the stored tree's root", session=session.name, pos=pos
+            f"marker at pos {pos} does not give the stored tree's root", session=session.name, pos=pos
         )
     reasons = [f"every condition holds and every digest on path {path} matches the log"]
     item = _summary_item(node, top)
@@ -188,7 +188,7 @@ def _check_checkpoint(session: Session, m: Marker, root: bytes) -> None:
         raise IntegrityError(f"marker at pos {m.pos}: checkpoint MAC does not verify", session=session.name, pos=m.pos)
 
 
-def _root_with(session: Session, leaves: Mapping[int, bytes], size: int) -> bytes:
+def _root_with(session: Session, sql: IndexSQL, leaves: Mapping[int, bytes], size: int) -> bytes:
     """Return the root of ``[0, size)`` from the ``leaves`` given and stored subtree roots for the rest.
 
     A subtree holding no given position comes from the store (O(log n) of them per run
@@ -212,8 +212,7 @@ def _root_with(session: Session, leaves: Mapping[int, bytes], size: int) -> byte
     cover = merkle.cover(0, size)
     for level, idx in cover:
         plan(level, idx)
-    sid = session.store.backend.session_id(session.name)
-    stored = merkle.resolve(need, lambda c: session.store.backend.hashes(sid, c), "blake3") if need and sid is not None else {}
+    stored = merkle.resolve(need, lambda coords: _subtrees(session, sql, coords)) if need else {}
 
     def root(level: int, idx: int) -> bytes:
         if not has(level, idx):
@@ -223,6 +222,30 @@ def _root_with(session: Session, leaves: Mapping[int, bytes], size: int) -> byte
         return merkle.node_hash(root(level - 1, 2 * idx), root(level - 1, 2 * idx + 1))
 
     return merkle.fold([root(level, idx) for level, idx in cover]) if cover else merkle.empty_root()
+
+
+def _subtrees(session: Session, sql: IndexSQL, coords: list[tuple[int, int]]) -> list[bytes]:
+    """Return the stored roots at ``coords``, reading runs of neighbours with one range query each."""
+    got: dict[tuple[int, int], bytes] = {}
+    for level in sorted({lv for lv, _ in coords}):
+        wanted = sorted(i for lv, i in coords if lv == level)
+        runs: list[list[int]] = [[wanted[0], wanted[0]]]
+        for i in wanted[1:]:
+            if i - runs[-1][1] <= _GAP:
+                runs[-1][1] = i
+            else:
+                runs.append([i, i])
+        for lo, hi in runs:
+            got.update(((level, i), h) for i, h in sql.subtrees(level, lo, hi + 1))
+    missing = [c for c in coords if c not in got]
+    if missing:
+        level, idx = missing[0]
+        raise IntegrityError(f"subtree ({level}, {idx}) is missing", session=session.name, pos=idx << level)
+    return [got[c] for c in coords]
+
+
+#: Neighbouring stored roots closer than this are read by one range query, the ones between included.
+_GAP = 16
 
 
 def _resume_full(session: Session, pos: int, m: Marker) -> Resolution:

@@ -105,6 +105,26 @@ class IndexSQL:
         got = self.run("SELECT body FROM events WHERE session_id = ? AND pos = ?", (self.sid, pos))
         return bytes(got[0][0]) if got and got[0][0] is not None else None
 
+    def events_at(self, positions: Sequence[int]) -> list[tuple[Any, ...]]:
+        """Return the event rows (``seq, session_id, pos, kind, idem_key, leaf, body``) at ``positions``."""
+        if not positions:
+            return []
+        return self.run(
+            "SELECT seq, session_id, pos, kind, idem_key, leaf, body FROM events "
+            f"WHERE session_id = ? AND pos IN {_in(positions)} ORDER BY pos",
+            (self.sid, *positions),
+        )
+
+    def subtrees(self, level: int, lo: int, hi: int) -> list[tuple[int, bytes]]:
+        """Return ``(idx, hash)`` of the stored subtree roots at ``level`` (0: the leaves) with ``lo <= idx < hi``."""
+        if level == 0:
+            sql = "SELECT pos, leaf FROM events WHERE session_id = ? AND pos >= ? AND pos < ? ORDER BY pos"
+            got = self.run(sql, (self.sid, lo, hi))
+        else:
+            sql = "SELECT idx, hash FROM nodes WHERE session_id = ? AND level = ? AND idx >= ? AND idx < ? ORDER BY idx"
+            got = self.run(sql, (self.sid, level, lo, hi))
+        return [(int(i), bytes(h)) for i, h in got]
+
     def insert(self, rows: Sequence[IndexTuple]) -> None:
         """Insert ``rows`` (a writer's transaction only)."""
         step = 150  # six parameters a row, under every backend's limit on one statement
