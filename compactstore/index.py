@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Protocol
 import msgspec
 
 from . import events as ev
-from .backends.index import IndexSQL, IndexTuple, Run
+from .backends.index import TABLE, IndexSQL, IndexTuple, Run
 from .backends.index import orphans as _orphans
 from .errors import IntegrityError, InvalidEvent
 from . import structure
@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 _STRUCTURAL_KINDS = frozenset(
     {"binding", "tool_call", "tool_result", "obligation", "fulfilment", "handle_opened", "handle_closed"}
 )
+_RELS = frozenset({"open", "close", "negative", "binding", "open_at", "size"})
 _PLAIN = ev.Checkpoint(id="-")  # stands for an event that gives no row
 _CHUNK = 2048
 
@@ -142,15 +143,40 @@ def extend(writer: _Runner, session_id: int, before: int, fresh: Sequence[tuple[
     """
     sql = IndexSQL(writer.index_run, session_id)  # type: ignore[arg-type]
     done = sql.size()
-    if done > before:
-        return  # the index claims positions the log does not have: verify() reports it
+    if done > before or (done == before and not fresh):
+        return  # up to date (another process healed it), or claiming positions the log lacks: verify() says so
     deriver = Deriver(done, _Prior(sql))
+    sizes: list[int] = []
     if done < before:
         for pos, event in _log(sql.run, session_id, done, before):
             deriver.add(pos, event)
+        # A size row for every tree head the index missed, as if it had been written with them.
+        got = sql.run("SELECT size FROM heads WHERE session_id = ? AND size > ? AND size <= ?", (session_id, done, before))
+        sizes = [int(n) for (n,) in got]
     for pos, event in fresh:
         deriver.add(pos, event)
-    sql.insert(deriver.finish())
+    sql.insert(deriver.finish(sizes))
+
+
+def heal(backend: object) -> None:
+    """Derive the index of every session it stops short of, from the log.
+
+    Runs when opening a store has just created the index (a store written before it);
+    each session is brought up to date in a write transaction of its own. A session
+    left behind (a crash, a store that cannot be written now) takes the full path, and
+    its next append derives its index.
+    """
+    run: Run = backend.index_run  # type: ignore[attr-defined]
+    behind = run(
+        "SELECT s.name, (SELECT max(size) FROM heads h WHERE h.session_id = s.id), "
+        f"(SELECT max(pos) FROM {TABLE} i WHERE i.session_id = s.id AND i.rel = 'size') FROM sessions s", ()
+    )
+    for name, size, done in behind:
+        if size is not None and (done is None or int(done) < int(size)):
+            with backend.writer(str(name)) as w:  # type: ignore[attr-defined]
+                head = w.head()
+                if head is not None:
+                    extend(w, w.session_id, head.size, [])
 
 
 def _log(run: Run, session_id: int, start: int, stop: int) -> Iterator[tuple[int, ev.Event]]:
@@ -194,34 +220,38 @@ class _Rebuilt:
 
 
 def verify_session(
-    run: Run, session_id: int, heads: Iterable[int], add: Callable[[int | None, str], None]
+    run: Run, session_id: int, heads: Iterable[int], add: Callable[[int | None, str], None], *, full: bool = True
 ) -> None:
     """Derive the session's index again from its bodies and report every row that differs.
 
-    ``heads`` are the sizes of the session's stored tree heads; ``add(pos, what)``
-    reports a problem. A session with redactions is not checked: its index is never
-    read (see :meth:`Index.of`).
+    ``heads`` are the sizes of the session's stored tree heads, each of which must have
+    its ``size`` row (opening a store derives what is missing); ``add(pos, what)``
+    reports a problem. With ``full`` false (a session with redactions, whose erased
+    bodies no longer give their facts, and whose index is never read: see
+    :meth:`Index.of`) only the size rows are checked.
     """
     sql = IndexSQL(run, session_id)
     stored = _stream(sql)
-    sizes = sorted({r.pos for r in stored if r.rel == "size"})
-    if not sizes:
-        if stored:
-            add(stored[0].pos, "index rows without a size row")
-        return
-    heads = sorted(h for h in heads if h >= sizes[0])
+    sizes = sorted(r.pos for r in stored if r.rel == "size")
+    heads = sorted(heads)
     if sizes != heads:
         extra, missing = sorted(set(sizes) - set(heads)), sorted(set(heads) - set(sizes))
-        add(None, f"size rows {extra[:5]} name no tree head; tree heads {missing[:5]} have no size row"
-            if extra else f"tree heads {missing[:5]} have no size row")
-    deriver = Deriver(0, _Rebuilt(run, session_id))
+        what = [f"size rows at {extra[:5]} name no tree head"] if extra else []
+        what += [f"tree heads of sizes {missing[:5]} have no size row"] if missing else []
+        add(None, "; ".join(what) or "a size row is stored twice")
+    if not full:
+        for r in stored:
+            if r.rel != "size" or (r.key, r.num, r.text) != ("", 0, ""):
+                if r.rel not in _RELS or r.rel == "size":
+                    add(r.pos, f"row {tuple(r)} is not an index row")
+        return
+    if not sizes:
+        return
     try:
-        for pos, event in _log(run, session_id, 0, sizes[-1]):
-            deriver.add(pos, event)
+        want = sorted(derive(run, session_id, sizes), key=_order)
     except (InvalidEvent, AssertionError):
         add(None, "the log cannot be read in order to derive the index again")  # the log's own checks say why
         return
-    want = sorted([*deriver.rows, *(IndexRow(s, "size", "", 0, "") for s in sizes)], key=_order)
     got = sorted((r for r in stored), key=_order)
     if want != got:
         wanted, have = set(want), set(got)
@@ -231,6 +261,18 @@ def verify_session(
             add(r.pos, f"row {tuple(r)} is missing")
         if len(got) != len(set(got)):
             add(None, "a row is stored twice")
+
+
+def derive(run: Run, session_id: int, sizes: Sequence[int]) -> list[IndexRow]:
+    """Return the index of a session derived from its stored log alone, with a size row at each of ``sizes``.
+
+    Raises:
+        InvalidEvent: a body is not a valid event.
+    """
+    deriver = Deriver(0, _Rebuilt(run, session_id))
+    for pos, event in _log(run, session_id, 0, max(sizes, default=0)):
+        deriver.add(pos, event)
+    return [*deriver.rows, *(IndexRow(s, "size", "", 0, "") for s in sorted(set(sizes)))]
 
 
 def _order(r: IndexRow) -> tuple[int, str, int, str, str]:
@@ -263,10 +305,9 @@ def verify_store(backend: object, sessions: Sequence[tuple[int, str]], add: Call
     for sid in orphans(run):
         add(None, None, f"rows name session id {sid}, which does not exist")
     for sid, name in sessions:
-        if redacted(sid):
-            continue
         heads = [h.size for h in _heads(backend, sid)]
-        verify_session(run, sid, heads, lambda pos, what, name=name: add(name, pos, what))  # type: ignore[misc]
+        verify_session(run, sid, heads, lambda pos, what, name=name: add(name, pos, what),  # type: ignore[misc]
+                       full=not redacted(sid))
 
 
 def _heads(backend: object, sid: int) -> Iterator[object]:

@@ -153,6 +153,11 @@ class Store:
         except BaseException:
             backend.close()
             raise
+        if getattr(backend, "index_created", False):
+            try:
+                structure_index.heal(backend)
+            except CompactStoreError:
+                pass  # cannot write now: each session's next append derives its index
 
     def _check_meta(self) -> None:
         wanted = {"hash": HASH, "keyed": "1" if self.mac_key else "0"}

@@ -300,9 +300,9 @@ class Deriver:
         if self.size % SNAPSHOT_EVERY == 0:
             self._snapshot(self.size)
 
-    def finish(self) -> list[IndexRow]:
-        """Return the rows derived so far, with the ``size`` row that vouches for them."""
-        return [*self.rows, IndexRow(self.size, "size", "", 0, "")]
+    def finish(self, sizes: Iterable[int] = ()) -> list[IndexRow]:
+        """Return the rows derived so far, with a ``size`` row at each of ``sizes`` and at the end."""
+        return [*self.rows, *(IndexRow(n, "size", "", 0, "") for n in sorted({*sizes, self.size}))]
 
     def _supersede(self, old: int, by: int) -> None:
         if old in self._negative or (old < self.start and self.prior.is_negative(old)):

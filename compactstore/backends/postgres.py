@@ -136,6 +136,8 @@ class PostgresBackend:
     """A store in one PostgreSQL database, reached through a pool of connections."""
 
     gapless_seq = False
+    #: Whether opening created the structural index (the store above derives it for the log there is).
+    index_created = False
 
     def __init__(self, url: str, *, durable: bool = False, min_size: int = 1, max_size: int = 4) -> None:
         """Connect to ``url``, creating or migrating the schema if needed.
@@ -162,7 +164,7 @@ class PostgresBackend:
                         f"PostgreSQL store {self._where}: server encoding is {encoding}, want UTF8",
                         hint="create the database with ENCODING 'UTF8'",
                     )
-                _ensure_schema(conn)
+                self.index_created = _ensure_schema(conn)
         except psycopg.Error as exc:
             raise _error(exc, f"cannot open {self._where}") from exc
         try:
@@ -336,16 +338,15 @@ class PostgresBackend:
         return self._all(_pg_sql(sql), args)
 
 
-def _ensure_schema(conn: psycopg.Connection[tuple[Any, ...]]) -> None:
-    """Create the schema in an empty database, or migrate an older one, under a lock."""
+def _ensure_schema(conn: psycopg.Connection[tuple[Any, ...]]) -> bool:
+    """Create the schema in an empty database, or migrate an older one, under a lock; say if the index is new."""
     with conn.transaction(), conn.cursor() as cur:
         cur.execute("SELECT pg_advisory_xact_lock(%s, 0)", (_LOCK_SCHEMA,))
         cur.execute("SELECT to_regclass('meta') IS NOT NULL")
         row = cur.fetchone()
         if not (row and row[0]):
             cur.execute(";\n".join(_SCHEMA))  # one round trip, one transaction
-            _index_schema(cur)
-            return
+            return _index_schema(cur)
         cur.execute("SELECT value FROM meta WHERE name = 'schema_version'")
         got = cur.fetchone()
         version = None if got is None else str(got[0])
@@ -358,15 +359,17 @@ def _ensure_schema(conn: psycopg.Connection[tuple[Any, ...]]) -> None:
             cur.execute("UPDATE meta SET value = %s WHERE name = 'schema_version'", (version,))
             cur.execute("ALTER TABLE meta ENABLE TRIGGER meta_no_update")
         # A version this library does not know is reported by the store, which reads meta.
-        _index_schema(cur)
+        return _index_schema(cur)
 
 
-def _index_schema(cur: psycopg.Cursor[tuple[Any, ...]]) -> None:
-    """Create the structural index's table in a store that lacks it (new, or written before it)."""
+def _index_schema(cur: psycopg.Cursor[tuple[Any, ...]]) -> bool:
+    """Create the structural index's table in a store that lacks it (new, or written before it); say if it did."""
     cur.execute("SELECT to_regclass(%s) IS NOT NULL", (_index.TABLE,))
     row = cur.fetchone()
-    if not (row and row[0]):
-        cur.execute(";\n".join(_index.POSTGRES_SCHEMA))
+    if row and row[0]:
+        return False
+    cur.execute(";\n".join(_index.POSTGRES_SCHEMA))
+    return True
 
 
 def _pg_sql(sql: str) -> str:

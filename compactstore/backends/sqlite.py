@@ -82,6 +82,8 @@ class SQLiteBackend:
     """A store in one SQLite file (or ``":memory:"``)."""
 
     gapless_seq = True
+    #: Whether opening created the structural index (the store above derives it for the log there is).
+    index_created = False
 
     def __init__(self, path: str, *, durable: bool = False) -> None:
         """Open or create the database at ``path``.
@@ -106,7 +108,7 @@ class SQLiteBackend:
             with self._write():
                 if not conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'meta'").fetchone():
                     _schema(sqlite_utils.Database(conn, execute_plugins=False))
-                _index_schema(conn)
+                self.index_created = _index_schema(conn)
         except (sqlite3.Error, UnicodeDecodeError) as exc:
             conn.close()
             raise _error(exc, f"open {path!r} as a compactstore store") from exc
@@ -271,11 +273,13 @@ def _hashes(conn: sqlite3.Connection, session_id: int, coords: Sequence[tuple[in
     return out
 
 
-def _index_schema(conn: sqlite3.Connection) -> None:
-    """Create the structural index's table in a store that lacks it (new, or written before it)."""
-    if not conn.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (_index.TABLE,)).fetchone():
-        for sql in _index.SQLITE_SCHEMA:
-            conn.execute(sql)
+def _index_schema(conn: sqlite3.Connection) -> bool:
+    """Create the structural index's table in a store that lacks it (new, or written before it); say if it did."""
+    if conn.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (_index.TABLE,)).fetchone():
+        return False
+    for sql in _index.SQLITE_SCHEMA:
+        conn.execute(sql)
+    return True
 
 
 def _index_run(conn: sqlite3.Connection, sql: str, args: Sequence[object]) -> list[Any]:

@@ -43,7 +43,8 @@ from typing import Any
 import msgspec
 
 import compactstore as cs
-from compactstore import merkle
+from compactstore import index, merkle
+from compactstore.backends.index import IndexSQL
 from compactstore.seal import seal
 
 KEY = b"tamper-campaign-key-0123456789ab"
@@ -227,6 +228,14 @@ def rehash(conn: sqlite3.Connection, sid: int, level: str) -> None:
         conn.execute("INSERT INTO heads (session_id, size, root, prev, seal) VALUES (?, ?, ?, ?, ?)",
                      (sid, size, root, prev, seal(None, name, size, root, prev)))
         prev = size
+    # The structural index too: derived again from the rewritten log, as the library derives it.
+    conn.execute("DELETE FROM structure_index WHERE session_id = ?", (sid,))
+    run = lambda sql, args: conn.execute(sql, args).fetchall()  # noqa: E731
+    try:
+        rows = index.derive(run, sid, [s for s in sizes if s])
+    except cs.InvalidEvent:
+        return  # a body the library cannot read: nothing to derive
+    IndexSQL(run, sid).insert(rows)
 
 
 def m_field(level: str) -> Callable[[sqlite3.Connection, random.Random, bool], str | None]:
