@@ -11,8 +11,9 @@ the obligation needs) and digests them into an L2 node, so a certified resume lo
 same small context whatever n is. Then it times, interleaved across the sizes:
 
 * ``Session.mark(l2)``: marker emission with its three checks (closure, negative facts,
-  anchoring);
-* ``Session.resume(marker)`` for that certified marker, and for a raw-checkpoint marker
+  anchoring), answered by the structural index and the stored tree;
+* ``Session.resume(marker)`` for that certified marker (it re-hashes what it reads and
+  returns, not the span the summary replaced), and for a raw-checkpoint marker
   (``mark_raw``), whose context is, by definition, every raw event;
 * an inclusion proof served by the store and verified by ``merkle.verify_inclusion``;
 * a consistency proof from about n/3 to now, with both tree heads, verified by

@@ -135,14 +135,17 @@ class _Prior:
         return sorted(Index(self.sql.run, self.sql.sid).open_at(pos).items())
 
 
-def extend(writer: _Runner, session_id: int, before: int, fresh: Sequence[tuple[int, ev.Event]]) -> None:
+def extend(
+    writer: _Runner, session_id: int, before: int, fresh: Sequence[tuple[int, ev.Event]], *, known: bool = False
+) -> None:
     """Write the index rows of the events just inserted at ``before`` onwards, in their transaction.
 
-    If the index stops short of ``before`` (a store written before it), the missing
-    positions are derived first from the log itself.
+    If the index stops short of ``before`` (a store written before it, or appended to by
+    a version without it), the missing positions are derived first from the log itself.
+    ``known``: the caller wrote the index up to ``before`` itself, so it is not read.
     """
     sql = IndexSQL(writer.index_run, session_id)  # type: ignore[arg-type]
-    done = sql.size()
+    done = before if known else sql.size()
     if done > before or (done == before and not fresh):
         return  # up to date (another process healed it), or claiming positions the log lacks: verify() says so
     deriver = Deriver(done, _Prior(sql))

@@ -148,6 +148,8 @@ class Store:
         self.clock: ev.Clock = clock or ev.system_clock
         self.mac_key = derive_key(key) if key is not None else None
         self._frontiers: dict[int, merkle.Frontier] = {}
+        #: session id -> the size up to which this store last wrote the structural index
+        self._indexed: dict[int, int] = {}
         try:
             self._check_meta()
         except BaseException:
@@ -332,9 +334,12 @@ class Session:
                 for redaction, by in erasures:
                     self._check_erasable(redaction, by)
                     w.erase(redaction.positions, by)
-                structure_index.extend(w, sid, prev, [(r.pos, e) for r, e in zip(rows, fresh)])
+                # The index is known complete up to ``prev`` if this store wrote it there last.
+                indexed = store._indexed.get(sid) == prev
+                structure_index.extend(w, sid, prev, [(r.pos, e) for r, e in zip(rows, fresh)], known=indexed)
         if rows:
             self.store._frontiers[sid] = frontier
+            self.store._indexed[sid] = frontier.size  # committed: the index is complete up to here
         # The events are already decoded: build the records without decoding the bodies again.
         new = iter(zip(rows, fresh))
         out = []

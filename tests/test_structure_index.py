@@ -258,3 +258,16 @@ def test_the_index_refuses_update_and_delete(target: str) -> None:
             st.backend.index_run("DELETE FROM structure_index", ())
         with pytest.raises(cs.CompactStoreError):
             st.backend.index_run("UPDATE structure_index SET text = 'x'", ())
+
+
+def test_two_stores_appending_in_turn_keep_the_index_whole(target: str) -> None:
+    """Two stores open on one target append to one session in turn: the index stays what the log gives."""
+    with cs.open(target, clock=cs.tick_clock()) as a, cs.open(target, clock=cs.tick_clock()) as b:
+        for i in range(6):
+            s = (a if i % 2 else b).session("s")
+            s.extend([cs.ToolCall(f"c{i}", "run"), cs.ToolResult(f"c{i}", "ERROR", ok=False, status="failed")])
+            s.bind("k", i)
+        assert a.verify().ok
+        s = a.session("s")
+        index = Index.of(s, s.size)
+        assert index is not None and len(index.negatives(0, s.size)) == 6 + 5  # failed results, superseded bindings
