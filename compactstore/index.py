@@ -36,6 +36,7 @@ from . import structure
 from .structure import Deriver, IndexRow, apply_items, superseded_text
 
 if TYPE_CHECKING:
+    from .backends import Backend, HeadRow
     from .store import Session
 
 #: Kinds whose events can give index rows whatever their fields (the rest give rows only
@@ -78,7 +79,7 @@ class Index:
         sid = session._sid()
         if sid is None:
             return None
-        index = cls(backend.index_run, sid)  # type: ignore[arg-type]
+        index = cls(backend.index_run, sid)
         if index.sql.size() < size or backend.redactions(sid):
             return None
         return index
@@ -144,7 +145,7 @@ def extend(
     a version without it), the missing positions are derived first from the log itself.
     ``known``: the caller wrote the index up to ``before`` itself, so it is not read.
     """
-    sql = IndexSQL(writer.index_run, session_id)  # type: ignore[arg-type]
+    sql = IndexSQL(writer.index_run, session_id)
     done = before if known else sql.size()
     if done > before or (done == before and not fresh):
         return  # up to date (another process healed it), or claiming positions the log lacks: verify() says so
@@ -161,7 +162,7 @@ def extend(
     sql.insert(deriver.finish(sizes))
 
 
-def heal(backend: object) -> None:
+def heal(backend: Backend) -> None:
     """Derive the index of every session it stops short of, from the log.
 
     Runs when opening a store has just created the index (a store written before it);
@@ -169,14 +170,14 @@ def heal(backend: object) -> None:
     left behind (a crash, a store that cannot be written now) takes the full path, and
     its next append derives its index.
     """
-    run: Run = backend.index_run  # type: ignore[attr-defined]
+    run: Run = backend.index_run
     behind = run(
         "SELECT s.name, (SELECT max(size) FROM heads h WHERE h.session_id = s.id), "
         f"(SELECT max(pos) FROM {TABLE} i WHERE i.session_id = s.id AND i.rel = 'size') FROM sessions s", ()
     )
     for name, size, done in behind:
         if size is not None and (done is None or int(done) < int(size)):
-            with backend.writer(str(name)) as w:  # type: ignore[attr-defined]
+            with backend.writer(str(name)) as w:
                 head = w.head()
                 if head is not None:
                     extend(w, w.session_id, head.size, [])
@@ -298,13 +299,13 @@ def orphans(run: Run) -> list[int]:
     return _orphans(run)
 
 
-def verify_store(backend: object, sessions: Sequence[tuple[int, str]], add: Callable[[str | None, int | None, str], None]) -> None:
+def verify_store(backend: Backend, sessions: Sequence[tuple[int, str]], add: Callable[[str | None, int | None, str], None]) -> None:
     """Check the structural index of every session of a store; ``add(session, pos, what)`` reports a problem.
 
     Called by :meth:`Store.verify` once the log itself is checked.
     """
-    run: Run = backend.index_run  # type: ignore[attr-defined]
-    redacted = backend.redactions  # type: ignore[attr-defined]
+    run: Run = backend.index_run
+    redacted = backend.redactions
     for sid in orphans(run):
         add(None, None, f"rows name session id {sid}, which does not exist")
     for sid, name in sessions:
@@ -313,10 +314,10 @@ def verify_store(backend: object, sessions: Sequence[tuple[int, str]], add: Call
                        full=not redacted(sid))
 
 
-def _heads(backend: object, sid: int) -> Iterator[object]:
+def _heads(backend: Backend, sid: int) -> Iterator[HeadRow]:
     after = -(2**62)
     while True:
-        got = backend.heads(sid, after, _CHUNK)  # type: ignore[attr-defined]
+        got = backend.heads(sid, after, _CHUNK)
         yield from got
         if len(got) < _CHUNK:
             return

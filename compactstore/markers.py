@@ -164,8 +164,8 @@ def check_indexed(
             found.append(_dropped(row.pos, row.key, row.text))
     at = {e.pos for e in top.kept if e.path == "value" and 0 <= e.pos < size}
     kept = {b.key for b in map(get, sorted(at)) if isinstance(b, ev.Binding)} | {sp.key for sp in top.spills}
-    obligations = {p: split_item(name) for p, name in index.open_at(size).items()}
-    obligations = {p: ident for p, (kind, ident) in obligations.items() if kind == "obligation"}
+    items = {p: split_item(name) for p, name in index.open_at(size).items()}
+    obligations = {p: ident for p, (kind, ident) in items.items() if kind == "obligation"}
     needs = index.needs(sorted(obligations))
     for opos, name in sorted(obligations.items()):
         for key in needs.get(opos, []):

@@ -1,5 +1,8 @@
 """The structural index's table and queries, written once for every backend.
 
+Also the batched reads the indexed marker checks make of the log and the tree (events
+at a few positions, runs of stored subtree roots).
+
 ``structure_index(session_id, pos, rel, key, num, text)`` holds, per session, the rows
 :class:`compactstore.structure.Deriver` derives from the events: opens and closes of
 items, negative facts, bindings, snapshots of the open items and the size up to which
@@ -56,7 +59,12 @@ def _rows(got: Iterable[tuple[Any, ...]]) -> list[IndexTuple]:
     return [(int(p), str(r), str(k), int(n), str(t)) for p, r, k, n, t in got]
 
 
-def _in(values: Sequence[int]) -> str:
+def _chunks(values: Sequence[int], size: int = 500) -> list[Sequence[int]]:
+    """Split ``values`` so that no statement carries more parameters than a backend takes."""
+    return [values[i : i + size] for i in range(0, len(values), size)]
+
+
+def _in(values: Sequence[object]) -> str:
     return "(" + ", ".join("?" * len(values)) + ")"
 
 
@@ -75,20 +83,20 @@ class IndexSQL:
     def rows(self, rels: Sequence[str], lo: int, hi: int) -> list[IndexTuple]:
         """Return the rows of kinds ``rels`` at positions ``[lo, hi)``, by position."""
         got = self.run(
-            f"SELECT {_COLS} FROM {TABLE} WHERE session_id = ? AND rel IN {_in(rels)} AND pos >= ? AND pos < ? "  # type: ignore[arg-type]
+            f"SELECT {_COLS} FROM {TABLE} WHERE session_id = ? AND rel IN {_in(rels)} AND pos >= ? AND pos < ? "
             "ORDER BY pos, num",
             (self.sid, *rels, lo, hi),
         )
         return _rows(got)
 
     def rows_at(self, rel: str, positions: Sequence[int]) -> list[IndexTuple]:
-        """Return the rows of kind ``rel`` at ``positions``, by position."""
-        if not positions:
-            return []
-        got = self.run(
-            f"SELECT {_COLS} FROM {TABLE} WHERE session_id = ? AND rel = ? AND pos IN {_in(positions)} ORDER BY pos",
-            (self.sid, rel, *positions),
-        )
+        """Return the rows of kind ``rel`` at ``positions`` (sorted), by position."""
+        got: list[tuple[Any, ...]] = []
+        for chunk in _chunks(positions):
+            got += self.run(
+                f"SELECT {_COLS} FROM {TABLE} WHERE session_id = ? AND rel = ? AND pos IN {_in(chunk)} ORDER BY pos",
+                (self.sid, rel, *chunk),
+            )
         return _rows(got)
 
     def latest_binding(self, key: str, before: int) -> IndexTuple | None:
@@ -107,13 +115,14 @@ class IndexSQL:
 
     def events_at(self, positions: Sequence[int]) -> list[tuple[Any, ...]]:
         """Return the event rows (``seq, session_id, pos, kind, idem_key, leaf, body``) at ``positions``."""
-        if not positions:
-            return []
-        return self.run(
-            "SELECT seq, session_id, pos, kind, idem_key, leaf, body FROM events "
-            f"WHERE session_id = ? AND pos IN {_in(positions)} ORDER BY pos",
-            (self.sid, *positions),
-        )
+        got: list[tuple[Any, ...]] = []
+        for chunk in _chunks(positions):
+            got += self.run(
+                "SELECT seq, session_id, pos, kind, idem_key, leaf, body FROM events "
+                f"WHERE session_id = ? AND pos IN {_in(chunk)} ORDER BY pos",
+                (self.sid, *chunk),
+            )
+        return got
 
     def subtrees(self, level: int, lo: int, hi: int) -> list[tuple[int, bytes]]:
         """Return ``(idx, hash)`` of the stored subtree roots at ``level`` (0: the leaves) with ``lo <= idx < hi``."""
