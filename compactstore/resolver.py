@@ -158,7 +158,9 @@ def _resume_indexed(session: Session, record: Record, m: Marker, index: Index) -
         raise IntegrityError(f"positions missing before pos {size}", session=session.name)
     if _root_with(session, index.sql, reader.leaves, size) != m.root:
         raise IntegrityError(
-            f"events read under marker at pos {pos} do not give its checkpoint root", session=session.name, pos=pos
+            f"events read under marker at pos {pos} do not give the stored tree's root at its checkpoint (size {size})",
+            session=session.name,
+            pos=pos,
         )
     if _root_with(session, index.sql, {pos: marker_leaf}, pos + 1) != session.head(pos + 1).root:
         raise IntegrityError(
