@@ -70,12 +70,12 @@ def filler(i: int, texts: list[cs.Turn]) -> list[cs.Event]:
     out: list[cs.Event] = []
     while len(out) < BLOCK:
         j = len(out)
-        if j % 10 == 9:
+        if j % 10 == 9 and j + 2 <= BLOCK:  # a call and its result never straddle the block's end
             cid = f"f{i}-{j}"
             out += [cs.ToolCall(cid, "read_file", {"path": f"src/m{j}.py"}), cs.ToolResult(cid, f"{j} lines")]
         else:
             out.append(cs.Turn("assistant" if j % 2 else "user", texts[(i * BLOCK + j) % len(texts)].content))
-    return out[:BLOCK]
+    return out
 
 
 def rich(rng: random.Random, texts: list[cs.Turn]) -> list[cs.Event]:

@@ -120,8 +120,9 @@ def check(
         return events[pos] if 0 <= pos < size else None
 
     path = _check_path(get, lambda a, b: merkle.span_root_of_leaves(leaves, a, b).hex(), node_pos, found)
+    listed = set(top.unresolved)
     for item in s.unresolved_at(top.start, top.stop):
-        if item not in top.unresolved:
+        if item not in listed:
             found.append(_unlisted(item))
     retained = {f.pos for f in top.negative_facts}
     for fact in s.negatives_in(top.start, top.stop):
@@ -152,10 +153,11 @@ def check_indexed(
     if not isinstance(top, ev.Summary):
         return [Violation("anchoring", node_pos, "not a summary node before the checkpoint")], []
     path = _check_path(get, span_root, node_pos, found)
+    listed = set(top.unresolved)
     for pos, name in sorted(index.open_at(top.stop).items()):
         kind, ident = split_item(name)
         item = ev.Item(pos, kind, ident)  # type: ignore[arg-type]
-        if top.start <= pos and item not in top.unresolved:
+        if top.start <= pos and item not in listed:
             found.append(_unlisted(item))
     retained = {f.pos for f in top.negative_facts}
     for row in index.negatives(top.start, top.stop):
