@@ -12,8 +12,13 @@ promise holds only if, for the node the agent will load:
    span, its excerpts and spills match the log, and every non-regenerable binding an
    open obligation needs from its span is kept verbatim or spilled.
 
-The check is a pure function of the events and leaf hashes ``[0, size)``, so emission
-and resume run the very same code over the very same inputs.
+The check is a function of the events and leaf hashes ``[0, size)``, so emission and
+resume run the very same code over the very same inputs. It has two paths that give the
+same violations and path for every session (a property test holds them side by side):
+:func:`check`, one pass over the events, and :func:`check_indexed`, which reads the few
+events it looks at, span roots from the stored tree and the rest from the structural
+index (:mod:`compactstore.index`), in O(log n) plus what the node lists. The indexed path
+is taken whenever the index answers for the checkpoint.
 """
 
 from __future__ import annotations

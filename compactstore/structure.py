@@ -4,6 +4,9 @@ One pass over a session's events gives what the gate, the marker checks and the 
 need: which events are negative facts (failed, rejected, superseded), which tool calls,
 handles and obligations were opened and closed where, where each binding was bound,
 which steps need which bindings, and the summary nodes written so far.
+
+:class:`Deriver` gives the same facts event by event, as rows of the structural index
+that the store writes with each append (see :mod:`compactstore.index`).
 """
 
 from __future__ import annotations
