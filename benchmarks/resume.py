@@ -11,8 +11,9 @@ the obligation needs) and digests them into an L2 node, so a certified resume lo
 same small context whatever n is. Then it times, interleaved across the sizes:
 
 * ``Session.mark(l2)``: marker emission with its three checks (closure, negative facts,
-  anchoring);
-* ``Session.resume(marker)`` for that certified marker, and for a raw-checkpoint marker
+  anchoring), answered by the structural index and the stored tree;
+* ``Session.resume(marker)`` for that certified marker (it re-hashes what it reads and
+  returns, not the span the summary replaced), and for a raw-checkpoint marker
   (``mark_raw``), whose context is, by definition, every raw event;
 * an inclusion proof served by the store and verified by ``merkle.verify_inclusion``;
 * a consistency proof from about n/3 to now, with both tree heads, verified by
@@ -72,12 +73,12 @@ def filler(i: int, texts: list[cs.Turn]) -> list[cs.Event]:
     out: list[cs.Event] = []
     while len(out) < BLOCK:
         j = len(out)
-        if j % 10 == 9:
+        if j % 10 == 9 and j + 2 <= BLOCK:  # a call and its result never straddle the block's end
             cid = f"f{i}-{j}"
             out += [cs.ToolCall(cid, "read_file", {"path": f"src/m{j}.py"}), cs.ToolResult(cid, f"{j} lines")]
         else:
             out.append(cs.Turn("assistant" if j % 2 else "user", texts[(i * BLOCK + j) % len(texts)].content))
-    return out[:BLOCK]
+    return out
 
 
 def rich(rng: random.Random, texts: list[cs.Turn]) -> list[cs.Event]:

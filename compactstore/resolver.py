@@ -17,6 +17,7 @@ replaced, exactly as logged, certified against the node and the node against the
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Literal
 
@@ -28,11 +29,13 @@ from . import merkle
 from .compaction import Node, content_digest, span_root_of
 from .errors import CompactStoreError, IntegrityError, InvalidArgument, ReconstructionUnsoundError
 from .events import JSON, LossClass
-from .markers import CONDITIONS, Marker, check
+from .backends.index import IndexSQL
+from .index import Index
+from .markers import CONDITIONS, Marker, Reader, check, check_indexed
 from .seal import head_mac
 
 if TYPE_CHECKING:
-    from .store import Session
+    from .store import Record, Session
 
 TOLERANT_OPS = frozenset({"summarize", "plan", "brainstorm", "rank"})
 RESTORATION_OPS = frozenset({"authorize", "commit", "emit_authoritative", "retry_idempotent"})
@@ -108,27 +111,156 @@ def _verified_prefix(session: Session, marker_pos: int) -> tuple[list[ev.Event],
     return events, leaves
 
 
-def resume(session: Session, marker: Marker | int) -> Resolution:
+def resume(session: Session, marker: Marker | int, *, rehash: bool = False) -> Resolution:
     """Resume from ``marker``; see :meth:`Session.resume`."""
     pos = marker.pos if isinstance(marker, Marker) else marker
     if not isinstance(pos, int):
         raise InvalidArgument("marker", f"want a Marker or its position, got {type(marker).__name__}")
-    m = Marker.from_record(session.read(pos))
+    record = session.read(pos)
+    m = Marker.from_record(record)
+    index = None
+    if not rehash and m.node is not None and 0 <= m.size <= pos and tuple(m.conditions) == CONDITIONS:
+        index = Index.of(session, m.size)
+    if index is not None:
+        resolution = _resume_indexed(session, record, m, index)
+        if resolution is not None:
+            return resolution
+    return _resume_full(session, pos, m)
+
+
+def _resume_indexed(session: Session, record: Record, m: Marker, index: Index) -> Resolution | None:
+    """Resume from a certified marker reading only what the context holds; None when it falls back.
+
+    The checkpoint root is the stored tree's at ``m.size`` (O(log n) subtree roots). Every
+    body read (the marker, the nodes on the path, their excerpts' and spills' sources,
+    the events behind the negative facts the node retains, and the raw events of the
+    context) is re-hashed and held against that root and the stored head after the
+    marker; bodies not read are vouched for by the stored tree, and by
+    :meth:`Store.verify`, which re-hashes every one.
+    """
+    pos, size, node = m.pos, m.size, m.node
+    assert node is not None
+    reader = Reader(session, size, verify=True)
+    marker_leaf = merkle.leaf_hash(record.body)
+    if marker_leaf != record.leaf:
+        raise IntegrityError(f"event at pos {pos} does not match its leaf", session=session.name, pos=pos)
+    root = session.head(size).root
+    _check_checkpoint(session, m, root)
+    violations, path = check_indexed(reader, lambda a, b: session.span_root(a, b).hex(), index, node, size)
+    if violations:
+        return None  # the fallback's context is every raw event: the full path gives it, reasons and all
+    top = reader(node)
+    assert isinstance(top, ev.Summary)
+    reader.prefetch(f.pos for f in top.negative_facts)
+    raw: list[Record] = []
+    for start, stop in ((0, top.start), (top.stop, size)):
+        for r in session.scan(start, stop):
+            reader.add(r)
+            raw.append(r)
+    if len(raw) != top.start + size - top.stop:
+        raise IntegrityError(f"positions missing before pos {size}", session=session.name)
+    if _root_with(session, index.sql, reader.leaves, size) != m.root:
+        raise IntegrityError(
+            f"events read under marker at pos {pos} do not give the stored tree's root at its checkpoint (size {size})",
+            session=session.name,
+            pos=pos,
+        )
+    if _root_with(session, index.sql, {pos: marker_leaf}, pos + 1) != session.head(pos + 1).root:
+        raise IntegrityError(
+            f"marker at pos {pos} does not give the stored tree's root", session=session.name, pos=pos
+        )
+    reasons = [f"every condition holds and every digest on path {path} matches the log"]
+    item = _summary_item(node, top)
+    context: list[ContextItem] = [
+        *(RawItem(r.pos, r.event) for r in raw if r.pos < top.start and r.event.kind not in ev.DERIVED_KINDS),
+        item,
+        *(RawItem(r.pos, r.event) for r in raw if r.pos >= top.stop and r.event.kind not in ev.DERIVED_KINDS),
+    ]
+    return _resolution(session, pos, "certified", size, root, context, reasons)
+
+
+def _check_checkpoint(session: Session, m: Marker, root: bytes) -> None:
+    """Raise IntegrityError unless the marker names ``root`` (with a valid MAC on a keyed store)."""
+    if root != m.root:
+        raise IntegrityError(
+            f"raw checkpoint of marker at pos {m.pos} does not verify: root of [0, {m.size}) is {root.hex()[:16]}…, "
+            f"the marker names {m.root.hex()[:16]}…",
+            session=session.name,
+            pos=m.pos,
+        )
+    key = session.store.mac_key
+    if key is not None and m.mac != head_mac(key, session.name, m.size, root):
+        raise IntegrityError(f"marker at pos {m.pos}: checkpoint MAC does not verify", session=session.name, pos=m.pos)
+
+
+def _root_with(session: Session, sql: IndexSQL, leaves: Mapping[int, bytes], size: int) -> bytes:
+    """Return the root of ``[0, size)`` from the ``leaves`` given and stored subtree roots for the rest.
+
+    A subtree holding no given position comes from the store (O(log n) of them per run
+    of given positions), so the root equals the stored tree's only if every given leaf
+    is the one the tree holds.
+    """
+    known = sorted(p for p in leaves if p < size)
+    need: set[tuple[int, int]] = set()
+
+    def has(level: int, idx: int) -> bool:
+        lo = bisect_left(known, idx << level)
+        return lo < len(known) and known[lo] < (idx + 1) << level
+
+    def plan(level: int, idx: int) -> None:
+        if not has(level, idx):
+            need.add((level, idx))
+        elif level:
+            plan(level - 1, 2 * idx)
+            plan(level - 1, 2 * idx + 1)
+
+    cover = merkle.cover(0, size)
+    for level, idx in cover:
+        plan(level, idx)
+    stored = merkle.resolve(need, lambda coords: _subtrees(session, sql, coords)) if need else {}
+
+    def root(level: int, idx: int) -> bytes:
+        if not has(level, idx):
+            return stored[(level, idx)]
+        if level == 0:
+            return leaves[idx]
+        return merkle.node_hash(root(level - 1, 2 * idx), root(level - 1, 2 * idx + 1))
+
+    return merkle.fold([root(level, idx) for level, idx in cover]) if cover else merkle.empty_root()
+
+
+def _subtrees(session: Session, sql: IndexSQL, coords: list[tuple[int, int]]) -> list[bytes]:
+    """Return the stored roots at ``coords``, reading runs of neighbours with one range query each."""
+    got: dict[tuple[int, int], bytes] = {}
+    for level in sorted({lv for lv, _ in coords}):
+        wanted = sorted(i for lv, i in coords if lv == level)
+        runs: list[list[int]] = [[wanted[0], wanted[0]]]
+        for i in wanted[1:]:
+            if i - runs[-1][1] <= _GAP:
+                runs[-1][1] = i
+            else:
+                runs.append([i, i])
+        for lo, hi in runs:
+            got.update(((level, i), h) for i, h in sql.subtrees(level, lo, hi + 1))
+    missing = [c for c in coords if c not in got]
+    if missing:
+        level, idx = missing[0]
+        raise IntegrityError(f"subtree ({level}, {idx}) is missing", session=session.name, pos=idx << level)
+    return [got[c] for c in coords]
+
+
+#: Neighbouring stored roots closer than this are read by one range query, the ones between included.
+_GAP = 16
+
+
+def _resume_full(session: Session, pos: int, m: Marker) -> Resolution:
+    """Resume re-hashing every body up to the marker and re-running the full checks."""
     events, leaves = _verified_prefix(session, pos)
     size = m.size
     if not 0 <= size <= pos:
         raise IntegrityError(f"marker at pos {pos} names checkpoint size {size}, after itself", session=session.name, pos=pos)
     root = merkle.root_of_leaves(leaves[:size])
-    if root != m.root:
-        raise IntegrityError(
-            f"raw checkpoint of marker at pos {pos} does not verify: root of [0, {size}) is {root.hex()[:16]}…, "
-            f"the marker names {m.root.hex()[:16]}…",
-            session=session.name,
-            pos=pos,
-        )
-    key = session.store.mac_key
-    if key is not None and m.mac != head_mac(key, session.name, size, root):
-        raise IntegrityError(f"marker at pos {pos}: checkpoint MAC does not verify", session=session.name, pos=pos)
+    _check_checkpoint(session, m, root)
     events, leaves = events[:size], leaves[:size]
     reasons: list[str]
     mode: Mode
@@ -143,6 +275,12 @@ def resume(session: Session, marker: Marker | int) -> Resolution:
         if mode == "certified":
             reasons = [f"every condition holds and every digest on path {path} matches the log"]
     context = _certified(events, m.node) if mode == "certified" and m.node is not None else _raw(events, 0, size)
+    return _resolution(session, pos, mode, size, root, context, reasons)
+
+
+def _resolution(
+    session: Session, pos: int, mode: Mode, size: int, root: bytes, context: list[ContextItem], reasons: list[str]
+) -> Resolution:
     body = _encoder.encode({"marker": pos, "mode": mode, "size": size, "root": root.hex(), "context": context})
     digest = blake3(b"compactstore/resolution/v1\x00" + body).digest()
     return Resolution(session.name, pos, mode, size, root, context, reasons, digest)
@@ -155,11 +293,14 @@ def _raw(events: list[ev.Event], start: int, stop: int) -> list[ContextItem]:
 def _certified(events: list[ev.Event], node_pos: int) -> list[ContextItem]:
     n = events[node_pos]
     assert isinstance(n, ev.Summary)
-    item = SummaryItem(
+    return [*_raw(events, 0, n.start), _summary_item(node_pos, n), *_raw(events, n.stop, len(events))]
+
+
+def _summary_item(node_pos: int, n: ev.Summary) -> SummaryItem:
+    return SummaryItem(
         node_pos, n.tier, n.start, n.stop, n.span_root, n.summary, n.loss, list(n.negative_facts),
         list(n.unresolved), list(n.kept), list(n.spills), n.contract,
     )
-    return [*_raw(events, 0, n.start), item, *_raw(events, n.stop, len(events))]
 
 
 # --- artifacts and reconstruction --------------------------------------------------

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from . import compaction, markers, merkle, resolver
+from . import index as structure_index
 from . import events as ev
 from .compaction import AUTO, Finding, Node, OnRisk, Summarizer, _as_list, _Auto, _structure
 from .events import LossClass
@@ -150,11 +151,18 @@ class Store:
         self.clock: ev.Clock = clock or ev.system_clock
         self.mac_key = derive_key(key) if key is not None else None
         self._frontiers: dict[int, merkle.Frontier] = {}
+        #: session id -> the size up to which this store last wrote the structural index
+        self._indexed: dict[int, int] = {}
         try:
             self._check_meta()
         except BaseException:
             backend.close()
             raise
+        if getattr(backend, "index_created", False):
+            try:
+                structure_index.heal(backend)
+            except CompactStoreError:
+                pass  # cannot write now: each session's next append derives its index
 
     def _check_meta(self) -> None:
         wanted = {"hash": HASH, "keyed": "1" if self.mac_key else "0"}
@@ -355,6 +363,11 @@ class Session:
                 root = frontier.root()
                 prev = head.size if head else 0
                 new_head = HeadRow(frontier.size, root, prev, store._seal(self.name, frontier.size, root, prev))
+                # The index first: an insert may be the transaction's last statement (it
+                # commits in the same message on PostgreSQL). It is complete up to ``prev``
+                # if this store wrote it there last.
+                indexed = store._indexed.get(sid) == prev
+                structure_index.extend(w, sid, prev, [(r.pos, p.event) for r, p in zip(rows, fresh)], known=indexed)
                 seqs = w.insert(rows, nodes, new_head)
                 if seq is None:  # the database assigned them
                     rows = [r._replace(seq=s) for r, s in zip(rows, seqs)]
@@ -363,6 +376,7 @@ class Session:
                     w.erase(redaction.positions, by)
         if rows:
             self.store._frontiers[sid] = frontier
+            self.store._indexed[sid] = frontier.size  # committed: the index is complete up to here
         # The events are already decoded: build the records without decoding the bodies again.
         name = self.name
         new = [Record(name, r.seq, r.pos, r.kind, p.event, p.body, r.leaf) for r, p in zip(rows, fresh)]
@@ -574,19 +588,31 @@ class Session:
         """Emit a raw-checkpoint marker at ``size`` (default: now); it resumes in ``fallback`` mode."""
         return markers.mark_raw(self, size)
 
-    def resume(self, marker: Marker | int) -> Resolution:
+    def resume(self, marker: Marker | int, *, rehash: bool = False) -> Resolution:
         """Resume from ``marker``: certified summary tier, or exactly the raw events up to its checkpoint.
 
-        The marker is trusted wholesale or not at all: its checkpoint is re-verified from
-        the raw bodies and every emission check re-run; any failure gives ``fallback``
-        with the reasons. The same marker always gives a byte-identical ``digest``.
+        The marker is trusted wholesale or not at all: every emission check is re-run
+        and any failure gives ``fallback`` with the reasons. The same marker always
+        gives a byte-identical ``digest``.
+
+        What is re-hashed: by default, a certified resume costs O(log n) in the length
+        of the session. It reads and re-hashes every body it looks at or returns (the
+        marker, the nodes on the path, their excerpts' and spills' sources, the events
+        behind the negative facts the node retains, the raw events of the context) and
+        holds them against the checkpoint root the marker names; the structural facts
+        of the span come from the structural index, and the bodies it does not read are
+        vouched for by the stored tree (:meth:`Store.verify` re-hashes every one). A
+        fallback, whose context is every raw event, re-hashes them all. With
+        ``rehash=True`` every body up to the marker is re-hashed and the checks run over
+        the events themselves: a changed byte anywhere under the checkpoint is found.
 
         Raises:
-            IntegrityError: the raw events up to the checkpoint do not verify.
+            IntegrityError: a body read does not match its leaf, or the bodies read do
+                not give the checkpoint root (with ``rehash``: any body up to the marker).
         """
         if not isinstance(marker, Marker):
             _position("marker", marker)
-        return resolver.resume(self, marker)
+        return resolver.resume(self, marker, rehash=rehash)
 
     def artifact(self, node: Node | int) -> Artifact:
         """Return the artifact a later instance expands from ``node``: loss class, payload, digest."""

@@ -4,12 +4,16 @@ One pass over a session's events gives what the gate, the marker checks and the 
 need: which events are negative facts (failed, rejected, superseded), which tool calls,
 handles and obligations were opened and closed where, where each binding was bound,
 which steps need which bindings, and the summary nodes written so far.
+
+:class:`Deriver` gives the same facts event by event, as rows of the structural index
+that the store writes with each append (see :mod:`compactstore.index`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import NamedTuple, Protocol
 
 from . import events as ev
 
@@ -171,3 +175,153 @@ def build(records: Iterable[tuple[int, ev.Event]]) -> Structure:
     for pos, event in records:
         s.add(pos, event)
     return s
+
+
+# --- the structural index: the same facts, persisted as they are appended -----------------
+
+#: A snapshot of the open items is stored at every multiple of this position, so the items
+#: open at any boundary are one snapshot plus at most this many positions of opens and closes.
+SNAPSHOT_EVERY = 512
+
+
+class IndexRow(NamedTuple):
+    """One row of the structural index of a session.
+
+    ``rel`` says what the row records (``open``, ``close``, ``negative``, ``binding``,
+    ``open_at``, ``size``); ``key``, ``num`` and ``text`` are its fields:
+
+    - ``open`` / ``close`` at ``pos``: ``key`` is the item (``kind/id``); an obligation's
+      ``text`` is the JSON list of the bindings it needs.
+    - ``negative`` at ``pos``: ``key`` the status, ``num`` the position that made it
+      negative (itself, or what superseded it), ``text`` the fact's text.
+    - ``binding`` at ``pos``: ``key`` the binding key, ``num`` 1 when regenerable.
+    - ``open_at`` at a multiple ``pos`` of SNAPSHOT_EVERY: the item ``key`` opened at
+      ``num`` and open at that boundary.
+    - ``size`` at ``pos``: the index holds every row of positions ``[0, pos)``.
+    """
+
+    pos: int
+    rel: str
+    key: str
+    num: int
+    text: str
+
+
+class Prior(Protocol):
+    """What a derivation starting at a position needs to know of the positions before it."""
+
+    def is_negative(self, pos: int) -> bool:
+        """Return whether the event at ``pos`` (before the start) is already a negative fact."""
+        ...
+
+    def latest_binding(self, key: str, before: int) -> int | None:
+        """Return the position of the last binding of ``key`` before ``before`` (and before the start)."""
+        ...
+
+    def superseded_text(self, pos: int) -> str:
+        """Return the text a supersede records for the event at ``pos`` ("" for a derived event)."""
+        ...
+
+    def open_at(self, pos: int) -> list[tuple[int, str]]:
+        """Return the ``(position, item)`` open at boundary ``pos`` (the start)."""
+        ...
+
+
+def item_key(kind: str, ident: str) -> str:
+    """Return the index's name of an item: its kind, a slash, its id (kinds hold no slash)."""
+    return f"{kind}/{ident}"
+
+
+def split_item(key: str) -> tuple[str, str]:
+    """Return ``(kind, id)`` of an item named by :func:`item_key`."""
+    kind, _, ident = key.partition("/")
+    return kind, ident
+
+
+def superseded_text(event: ev.Event) -> str:
+    """Return the text a supersede records for ``event``: as :meth:`Structure._supersede` does."""
+    return "" if event.kind in ev.DERIVED_KINDS else text_of(event)
+
+
+def apply_items(open_items: dict[int, str], rows: Iterable[IndexRow]) -> None:
+    """Advance the open items (``position -> item``) over ``open`` and ``close`` rows, in position order.
+
+    A close closes every earlier open of its item, as :meth:`Structure.unresolved_at` reads it.
+    """
+    for r in rows:
+        if r.rel == "open":
+            open_items[r.pos] = r.key
+        elif r.rel == "close":
+            for p in [p for p, k in open_items.items() if k == r.key and p < r.pos]:
+                del open_items[p]
+
+
+class Deriver:
+    """Derive the structural index rows of positions ``[start, ...)``, fed in order.
+
+    Gives, position by position, the same facts :class:`Structure` finds in one pass,
+    reading what came before ``start`` through ``prior`` (the index itself when
+    appending, nothing when verify rebuilds it from position 0).
+    """
+
+    def __init__(self, start: int, prior: Prior) -> None:
+        self.start = self.size = start
+        self.prior = prior
+        self.rows: list[IndexRow] = []
+        self._negative: set[int] = set()
+        self._bindings: dict[str, int] = {}
+        self._open: dict[int, str] | None = None  # tracked from the first snapshot needed
+        self._items: list[IndexRow] = []  # open and close rows of this run, until tracked
+
+    def add(self, pos: int, event: ev.Event) -> None:
+        """Take in the event at ``pos`` (positions must come in order, from ``start``)."""
+        assert pos == self.size, (pos, self.size)
+        self.size = pos + 1
+        rows = self.rows
+        derived = event.kind in ev.DERIVED_KINDS
+        status = None if derived else _negative_status(event)
+        if status is not None:
+            rows.append(IndexRow(pos, "negative", status, pos, text_of(event)))
+            self._negative.add(pos)
+        if event.supersedes is not None:
+            self._supersede(event.supersedes, pos)
+        if isinstance(event, ev.Binding):
+            previous = self._bindings.get(event.key)
+            if previous is None:
+                previous = self.prior.latest_binding(event.key, self.start)
+            if previous is not None:
+                self._supersede(previous, pos)
+            self._bindings[event.key] = pos
+            rows.append(IndexRow(pos, "binding", event.key, int(event.regenerable), ""))
+        kind = event.kind
+        item = None
+        if kind in _OPENS:
+            needs = ev.encode_json(event.needs) if isinstance(event, ev.Obligation) else ""
+            item = IndexRow(pos, "open", item_key(_OPENS[kind], _item_id(event)), 0, needs)
+        elif kind in _CLOSES:
+            item = IndexRow(pos, "close", item_key(_CLOSES[kind], _item_id(event)), 0, "")
+        if item is not None:
+            rows.append(item)
+            if self._open is not None:
+                apply_items(self._open, [item])
+            else:
+                self._items.append(item)
+        if self.size % SNAPSHOT_EVERY == 0:
+            self._snapshot(self.size)
+
+    def finish(self, sizes: Iterable[int] = ()) -> list[IndexRow]:
+        """Return the rows derived so far, with a ``size`` row at each of ``sizes`` and at the end."""
+        return [*self.rows, *(IndexRow(n, "size", "", 0, "") for n in sorted({*sizes, self.size}))]
+
+    def _supersede(self, old: int, by: int) -> None:
+        if old in self._negative or (old < self.start and self.prior.is_negative(old)):
+            return
+        self._negative.add(old)
+        self.rows.append(IndexRow(old, "negative", "superseded", by, self.prior.superseded_text(old)))
+
+    def _snapshot(self, at: int) -> None:
+        if self._open is None:
+            self._open = dict(self.prior.open_at(self.start))
+            apply_items(self._open, self._items)
+            self._items = []
+        self.rows.extend(IndexRow(at, "open_at", k, p, "") for p, k in sorted(self._open.items()))

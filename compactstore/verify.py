@@ -18,7 +18,9 @@ from typing import TYPE_CHECKING, NamedTuple
 import msgspec
 
 from . import events as ev
+from . import index as structure_index
 from . import merkle
+from .backends.index import TABLE
 from .backends import Backend, HeadRow, Row, open_backend
 from .errors import InvalidEvent
 
@@ -184,6 +186,7 @@ def verify_store(
     finally:
         if pool is not None:
             pool.shutdown(cancel_futures=True)
+    structure_index.verify_store(backend, sessions, lambda name, pos, what: found.add(name, TABLE, pos, what))
     return VerifyReport(not found.items, found.items, len(sessions), done, found.more, found.redacted)
 
 

@@ -196,23 +196,64 @@ def _sqlite(target: str) -> sqlite3.Connection:
     return conn
 
 
+def _flip(target: str, pos: int, *, leaf: bool = False) -> None:
+    """Flip one byte in the middle of the body at ``pos`` (and recompute its leaf when ``leaf``)."""
+    conn = _sqlite(target)
+    body = bytearray(conn.execute("SELECT body FROM events WHERE pos = ?", (pos,)).fetchone()[0])
+    body[len(body) // 2] ^= 0x20
+    conn.execute("UPDATE events SET body = ? WHERE pos = ?", (bytes(body), pos))
+    if leaf:
+        conn.execute("UPDATE events SET leaf = ? WHERE pos = ?", (cs.merkle.leaf_hash(bytes(body)), pos))
+    conn.commit()
+    conn.close()
+
+
 @pytest.mark.parametrize("pos", [0, 2, 5, 7])
 def test_one_tampered_raw_byte_under_a_certified_marker_never_certifies(target: str, pos: int) -> None:
-    """Flipping a byte of a raw body under the marker gives IntegrityError, never a silent certified."""
+    """With rehash=True, flipping a byte of any raw body under the marker gives IntegrityError, never certified."""
     with cs.open(target, clock=cs.tick_clock()) as st:
         s = st.session("m")
         migration(s)
         marker = s.mark(s.compact(0, 8, on_risk="preserve"))
         assert s.resume(marker).mode == "certified"
-    conn = _sqlite(target)
-    body = bytearray(conn.execute("SELECT body FROM events WHERE pos = ?", (pos,)).fetchone()[0])
-    body[len(body) // 2] ^= 0x20
-    conn.execute("UPDATE events SET body = ? WHERE pos = ?", (bytes(body), pos))
-    conn.commit()
-    conn.close()
+    _flip(target, pos)
     with cs.open(target) as st:
         try:
-            res = st.session("m").resume(marker.pos)
+            res = st.session("m").resume(marker.pos, rehash=True)
         except (cs.IntegrityError, cs.InvalidEvent):
             return
     assert res.mode == "fallback"
+
+
+@pytest.mark.parametrize(("pos", "what"), [(2, "a retained negative fact"), (4, "a retained negative fact"),
+                                           (5, "a kept excerpt"), (9, "a raw event of the context"),
+                                           (11, "the node"), (13, "the marker")])
+@pytest.mark.parametrize("leaf", [False, True], ids=["body", "body-and-leaf"])
+def test_a_tampered_byte_in_what_resume_reads_is_found_without_rehash(target: str, pos: int, what: str,
+                                                                       leaf: bool) -> None:
+    """By default resume re-hashes every body it reads or returns: a flipped byte there is an IntegrityError."""
+    with cs.open(target, clock=cs.tick_clock()) as st:
+        s = st.session("m")
+        migration(s)  # 0..10
+        node = s.compact(0, 8, on_risk="preserve")  # 11
+        s.append(cs.Turn("assistant", "after the compaction"))  # 12
+        marker = s.mark(node)  # 13
+        assert marker.pos == 13 and s.resume(marker).mode == "certified"
+    _flip(target, pos, leaf=leaf)
+    with cs.open(target) as st, pytest.raises((cs.IntegrityError, cs.InvalidEvent)):
+        st.session("m").resume(marker.pos)
+
+
+def test_a_tampered_byte_resume_does_not_read_is_left_to_verify(sqlite_target: str) -> None:
+    """A byte of a plain turn inside the compacted span: resume serves the summary, verify() and rehash=True find it."""
+    with cs.open(sqlite_target, clock=cs.tick_clock()) as st:
+        s = st.session("m")
+        migration(s)
+        marker = s.mark(s.compact(0, 8, on_risk="preserve"))
+    _flip(sqlite_target, 3)
+    with cs.open(sqlite_target) as st:
+        s = st.session("m")
+        assert s.resume(marker.pos).mode == "certified"
+        assert not st.verify().ok
+        with pytest.raises(cs.IntegrityError):
+            s.resume(marker.pos, rehash=True)

@@ -19,6 +19,7 @@ pytest.importorskip("psycopg")
 import psycopg  # noqa: E402
 
 from compactstore.backends import SCHEMA_VERSION  # noqa: E402
+from compactstore.backends.index import TABLE as INDEX_TABLE  # noqa: E402
 from compactstore.backends.postgres import (  # noqa: E402
     _FUNCTIONS,
     _LOCK_SESSION,
@@ -41,14 +42,14 @@ def owner(pg_url: str) -> Iterator[psycopg.Connection[Any]]:
 
 
 def test_schema_is_created_with_its_version_and_triggers(pg_url: str, owner: psycopg.Connection[Any]) -> None:
-    """Opening an empty database creates the five tables, records the schema version and arms the triggers."""
+    """Opening an empty database creates the log tables and the structural index, records the schema version and arms the triggers."""
     with cs.open(pg_url) as st:
         st.session("s").extend(_turns(2))
     tables = {r[0] for r in owner.execute("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")}
-    assert tables == set(LOG_TABLES)
+    assert tables == {*LOG_TABLES, INDEX_TABLE}
     assert owner.execute("SELECT value FROM meta WHERE name = 'schema_version'").fetchone() == (SCHEMA_VERSION,)
     triggers = {r[0] for r in owner.execute("SELECT tgname FROM pg_trigger WHERE NOT tgisinternal")}
-    assert triggers == {f"{t}_no_{op}" for t in LOG_TABLES for op in ("update", "delete", "truncate")}
+    assert triggers == {f"{t}_no_{op}" for t in (*LOG_TABLES, INDEX_TABLE) for op in ("update", "delete", "truncate")}
     types = dict(
         owner.execute(
             "SELECT table_name || '.' || column_name, data_type FROM information_schema.columns "

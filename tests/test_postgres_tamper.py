@@ -23,7 +23,7 @@ import psycopg  # noqa: E402
 from compactstore import merkle  # noqa: E402
 from compactstore.seal import seal  # noqa: E402
 
-TABLES = ("meta", "sessions", "events", "nodes", "heads", "redactions")
+TABLES = ("meta", "sessions", "events", "nodes", "heads", "redactions", "structure_index")
 BLOBS = ("body", "leaf", "hash", "root", "seal")
 
 

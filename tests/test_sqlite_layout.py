@@ -48,10 +48,11 @@ def _rowid_store(path: Path) -> None:
 
 
 def test_new_stores_keep_heads_and_nodes_in_their_primary_key(sqlite_target: str) -> None:
-    """heads and nodes are WITHOUT ROWID tables (one B-tree each); the other tables keep their rowid."""
+    """heads, nodes and the structural index are WITHOUT ROWID tables (one B-tree each); the rest keep their rowid."""
     cs.open(sqlite_target).close()
     assert _without_rowid(sqlite_target) == {
         "meta": False, "sessions": False, "events": False, "nodes": True, "heads": True, "redactions": False,
+        "structure_index": True,
     }
 
 
@@ -73,7 +74,10 @@ def test_a_store_in_the_rowid_layout_is_read_and_extended_as_it_is(tmp_path: Pat
         assert s.head().root == merkle.root_of_leaves([r.leaf for r in s.scan()])
         assert len(bodies) == 43 and st.verify().ok
         assert [p for p in s.inclusion_proof(7)]
-    assert _without_rowid(path) == dict.fromkeys(("meta", "sessions", "events", "nodes", "heads", "redactions"), False)
+    # The log keeps its layout; the structural index, added on open, takes the current one.
+    assert _without_rowid(path) == {
+        **dict.fromkeys(("meta", "sessions", "events", "nodes", "heads", "redactions"), False), "structure_index": True,
+    }
 
 
 def test_the_same_events_give_the_same_rows_in_either_layout(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ import pytest
 
 import compactstore as cs
 
-TABLES = ("meta", "sessions", "events", "nodes", "heads", "redactions")
+TABLES = ("meta", "sessions", "events", "nodes", "heads", "redactions", "structure_index")
 
 
 def _build(path: Path, key: bytes | None) -> None:

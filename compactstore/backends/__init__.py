@@ -14,6 +14,8 @@ Tables (the same in every backend):
   chained to the previous one by its size ``prev``, sealed with a keyed BLAKE3 MAC
   when the store has a key (a plain BLAKE3 digest otherwise). The chain makes a
   removed head as visible as a changed one.
+- ``structure_index(session_id, pos, rel, key, num, text)``: the structural facts
+  of each session's events (see :mod:`compactstore.backends.index`), insert-only.
 - ``redactions(session_id, pos, by)``: positions whose body was erased by the
   redaction event at ``by``. The only change the log tables allow is setting the
   body of such a position to NULL; its leaf stays, so the tree still verifies.
@@ -85,6 +87,10 @@ class Writer(Protocol):
 
     def erase(self, positions: Sequence[int], by: int) -> None:
         """Record ``positions`` as redacted by the event at ``by``: body and idem_key NULL, kind ``redacted``."""
+        ...
+
+    def index_run(self, sql: str, args: Sequence[object]) -> list[tuple[Any, ...]]:
+        """Run one statement of :mod:`compactstore.backends.index` in this transaction; return its rows."""
         ...
 
 
@@ -168,6 +174,10 @@ class Backend(Protocol):
 
     def seq_bounds(self) -> tuple[int, int, int]:
         """Return ``(count, min, max)`` of event sequence numbers."""
+        ...
+
+    def index_run(self, sql: str, args: Sequence[object]) -> list[tuple[Any, ...]]:
+        """Run one statement of :mod:`compactstore.backends.index`; return its rows."""
         ...
 
 

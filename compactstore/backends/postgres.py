@@ -35,6 +35,7 @@ from psycopg_pool import ConnectionPool
 
 from ..errors import CompactStoreError, ConflictError, IntegrityError, InvalidEvent
 from . import SCHEMA_VERSION, HeadRow, Row, keyset
+from . import index as _index
 
 if TYPE_CHECKING:
     from . import Backend
@@ -205,6 +206,8 @@ class PostgresBackend:
     """A store in one PostgreSQL database, reached through a pool of connections."""
 
     gapless_seq = False
+    #: Whether opening created the structural index (the store above derives it for the log there is).
+    index_created = False
 
     def __init__(self, url: str, *, durable: bool = False, min_size: int = 1, max_size: int = 4) -> None:
         """Connect to ``url``, creating or migrating the schema if needed.
@@ -231,7 +234,7 @@ class PostgresBackend:
                         f"PostgreSQL store {self._where}: server encoding is {encoding}, want UTF8",
                         hint="create the database with ENCODING 'UTF8'",
                     )
-                _ensure_schema(conn)
+                self.index_created = _ensure_schema(conn)
         except psycopg.Error as exc:
             raise _error(exc, f"cannot open {self._where}") from exc
         try:
@@ -382,16 +385,20 @@ class PostgresBackend:
         n, lo, hi = self._all("SELECT count(*), coalesce(min(seq), 0), coalesce(max(seq), 0) FROM events")[0]
         return int(n), int(lo), int(hi)
 
+    def index_run(self, sql: str, args: Sequence[object]) -> list[tuple[Any, ...]]:
+        """Run one statement of :mod:`compactstore.backends.index` and return its rows."""
+        return self._all(_pg_sql(sql), args)
 
-def _ensure_schema(conn: psycopg.Connection[tuple[Any, ...]]) -> None:
-    """Create the schema in an empty database, or migrate an older one, under a lock."""
+
+def _ensure_schema(conn: psycopg.Connection[tuple[Any, ...]]) -> bool:
+    """Create the schema in an empty database, or migrate an older one, under a lock; say if the index is new."""
     with conn.transaction(), conn.cursor() as cur:
         cur.execute("SELECT pg_advisory_xact_lock(%s, 0)", (_LOCK_SCHEMA,))
         cur.execute("SELECT to_regclass('meta') IS NOT NULL")
         row = cur.fetchone()
         if not (row and row[0]):
             cur.execute(";\n".join((*_SCHEMA, *_FUNCTIONS.values())))  # one round trip, one transaction
-            return
+            return _index_schema(cur)
         cur.execute("SELECT value FROM meta WHERE name = 'schema_version'")
         got = cur.fetchone()
         version = None if got is None else str(got[0])
@@ -407,6 +414,22 @@ def _ensure_schema(conn: psycopg.Connection[tuple[Any, ...]]) -> None:
         cur.execute("SELECT s FROM unnest(%s::text[]) AS s WHERE to_regprocedure(s) IS NULL", (list(_FUNCTIONS),))
         for (missing,) in cur.fetchall():
             cur.execute(_FUNCTIONS[missing])
+        return _index_schema(cur)
+
+
+def _index_schema(cur: psycopg.Cursor[tuple[Any, ...]]) -> bool:
+    """Create the structural index's table in a store that lacks it (new, or written before it); say if it did."""
+    cur.execute("SELECT to_regclass(%s) IS NOT NULL", (_index.TABLE,))
+    row = cur.fetchone()
+    if row and row[0]:
+        return False
+    cur.execute(";\n".join(_index.POSTGRES_SCHEMA))
+    return True
+
+
+def _pg_sql(sql: str) -> str:
+    """Return a statement of :mod:`compactstore.backends.index` with psycopg's placeholders."""
+    return sql.replace("?", "%s")
 
 
 def _hashes(cur: psycopg.Cursor[tuple[Any, ...]], session_id: int, coords: Sequence[tuple[int, int]]) -> list[bytes]:
@@ -642,6 +665,10 @@ class _PGWriter:
             raise IntegrityError(f"inserted {len(rows)} events, got {got and got[0] and len(got[0])} seqs back")
         by_pos = dict(zip(sorted(r.pos for r in rows), got[0]))
         return [int(by_pos[r.pos]) for r in rows]
+
+    def index_run(self, sql: str, args: Sequence[object]) -> list[tuple[Any, ...]]:
+        """Run one statement of :mod:`compactstore.backends.index` inside the write transaction."""
+        return self._do("structural index", _pg_sql(sql), args, fetch=sql.startswith("SELECT"))
 
     def erase(self, positions: Sequence[int], by: int) -> None:
         sid, positions = self.session_id, list(positions)

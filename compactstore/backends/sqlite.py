@@ -18,6 +18,7 @@ import sqlite_utils
 
 from ..errors import CompactStoreError, ConflictError, IntegrityError
 from . import SCHEMA_VERSION, HeadRow, Row, keyset
+from . import index as _index
 
 if TYPE_CHECKING:
     from . import Backend
@@ -86,6 +87,8 @@ class SQLiteBackend:
     """
 
     gapless_seq = True
+    #: Whether opening created the structural index (the store above derives it for the log there is).
+    index_created = False
 
     def __init__(self, path: str, *, durable: bool = False) -> None:
         """Open or create the database at ``path``.
@@ -117,6 +120,7 @@ class SQLiteBackend:
             with self._write():
                 if not conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'meta'").fetchone():
                     _schema(sqlite_utils.Database(conn, execute_plugins=False))
+                self.index_created = _index_schema(conn)
         except (sqlite3.Error, UnicodeDecodeError) as exc:
             conn.close()
             raise _error(exc, f"open {path!r} as a compactstore store") from exc
@@ -265,6 +269,10 @@ class SQLiteBackend:
         n, lo, hi = self._all("SELECT count(*), coalesce(min(seq), 0), coalesce(max(seq), 0) FROM events")[0]
         return int(n), int(lo), int(hi)
 
+    def index_run(self, sql: str, args: Sequence[object]) -> list[Any]:
+        """Run one statement of :mod:`compactstore.backends.index` and return its rows."""
+        return self._all(sql, args)
+
 
 def _error(exc: BaseException, doing: str) -> CompactStoreError:
     """Return the compactstore error for a driver error raised while ``doing``."""
@@ -329,6 +337,19 @@ def _hashes(conn: sqlite3.Connection, session_id: int, coords: Sequence[tuple[in
             raise IntegrityError(f"subtree ({level}, {idx}) is missing", pos=idx << level)
         out.append(got)
     return out
+
+
+def _index_schema(conn: sqlite3.Connection) -> bool:
+    """Create the structural index's table in a store that lacks it (new, or written before it); say if it did."""
+    if conn.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (_index.TABLE,)).fetchone():
+        return False
+    for sql in _index.SQLITE_SCHEMA:
+        conn.execute(sql)
+    return True
+
+
+def _index_run(conn: sqlite3.Connection, sql: str, args: Sequence[object]) -> list[Any]:
+    return conn.execute(sql, args).fetchall()
 
 
 class _SQLiteWriter:
@@ -448,6 +469,10 @@ class _SQLiteWriter:
         self._head = self.written = head
         self._seq = self.seq_after = rows[-1].seq + 1
         return [r.seq for r in rows]
+
+    def index_run(self, sql: str, args: Sequence[object]) -> list[Any]:
+        """Run one statement of :mod:`compactstore.backends.index` inside the write transaction."""
+        return _index_run(self._conn, sql, args)
 
     def erase(self, positions: Sequence[int], by: int) -> None:
         sid = self.session_id

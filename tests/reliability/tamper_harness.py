@@ -43,7 +43,8 @@ from typing import Any
 import msgspec
 
 import compactstore as cs
-from compactstore import merkle
+from compactstore import index, merkle
+from compactstore.backends.index import IndexSQL
 from compactstore.seal import seal
 
 KEY = b"tamper-campaign-key-0123456789ab"
@@ -235,6 +236,14 @@ def rehash(conn: sqlite3.Connection, sid: int, level: str) -> None:
         conn.execute("INSERT INTO heads (session_id, size, root, prev, seal) VALUES (?, ?, ?, ?, ?)",
                      (sid, size, root, prev, seal(None, name, size, root, prev)))
         prev = size
+    # The structural index too: derived again from the rewritten log, as the library derives it.
+    conn.execute("DELETE FROM structure_index WHERE session_id = ?", (sid,))
+    run = lambda sql, args: conn.execute(sql, args).fetchall()  # noqa: E731
+    try:
+        rows = index.derive(run, sid, [s for s in sizes if s])
+    except cs.InvalidEvent:
+        return  # a body the library cannot read: nothing to derive
+    IndexSQL(run, sid).insert(rows)
 
 
 def m_field(level: str) -> Callable[[sqlite3.Connection, random.Random, bool], str | None]:
@@ -409,18 +418,23 @@ def detect(path: Path, key: bytes | None) -> str:
         st.close()
 
 
-def _flip_file(path: Path, rng: random.Random, clean_dump: object) -> str | None:
-    data = bytearray(path.read_bytes())
-    at = rng.randrange(len(data))
-    data[at] ^= 1 << rng.randrange(8)
-    path.write_bytes(bytes(data))
-    try:
-        conn = sqlite3.connect(path)
-        same = dump(conn) == clean_dump
-        conn.close()
-    except (sqlite3.DatabaseError, UnicodeDecodeError):  # the schema itself is damaged
-        same = False
-    return None if same else f"file byte {at} flipped"
+def _flip_file(path: Path, rng: random.Random, clean_dump: object, tries: int = 32) -> str | None:
+    # Most bytes of a small store are free space in its pages: flip until one changes what it holds.
+    clean = path.read_bytes()
+    for _ in range(tries):
+        data = bytearray(clean)
+        at = rng.randrange(len(data))
+        data[at] ^= 1 << rng.randrange(8)
+        path.write_bytes(bytes(data))
+        try:
+            conn = sqlite3.connect(path)
+            same = dump(conn) == clean_dump
+            conn.close()
+        except (sqlite3.DatabaseError, UnicodeDecodeError):  # the schema itself is damaged
+            same = False
+        if not same:
+            return f"file byte {at} flipped"
+    return None
 
 
 CLASSES: dict[str, Callable[[sqlite3.Connection, random.Random, bool], str | None]] = {

@@ -20,7 +20,8 @@ import pytest
 import tamper_harness as th
 
 import compactstore as cs
-from compactstore import merkle
+from compactstore import index, merkle
+from compactstore.backends.index import IndexSQL
 
 #: Misses and untyped errors known and accepted: none. Each gap the campaign found has a
 #: test of its own below, which now passes.
@@ -130,6 +131,11 @@ def test_a_tail_rollback_needs_a_head_held_outside_the_store(stores: dict[str, P
     conn.execute("DELETE FROM events WHERE session_id = ? AND pos >= ?", (sid, last))
     for level in range(1, 8):
         conn.execute("DELETE FROM nodes WHERE session_id = ? AND level = ? AND idx >= ?", (sid, level, last >> level))
+    # The structural index as the shorter log gives it.
+    conn.execute("DELETE FROM structure_index WHERE session_id = ?", (sid,))
+    run = lambda sql, args: conn.execute(sql, args).fetchall()  # noqa: E731
+    heads = [n for (n,) in conn.execute("SELECT size FROM heads WHERE session_id = ?", (sid,))]
+    IndexSQL(run, sid).insert(index.derive(run, sid, heads))
     # The rolled-back events must hold the largest seqs for the gapless check not to see it: renumber.
     rows = conn.execute("SELECT seq FROM events ORDER BY seq").fetchall()
     for new, (old,) in enumerate(rows, 1):

@@ -1,0 +1,333 @@
+"""The structural index: the facts the marker checks need, kept in step with the log.
+
+Closure, negative-fact retention and the needed bindings of anchoring are facts about
+a node's span and the session's open items, and reading them off the events costs a
+pass over the whole log. The index keeps them as rows (see
+:class:`compactstore.structure.IndexRow`), derived by
+:class:`compactstore.structure.Deriver` from each event as it is appended and written
+in the same transaction, so a marker check asks for what it needs in O(log n) queries
+plus the size of the answer:
+
+- the items open at a boundary: the snapshot at the multiple of SNAPSHOT_EVERY below
+  it, then the opens and closes since (at most SNAPSHOT_EVERY positions);
+- the negative facts of a span: the ``negative`` rows of its positions;
+- the latest binding of a key before a position: one descending index probe.
+
+The index is complete up to its ``size`` rows. A store written before the index, or a
+session appended to by a version that did not write it, is derived again from the log
+by the next append; until then, and for a session with redactions (a redacted body no
+longer gives the facts it gave when appended), the checks take the full path over the
+events. ``verify()`` derives the whole index again from the bodies and reports every
+row that differs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Protocol
+
+import msgspec
+
+from . import events as ev
+from .backends.index import TABLE, IndexSQL, IndexTuple, Run
+from .backends.index import orphans as _orphans
+from .errors import IntegrityError, InvalidEvent
+from . import structure
+from .structure import Deriver, IndexRow, apply_items, superseded_text
+
+if TYPE_CHECKING:
+    from .backends import Backend, HeadRow
+    from .store import Session
+
+#: Kinds whose events can give index rows whatever their fields (the rest give rows only
+#: through ``status`` or ``supersedes``).
+_STRUCTURAL_KINDS = frozenset(
+    {"binding", "tool_call", "tool_result", "obligation", "fulfilment", "handle_opened", "handle_closed"}
+)
+_RELS = frozenset({"open", "close", "negative", "binding", "open_at", "size"})
+_PLAIN = ev.Checkpoint(id="-")  # stands for an event that gives no row
+_CHUNK = 2048
+
+
+class _Runner(Protocol):
+    def index_run(self, sql: str, args: Sequence[object]) -> list[tuple[object, ...]]: ...
+
+
+def _row(t: IndexTuple) -> IndexRow:
+    return IndexRow(*t)
+
+
+def _event(body: bytes | None, kind: str) -> ev.Event:
+    """Decode ``body``, or skip it when its kind and bytes show it gives no index row."""
+    if body is None:
+        return ev.Redacted(by=-1)
+    if kind not in _STRUCTURAL_KINDS and b'"status":' not in body and b'"supersedes":' not in body:
+        return _PLAIN
+    return ev.decode(body)
+
+
+class Index:
+    """The structural index of one session, read through ``run``."""
+
+    def __init__(self, run: Run, session_id: int) -> None:
+        self.sql = IndexSQL(run, session_id)
+
+    @classmethod
+    def of(cls, session: Session, size: int) -> Index | None:
+        """Return the session's index if it answers for checkpoint ``size``, else None (take the full path)."""
+        backend = session.store.backend
+        sid = session._sid()
+        if sid is None:
+            return None
+        index = cls(backend.index_run, sid)
+        if index.sql.size() < size or backend.redactions(sid):
+            return None
+        return index
+
+    def open_at(self, at: int) -> dict[int, str]:
+        """Return the items open at boundary ``at`` (position -> item)."""
+        base = at - at % structure.SNAPSHOT_EVERY
+        items = {r.num: r.key for r in map(_row, self.sql.rows(("open_at",), base, base + 1))} if base else {}
+        apply_items(items, map(_row, self.sql.rows(("open", "close"), base, at)))
+        return items
+
+    def negatives(self, start: int, stop: int) -> list[IndexRow]:
+        """Return the ``negative`` rows a node over ``[start, stop)`` is held to, by position.
+
+        Those of positions in the span, whatever made them negative when, and those of
+        earlier positions that an event in the span made negative (their ``num``).
+        """
+        caused = self.sql.caused("negative", start, stop)
+        return [_row(t) for t in [*caused, *self.sql.rows(("negative",), start, stop)]]
+
+    def latest_binding(self, key: str, before: int) -> IndexRow | None:
+        """Return the ``binding`` row of the last binding of ``key`` before ``before``."""
+        got = self.sql.latest_binding(key, before)
+        return None if got is None else _row(got)
+
+    def needs(self, positions: Sequence[int]) -> dict[int, list[str]]:
+        """Return the bindings each obligation opened at ``positions`` needs.
+
+        Raises:
+            IntegrityError: a row does not hold a list of keys (the index was altered).
+        """
+        out = {}
+        for r in map(_row, self.sql.rows_at("open", positions)):
+            try:
+                out[r.pos] = msgspec.json.decode(r.text, type=list[str])
+            except msgspec.DecodeError:
+                raise IntegrityError(f"structural index row at pos {r.pos} is not a list of keys", pos=r.pos) from None
+        return out
+
+
+class _Prior:
+    """What came before a derivation, read from the index and the log inside the write transaction."""
+
+    def __init__(self, sql: IndexSQL, pending: Sequence[tuple[int, ev.Event]] = ()) -> None:
+        self.sql = sql
+        # The events of the append being indexed: written in the same transaction, after the index.
+        self.pending = dict(pending)
+
+    def is_negative(self, pos: int) -> bool:
+        return bool(self.sql.rows_at("negative", [pos]))
+
+    def latest_binding(self, key: str, before: int) -> int | None:
+        got = self.sql.latest_binding(key, before)
+        return None if got is None else got[0]
+
+    def superseded_text(self, pos: int) -> str:
+        if pos in self.pending:
+            return superseded_text(self.pending[pos])
+        body = self.sql.body(pos)
+        return "" if body is None else superseded_text(ev.decode(body))
+
+    def open_at(self, pos: int) -> list[tuple[int, str]]:
+        return sorted(Index(self.sql.run, self.sql.sid).open_at(pos).items())
+
+
+def extend(
+    writer: _Runner, session_id: int, before: int, fresh: Sequence[tuple[int, ev.Event]], *, known: bool = False
+) -> None:
+    """Write the index rows of the events appended at ``before`` onwards, in their transaction (before their insert).
+
+    If the index stops short of ``before`` (a store written before it, or appended to by
+    a version without it), the missing positions are derived first from the log itself.
+    ``known``: the caller wrote the index up to ``before`` itself, so it is not read.
+    """
+    sql = IndexSQL(writer.index_run, session_id)
+    done = before if known else sql.size()
+    if done > before or (done == before and not fresh):
+        return  # up to date (another process healed it), or claiming positions the log lacks: verify() says so
+    deriver = Deriver(done, _Prior(sql, fresh))
+    sizes: list[int] = []
+    if done < before:
+        for pos, event in _log(sql.run, session_id, done, before):
+            deriver.add(pos, event)
+        # A size row for every tree head the index missed, as if it had been written with them.
+        got = sql.run("SELECT size FROM heads WHERE session_id = ? AND size > ? AND size <= ?", (session_id, done, before))
+        sizes = [int(n) for (n,) in got]
+    for pos, event in fresh:
+        deriver.add(pos, event)
+    sql.insert(deriver.finish(sizes))
+
+
+def heal(backend: Backend) -> None:
+    """Derive the index of every session it stops short of, from the log.
+
+    Runs when opening a store has just created the index (a store written before it);
+    each session is brought up to date in a write transaction of its own. A session
+    left behind (a crash, a store that cannot be written now) takes the full path, and
+    its next append derives its index.
+    """
+    run: Run = backend.index_run
+    behind = run(
+        "SELECT s.name, (SELECT max(size) FROM heads h WHERE h.session_id = s.id), "
+        f"(SELECT max(pos) FROM {TABLE} i WHERE i.session_id = s.id AND i.rel = 'size') FROM sessions s", ()
+    )
+    for name, size, done in behind:
+        if size is not None and (done is None or int(done) < int(size)):
+            with backend.writer(str(name)) as w:
+                head = w.head()
+                if head is not None:
+                    extend(w, w.session_id, head.size, [])
+
+
+def _log(run: Run, session_id: int, start: int, stop: int) -> Iterator[tuple[int, ev.Event]]:
+    """Yield ``(position, event)`` of the stored log ``[start, stop)``, skipping the decoding of plain events."""
+    while start < stop:
+        got = run(
+            "SELECT pos, kind, body FROM events WHERE session_id = ? AND pos >= ? AND pos < ? ORDER BY pos LIMIT ?",
+            (session_id, start, stop, _CHUNK),
+        )
+        if not got:
+            return
+        for pos, kind, body in got:
+            yield int(pos), _event(None if body is None else bytes(body), str(kind))
+        start = int(got[-1][0]) + 1
+
+
+# --- verification ------------------------------------------------------------------
+
+
+class _Rebuilt:
+    """The prior of a derivation from position 0: nothing came before; texts come from the log."""
+
+    def __init__(self, run: Run, session_id: int) -> None:
+        self.sql = IndexSQL(run, session_id)
+
+    def is_negative(self, pos: int) -> bool:
+        return False
+
+    def latest_binding(self, key: str, before: int) -> int | None:
+        return None
+
+    def superseded_text(self, pos: int) -> str:
+        body = self.sql.body(pos)
+        try:
+            return "" if body is None else superseded_text(ev.decode(body))
+        except InvalidEvent:
+            return ""
+
+    def open_at(self, pos: int) -> list[tuple[int, str]]:
+        return []
+
+
+def verify_session(
+    run: Run, session_id: int, heads: Iterable[int], add: Callable[[int | None, str], None], *, full: bool = True
+) -> None:
+    """Derive the session's index again from its bodies and report every row that differs.
+
+    ``heads`` are the sizes of the session's stored tree heads, each of which must have
+    its ``size`` row (opening a store derives what is missing); ``add(pos, what)``
+    reports a problem. With ``full`` false (a session with redactions, whose erased
+    bodies no longer give their facts, and whose index is never read: see
+    :meth:`Index.of`) only the size rows are checked.
+    """
+    sql = IndexSQL(run, session_id)
+    stored = _stream(sql)
+    sizes = sorted(r.pos for r in stored if r.rel == "size")
+    heads = sorted(heads)
+    if sizes != heads:
+        extra, missing = sorted(set(sizes) - set(heads)), sorted(set(heads) - set(sizes))
+        what = [f"size rows at {extra[:5]} name no tree head"] if extra else []
+        what += [f"tree heads of sizes {missing[:5]} have no size row"] if missing else []
+        add(None, "; ".join(what) or "a size row is stored twice")
+    if not full:
+        for r in stored:
+            if r.rel != "size" or (r.key, r.num, r.text) != ("", 0, ""):
+                if r.rel not in _RELS or r.rel == "size":
+                    add(r.pos, f"row {tuple(r)} is not an index row")
+        return
+    if not sizes:
+        return
+    try:
+        want = sorted(derive(run, session_id, sizes), key=_order)
+    except (InvalidEvent, AssertionError):
+        add(None, "the log cannot be read in order to derive the index again")  # the log's own checks say why
+        return
+    got = sorted((r for r in stored), key=_order)
+    if want != got:
+        wanted, have = set(want), set(got)
+        for r in sorted(have - wanted, key=_order)[:20]:
+            add(r.pos, f"row {tuple(r)} is not what the log gives")
+        for r in sorted(wanted - have, key=_order)[:20]:
+            add(r.pos, f"row {tuple(r)} is missing")
+        if len(got) != len(set(got)):
+            add(None, "a row is stored twice")
+
+
+def derive(run: Run, session_id: int, sizes: Sequence[int]) -> list[IndexRow]:
+    """Return the index of a session derived from its stored log alone, with a size row at each of ``sizes``.
+
+    Raises:
+        InvalidEvent: a body is not a valid event.
+    """
+    deriver = Deriver(0, _Rebuilt(run, session_id))
+    for pos, event in _log(run, session_id, 0, max(sizes, default=0)):
+        deriver.add(pos, event)
+    return [*deriver.rows, *(IndexRow(s, "size", "", 0, "") for s in sorted(set(sizes)))]
+
+
+def _order(r: IndexRow) -> tuple[int, str, int, str, str]:
+    return (r.pos, r.rel, r.num, r.key, r.text)
+
+
+def _stream(sql: IndexSQL) -> list[IndexRow]:
+    out: list[IndexRow] = []
+    after: tuple[int, str, int] = (-(2**62), "", -(2**62))
+    while True:
+        got = [_row(t) for t in sql.all_rows(after, _CHUNK)]
+        out.extend(got)
+        if len(got) < _CHUNK:
+            return out
+        after = (got[-1].pos, got[-1].rel, got[-1].num)
+
+
+def orphans(run: Run) -> list[int]:
+    """Return the session ids the index names that no session has."""
+    return _orphans(run)
+
+
+def verify_store(backend: Backend, sessions: Sequence[tuple[int, str]], add: Callable[[str | None, int | None, str], None]) -> None:
+    """Check the structural index of every session of a store; ``add(session, pos, what)`` reports a problem.
+
+    Called by :meth:`Store.verify` once the log itself is checked.
+    """
+    run: Run = backend.index_run
+    redacted = backend.redactions
+    for sid in orphans(run):
+        add(None, None, f"rows name session id {sid}, which does not exist")
+    for sid, name in sessions:
+        heads = [h.size for h in _heads(backend, sid)]
+        verify_session(run, sid, heads, lambda pos, what, name=name: add(name, pos, what),  # type: ignore[misc]
+                       full=not redacted(sid))
+
+
+def _heads(backend: Backend, sid: int) -> Iterator[HeadRow]:
+    after = -(2**62)
+    while True:
+        got = backend.heads(sid, after, _CHUNK)
+        yield from got
+        if len(got) < _CHUNK:
+            return
+        after = got[-1].size

@@ -1,0 +1,280 @@
+"""The structural index: the indexed marker checks give exactly what the full pass gives."""
+
+from __future__ import annotations
+
+import itertools
+import sqlite3
+from collections.abc import Iterator
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_compaction import migration
+
+import compactstore as cs
+from compactstore import events as ev
+from compactstore import markers, structure
+from compactstore.index import Index, verify_session
+
+_names = itertools.count()
+KEYS = ["k1", "k2", "k3"]
+IDS = ["a", "b", "c"]
+
+
+@pytest.fixture
+def small_snapshots(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Snapshot the open items every 4 positions, so that small sessions cross many snapshots."""
+    monkeypatch.setattr(structure, "SNAPSHOT_EVERY", 4)
+    yield
+
+
+# --- random sessions ------------------------------------------------------------------------
+
+
+def _raw_event(draw: st.DrawFn, size: int) -> ev.Event:
+    kind = draw(st.sampled_from(["turn", "call", "result", "bind", "oblige", "fulfil", "open", "close"]))
+    status = draw(st.sampled_from([None, None, None, "ok", "failed", "rejected", "superseded"]))
+    supersedes = draw(st.none() | st.integers(0, size - 1)) if size and draw(st.integers(0, 5)) == 0 else None
+    common = {"status": status, "supersedes": supersedes}
+    i = draw(st.sampled_from(IDS))
+    if kind == "turn":
+        return cs.Turn(draw(st.sampled_from(["user", "assistant"])), f"t{size}", **common)
+    if kind == "call":
+        return cs.ToolCall(f"c{i}", "run", **common)
+    if kind == "result":
+        ok = draw(st.booleans())
+        return cs.ToolResult(f"c{i}", f"r{size}", ok=ok, **common)
+    if kind == "bind":
+        return ev.Binding(key=draw(st.sampled_from(KEYS)), value=size, regenerable=draw(st.booleans()), **common)
+    if kind == "oblige":
+        return ev.Obligation(name=f"o{i}", needs=draw(st.lists(st.sampled_from(KEYS), max_size=2, unique=True)),
+                             **common)
+    if kind == "fulfil":
+        return ev.Fulfilment(name=f"o{i}", **common)
+    if kind == "open":
+        return ev.HandleOpened(handle=f"h{i}", resource="file", **common)
+    return ev.HandleClosed(handle=f"h{i}", **common)
+
+
+@st.composite
+def sessions(draw: st.DrawFn) -> list[tuple[str, object]]:
+    """A script of steps: raw events, compactions (L1, some lossy or wrong), digests (L2) and forged nodes."""
+    steps: list[tuple[str, object]] = []
+    size = 0
+    for _ in range(draw(st.integers(4, 40))):
+        what = draw(st.sampled_from(["raw"] * 6 + ["compact", "digest", "forge"]))
+        if what == "raw" or size < 2:
+            steps.append(("raw", _raw_event(draw, size)))
+            size += 1
+        elif what == "compact":
+            a = draw(st.integers(0, size - 1))
+            b = draw(st.integers(a + 1, size))
+            steps.append(("compact", (a, b, draw(st.sampled_from(["spill", "preserve", "drop"])),
+                                      draw(st.booleans()))))
+            size += 3  # at most: spills and the node
+        elif what == "digest":
+            steps.append(("digest", draw(st.integers(1, 3))))
+            size += 1
+        else:
+            a = draw(st.integers(0, size - 1))
+            steps.append(("forge", (a, draw(st.integers(a + 1, size)))))
+            size += 1
+    return steps
+
+
+def _play(s: cs.Session, steps: list[tuple[str, object]]) -> None:
+    for what, arg in steps:
+        if what == "raw":
+            try:
+                s.append(arg)  # type: ignore[arg-type]
+            except cs.InvalidEvent:
+                pass
+        elif what == "compact":
+            a, b, risk, drop = arg  # type: ignore[misc]
+            try:
+                if risk == "drop":
+                    s.compact(a, b, negative_facts=[], unresolved=[], summary="gist", on_risk="preserve") if drop \
+                        else s.compact(a, b, on_risk="preserve", summary="gist")
+                else:
+                    s.compact(a, b, on_risk=risk, summary="gist")
+            except (cs.InvalidArgument, cs.CompactionInvariantError):
+                pass
+        elif what == "digest":
+            l1 = sorted((n for n in s.nodes() if n.tier == 1), key=lambda n: n.start)
+            runs = [l1[i : i + arg] for i in range(len(l1))]  # type: ignore[operator]
+            for run in runs:
+                if len(run) == arg and all(x.stop == y.start for x, y in zip(run, run[1:])):
+                    try:
+                        s.digest(run, summary="digest")
+                    except (cs.InvalidArgument, cs.CompactionInvariantError):
+                        pass
+                    break
+        else:
+            a, b = arg  # type: ignore[misc]
+            b = min(b, s.size)
+            if a < b:  # the script's sizes are estimates: some steps write nothing
+                s.append(ev.Summary(tier=1, start=a, stop=b, span_root=s.span_root(a, b).hex(), summary="forged"))
+
+
+def _both(s: cs.Session, size: int, node: int) -> tuple[object, object]:
+    records = list(s.scan(0, size))
+    full = markers.check([r.event for r in records], [r.leaf for r in records], node)
+    index = Index.of(s, size)
+    assert index is not None
+    indexed = markers.check_indexed(markers.Reader(s, size), lambda a, b: s.span_root(a, b).hex(), index, node, size)
+    return full, indexed
+
+
+#: The PostgreSQL store's connection pool draws jitter from ``random`` in a thread of its
+#: own, which Hypothesis can take for a strategy using ``random``.
+_POOL_JITTER = pytest.mark.filterwarnings("ignore::hypothesis.errors.HypothesisDeprecationWarning")
+
+
+@_POOL_JITTER
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=sessions(), data=st.data())
+def test_indexed_checks_equal_the_full_pass(store: cs.Store, small_snapshots: None,
+                                            steps: list[tuple[str, object]], data: st.DataObject) -> None:
+    """For random sessions, every node and checkpoint: same violations and path, indexed or full; verify() is clean."""
+    s = store.session(f"s{next(_names)}")
+    _play(s, steps)
+    size = s.size
+    nodes = [n.pos for n in s.nodes()]
+    for node in nodes:
+        for at in sorted({node + 1, size, data.draw(st.integers(node + 1, size))}):
+            full, indexed = _both(s, at, node)
+            assert indexed == full, (node, at)
+    if size:
+        full, indexed = _both(s, size, data.draw(st.integers(0, size - 1)))
+        assert indexed == full
+        _verified(store, s)
+
+
+def _verified(store: cs.Store, s: cs.Session) -> None:
+    """Assert that the session's index is what its bodies give (verify()'s check, for one session)."""
+    sid = s._sid()
+    assert sid is not None
+    problems: list[tuple[int | None, str]] = []
+    heads = [h.size for h in store.backend.heads(sid, -1, 10**6)]
+    verify_session(store.backend.index_run, sid, heads, lambda pos, what: problems.append((pos, what)))
+    assert problems == []
+
+
+@_POOL_JITTER
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=sessions())
+def test_resume_equals_resume_with_rehash(store: cs.Store, small_snapshots: None,
+                                          steps: list[tuple[str, object]]) -> None:
+    """A marker claiming every condition resumes to the same resolution with or without rehash."""
+    s = store.session(f"s{next(_names)}")
+    _play(s, steps)
+    for node in [n.pos for n in s.nodes()]:
+        size = s.size
+        forged = s.append(ev.RecoveryMarker(size=size, root=s.head(size).root.hex(), node=node,
+                                            conditions=list(markers.CONDITIONS)))
+        assert s.resume(forged.pos) == s.resume(forged.pos, rehash=True)
+        try:
+            marker = s.mark(node)
+        except cs.MarkerInvalid as exc:
+            assert s.resume(forged.pos).mode == "fallback" and exc.violations  # type: ignore[attr-defined]
+        else:
+            assert s.resume(marker) == s.resume(marker, rehash=True)
+            assert s.resume(marker).mode == "certified"
+
+
+def test_the_index_is_written_with_the_events_and_read_for_open_items(store: cs.Store) -> None:
+    """The migration story gives one row per fact: negatives, bindings, opens; the open items at the end."""
+    s = store.session("m")
+    migration(s)
+    index = Index.of(s, s.size)
+    assert index is not None
+    assert [(r.pos, r.key) for r in index.negatives(0, s.size)] == [(2, "failed"), (4, "rejected")]
+    assert index.open_at(s.size) == {7: "obligation/finish-migration", 8: "handle/psql-1", 9: "tool_call/c2"}
+    assert index.open_at(2) == {1: "tool_call/c1"} and index.open_at(3) == {}
+    assert index.needs([7]) == {7: ["rollback", "tables"]}
+    latest = index.latest_binding("rollback", s.size)
+    assert latest is not None and (latest.pos, latest.num) == (5, 0)
+
+
+def test_a_session_with_redactions_takes_the_full_path(store: cs.Store) -> None:
+    """A redacted body no longer gives its facts: the index is not read, and the checks agree with the full pass."""
+    s = store.session("m")
+    migration(s)
+    node = s.compact(0, 8, on_risk="preserve")
+    s.redact([3], "personal data")
+    assert Index.of(s, s.size) is None
+    assert s.resume(s.mark(node)).mode == "certified"
+    assert store.verify().ok
+
+
+def _sqlite(path: str) -> sqlite3.Connection:
+    conn = sqlite3.connect(path)
+    for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall():
+        conn.execute(f"DROP TRIGGER {name}")
+    return conn
+
+
+def test_a_store_written_before_the_index_gives_the_same_answers(sqlite_target: str) -> None:
+    """A store without the index gets it derived from its log when opened, and resumes as before."""
+    with cs.open(sqlite_target, clock=cs.tick_clock()) as st:
+        s = st.session("m")
+        migration(s)
+        node = s.compact(0, 8, on_risk="preserve")
+        s.append(cs.Turn("assistant", "after the compaction"))
+        before = s.resume(s.mark(node))
+    conn = _sqlite(sqlite_target)
+    conn.execute("DROP TABLE structure_index")
+    conn.commit()
+    conn.close()
+    with cs.open(sqlite_target, clock=cs.tick_clock()) as st:  # opening derives the index from the log
+        s = st.session("m")
+        assert Index.of(s, s.size) is not None and st.verify().ok
+        assert s.resume(before.marker) == before
+        marker = s.mark(node)
+        assert s.resume(marker).context == before.context and s.resume(marker).mode == "certified"
+        assert s.resume(marker) == s.resume(marker, rehash=True)
+
+
+@pytest.mark.parametrize("change", [
+    "UPDATE structure_index SET text = 'x' WHERE rel = 'negative' AND pos = 4",
+    "UPDATE structure_index SET num = 1 WHERE rel = 'binding' AND pos = 5",
+    "DELETE FROM structure_index WHERE rel = 'open' AND pos = 9",
+    "INSERT INTO structure_index SELECT session_id, 3, 'negative', 'failed', 3, 'x' FROM structure_index LIMIT 1",
+    "UPDATE structure_index SET session_id = 99 WHERE rel = 'close'",
+    "INSERT INTO structure_index SELECT session_id, 100, 'size', '', 0, '' FROM structure_index LIMIT 1",
+])
+def test_a_tampered_index_row_is_reported_by_verify(sqlite_target: str, change: str) -> None:
+    """Any change to the index (a cell, a row removed, added or moved to another session) makes verify() fail."""
+    with cs.open(sqlite_target, clock=cs.tick_clock()) as st:
+        migration(st.session("m"))
+        assert st.verify().ok
+    conn = _sqlite(sqlite_target)
+    conn.execute(change)
+    conn.commit()
+    conn.close()
+    with cs.open(sqlite_target) as st:
+        report = st.verify()
+    assert not report.ok and any(p.table == "structure_index" for p in report.problems), report.problems
+
+
+def test_the_index_refuses_update_and_delete(target: str) -> None:
+    """The index is insert-only, like the log: the database refuses UPDATE and DELETE on it."""
+    with cs.open(target, clock=cs.tick_clock()) as st:
+        migration(st.session("m"))
+        with pytest.raises(cs.CompactStoreError):
+            st.backend.index_run("DELETE FROM structure_index", ())
+        with pytest.raises(cs.CompactStoreError):
+            st.backend.index_run("UPDATE structure_index SET text = 'x'", ())
+
+
+def test_two_stores_appending_in_turn_keep_the_index_whole(target: str) -> None:
+    """Two stores open on one target append to one session in turn: the index stays what the log gives."""
+    with cs.open(target, clock=cs.tick_clock()) as a, cs.open(target, clock=cs.tick_clock()) as b:
+        for i in range(6):
+            s = (a if i % 2 else b).session("s")
+            s.extend([cs.ToolCall(f"c{i}", "run"), cs.ToolResult(f"c{i}", "ERROR", ok=False, status="failed")])
+            s.bind("k", i)
+        assert a.verify().ok
+        s = a.session("s")
+        index = Index.of(s, s.size)
+        assert index is not None and len(index.negatives(0, s.size)) == 6 + 5  # failed results, superseded bindings
