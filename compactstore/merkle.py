@@ -480,3 +480,27 @@ class Frontier:
     def copy(self) -> Frontier:
         """Return an independent copy."""
         return Frontier(self.size, self.hashes, self._algo)
+
+    def append_subtree(self, level: int, root: bytes) -> list[tuple[int, int, bytes]]:
+        """Add ``root``, the root of the ``2**level`` leaves from ``size`` on, all at once.
+
+        The same as appending those leaves one by one, in O(log n): returns the
+        completed subtrees above ``level`` as ``(level, index, root)``. Requires
+        ``size`` to be a multiple of ``2**level``.
+        """
+        if self.size & ((1 << level) - 1):
+            raise InvalidArgument("level", f"size {self.size} is not a multiple of 2**{level}")
+        made: list[tuple[int, int, bytes]] = []
+        hashes = self.hashes
+        hashes.append(root)
+        self.size += 1 << level
+        n = self.size >> level
+        # As in append, from this level up: each trailing 1-bit of the old count is a merge.
+        while n & 1 == 0:
+            right = hashes.pop()
+            merged = self._node(hashes.pop(), right)
+            hashes.append(merged)
+            n >>= 1
+            level += 1
+            made.append((level, n - 1, merged))
+        return made

@@ -468,6 +468,31 @@ def test_frontier_resumes_from_a_compact_range_and_copies_independently() -> Non
         assert g.size == n and g.root() == roots("blake3")[n]
 
 
+@pytest.mark.parametrize("algo", ALGOS)
+def test_append_subtree_equals_appending_its_leaves(algo: str) -> None:
+    """Appending whole subtrees of 1, 2, 4 or 8 leaves gives the hashes and completed subtrees of leaf appends."""
+    subtrees = naive.complete_subtrees(ENTRIES[:130], algo)
+    for level in range(4):
+        leafwise, whole = merkle.Frontier(algo=algo), merkle.Frontier(algo=algo)
+        for i in range(130 >> level):
+            made = [m for j in range(i << level, (i + 1) << level)
+                    for m in leafwise.append(merkle.leaf_hash(ENTRIES[j], algo))]
+            got = whole.append_subtree(level, subtrees[(level, i)])
+            assert got == [m for m in made if m[0] > level], (level, i)
+            assert whole.size == leafwise.size and whole.hashes == leafwise.hashes
+    with pytest.raises(InvalidArgument):
+        merkle.Frontier(1, [subtrees[(0, 0)]], algo).append_subtree(1, subtrees[(1, 0)])
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+def test_subtree_levels_are_the_complete_subtrees(algo: str) -> None:
+    """subtree_levels lists every complete aligned subtree root of the leaves, level by level."""
+    for n in (0, 1, 2, 5, 16, 37, 130):
+        subtrees = naive.complete_subtrees(ENTRIES[:n], algo)
+        levels = merkle.subtree_levels([merkle.leaf_hash(e, algo) for e in ENTRIES[:n]], algo)
+        assert {(lv, i): h for lv, row in enumerate(levels) for i, h in enumerate(row)} == subtrees, n
+
+
 def test_frontier_rejects_a_wrong_number_of_hashes() -> None:
     """A Frontier needs exactly one root per piece of cover(0, size)."""
     h = merkle.leaf_hash(b"")
