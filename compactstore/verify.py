@@ -35,6 +35,9 @@ PARALLEL_FROM = 200_000
 #: Rows are read and checked by chunks of positions: each a complete subtree of this level.
 _CHUNK_LEVEL = 12
 _CHUNK = 1 << _CHUNK_LEVEL
+#: Chunks per task of a worker process: each hand-over costs a few wake-ups, and on a
+#: busy machine each wake-up waits for a time slice.
+_TASK_CHUNKS = 4
 
 
 class Problem(msgspec.Struct, frozen=True):
@@ -240,12 +243,18 @@ def _worker_integrity() -> list[str]:
     return _worker_backend.integrity()
 
 
-def _worker_chunk(sid: int, start: int) -> _Chunk:
+def _worker_chunks(sid: int, start: int) -> list[_Chunk]:
+    """Check up to ``_TASK_CHUNKS`` chunks from ``start`` on, up to the first empty one."""
     global _worker_reds
     assert _worker_backend is not None
     if _worker_reds is None or _worker_reds[0] != sid:
         _worker_reds = (sid, _Redactions.of(_worker_backend, sid))
-    return _check_chunk(_worker_backend, sid, start, _worker_reds[1], keep_rows=False)
+    out: list[_Chunk] = []
+    for k in range(_TASK_CHUNKS):
+        out.append(_check_chunk(_worker_backend, sid, start + k * _CHUNK, _worker_reds[1], keep_rows=False))
+        if not out[-1].length:
+            break
+    return out
 
 
 def _usable_cpus() -> int:
@@ -337,20 +346,23 @@ def _session_parts(
         # small sessions queries for chunks they do not have.
         latest = backend.head(sid)
         hint = latest.size if latest is not None else 0
-        pending: deque[Future[_Chunk]] = deque()
+        pending: deque[Future[list[_Chunk]]] = deque()
         submitted = 0
         while True:
-            # At most two chunks per worker in flight: memory stays bounded.
+            # At most two tasks per worker in flight: memory stays bounded.
             while len(pending) < 2 * workers and (submitted <= hint or not pending):
-                pending.append(pool.submit(_worker_chunk, sid, submitted))
-                submitted += _CHUNK
-            chunk = pending.popleft().result()
-            if not chunk.length:
+                pending.append(pool.submit(_worker_chunks, sid, submitted))
+                submitted += _TASK_CHUNKS * _CHUNK
+            chunks = pending.popleft().result()
+            for chunk in chunks:
+                if not chunk.length:
+                    break
+                yield chunk
+                start += _CHUNK
+            if len(chunks) < _TASK_CHUNKS or not chunks[-1].length:
                 for f in pending:
                     f.cancel()
                 break
-            yield chunk
-            start += _CHUNK
     for rows in _chunks(backend.rows(sid, start, None, _CHUNK)):  # rows past a gap of a whole chunk
         yield _check_rows(rows)
 
