@@ -54,9 +54,22 @@ def _b3_leaf(entry: bytes) -> bytes:
 
 
 def _b3_leaves(entries: Iterable[bytes]) -> list[bytes]:
-    # The loop of _b3_leaf inlined: one Python frame for all leaves, not one per leaf.
-    copy, b3, prefix, most = _B3_LEAF.copy, blake3, LEAF_PREFIX, _PREABSORB_MAX
-    return [copy().update(e).digest() if len(e) <= most else b3(prefix + e).digest() for e in entries]
+    # One hasher, reset per leaf: cheaper than a new one (or a copy) each time. It is
+    # local to the call, so concurrent calls share nothing.
+    h = blake3()
+    reset, update, digest = h.reset, h.update, h.digest
+    prefix, most = LEAF_PREFIX, _PREABSORB_MAX
+    out: list[bytes] = []
+    append = out.append
+    for e in entries:
+        reset()
+        if len(e) <= most:
+            update(prefix)
+            update(e)
+        else:
+            update(prefix + e)
+        append(digest())
+    return out
 
 
 def _b3_node(left: bytes, right: bytes) -> bytes:
@@ -87,6 +100,12 @@ def _hasher(algo: str) -> tuple[Callable[[bytes], bytes], Callable[[bytes, bytes
 def leaf_hash(entry: bytes, algo: str = "blake3") -> bytes:
     """Return ``H(0x00 || entry)``."""
     return _hasher(algo)[0](entry)
+
+
+def leaf_hashes(entries: Iterable[bytes], algo: str = "blake3") -> list[bytes]:
+    """Return ``H(0x00 || entry)`` of each entry, in order (cheaper than one call per entry)."""
+    _hasher(algo)
+    return _leaves(entries, algo)
 
 
 def node_hash(left: bytes, right: bytes, algo: str = "blake3") -> bytes:
@@ -261,9 +280,17 @@ def _pairs(level: Sequence[bytes], algo: str) -> list[bytes]:
     """Return the next level up: neighbours paired, an odd last node dropped."""
     pairs = iter(level)
     if algo == "blake3":
-        # A copy of a hasher that has absorbed the prefix: no concatenation, no new state.
-        copy = _B3_NODE.copy
-        return [copy().update(a).update(b).digest() for a, b in zip(pairs, pairs)]
+        # One hasher reset per node, as for leaves; one update of 65 bytes is cheaper than three.
+        h = blake3()
+        reset, update, digest = h.reset, h.update, h.digest
+        prefix = NODE_PREFIX
+        out: list[bytes] = []
+        append = out.append
+        for a, b in zip(pairs, pairs):
+            reset()
+            update(prefix + a + b)
+            append(digest())
+        return out
     node = _hasher(algo)[1]
     return [node(a, b) for a, b in zip(pairs, pairs)]
 

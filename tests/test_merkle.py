@@ -844,3 +844,11 @@ def test_out_of_range_sizes_and_spans_raise_invalid_argument(n: int) -> None:
     for start, stop in ((0, n + 1), (-1, n), (1, 0), (n, n + 2)):
         with pytest.raises(InvalidArgument):
             merkle.span_root(entries, start, stop)
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+def test_leaf_hashes_equal_one_leaf_hash_per_entry(algo: str) -> None:
+    """Hashing entries together gives each entry's own leaf hash, on both sides of the pre-absorb size."""
+    entries = [b"", b"x", b"a" * 1023, b"b" * 1024, b"c" * 1025, b"d" * 5000, b"e" * 16384, b"f"]
+    assert merkle.leaf_hashes(entries, algo) == [merkle.leaf_hash(e, algo) for e in entries]
+    assert merkle.leaf_hashes(entries, algo) == [naive.leaf(e, algo) for e in entries]
