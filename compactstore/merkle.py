@@ -328,7 +328,10 @@ def span_root(entries: Sequence[bytes], start: int, stop: int, algo: str = "blak
     """
     _check_size("stop", stop, 0, len(entries))
     _check_size("start", start, 0, stop)
-    roots = [tree_root(entries[i << lv : (i + 1) << lv], algo) for lv, i in cover(start, stop)]
+    _hasher(algo)
+    # Every leaf of the span in one call, then each piece of the compact range from them.
+    leaves = _leaves(entries[start:stop], algo)
+    roots = [root_of_leaves(leaves[(i << lv) - start : ((i + 1) << lv) - start], algo) for lv, i in cover(start, stop)]
     return fold(roots, algo)
 
 
