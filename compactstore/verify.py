@@ -1,9 +1,16 @@
 """Whole-store verification: every cell is checked against a leaf, a head or a rule.
 
 Bodies are re-hashed and the trees rebuilt from them alone; stored leaves, subtree
-roots, heads and seals are then compared with what the bodies imply. Rows are read in
-chunks and only a frontier of O(log n) hashes is kept per session, so memory does not
-grow with the log.
+roots, heads and seals are then compared with what the bodies imply. Rows are read by
+chunks of 4096 positions and only a frontier of O(log n) hashes is kept per session, so
+memory does not grow with the log.
+
+A chunk whose rows are exactly its positions, with nothing wrong in any of them, is
+summarised where it is read: the root of its complete subtree, the root of each head's
+part of it, its stored subtrees checked. From ``PARALLEL_FROM`` events on, worker
+processes read and summarise chunks and the calling process only folds the summaries in
+order, O(log n) hashes per chunk and per head. Every other chunk is checked row by row,
+in order, which is what a summary stands for: the report is the same either way.
 """
 
 from __future__ import annotations
