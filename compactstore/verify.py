@@ -344,15 +344,16 @@ def _session_parts(
     for rows in _chunks(backend.rows(sid, _FLOOR, 0, _CHUNK)):  # rows no real append could write
         yield _check_rows(rows)
     start = 0
-    if pool is None:
+    # The latest head's size is a hint only (a wrong one costs time, never a finding): a
+    # session within one chunk is checked here, sparing many small sessions the
+    # hand-overs, and past the hint tasks go one at a time.
+    latest = backend.head(sid) if pool is not None else None
+    hint = latest.size if latest is not None else 0
+    if pool is None or hint < _CHUNK:
         while (chunk := _check_chunk(backend, sid, start, reds, keep_rows=True)).length:
             yield chunk
             start += _CHUNK
     else:
-        # The latest head's size (a hint only: past it, one chunk at a time) spares
-        # small sessions queries for chunks they do not have.
-        latest = backend.head(sid)
-        hint = latest.size if latest is not None else 0
         pending: deque[Future[list[_Chunk]]] = deque()
         submitted = 0
         while True:
