@@ -19,8 +19,13 @@ them. Building the 1,000,000-event session takes a few minutes:
     python benchmarks/append.py                     # the full measurement
     python benchmarks/append.py --quick             # what `make bench` runs
 
-Part 3, only with ``COMPACTSTORE_BENCH_PG_URL`` set (a PostgreSQL database on loopback
-whose user may create schemas): the same against plain psycopg 3.
+Part 3, PostgreSQL: the same against plain psycopg 3, in a database named by
+``--pg-url`` or ``COMPACTSTORE_BENCH_PG_URL`` (on loopback, whose user may create
+schemas), or in a throwaway cluster that ``--pg-temp`` starts as ``tests/pg.py`` does
+(``fsync`` on, the server's defaults: durable commits; ``--pg-temp nofsync`` for the
+tests' settings, where round trips dominate):
+
+    python benchmarks/append.py --only postgres --pg-temp
 
 Writes benchmarks/results/append.json.
 """
@@ -34,7 +39,8 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
@@ -286,6 +292,26 @@ def postgres_rows(repeat: int, url: str, singles: int) -> Section:
     return section
 
 
+@contextmanager
+def _pg_server(url: str | None, temp: str | None) -> Iterator[str]:
+    """Yield ``url``, or the URL of a throwaway cluster (``temp``: "fsync" or "nofsync") stopped afterwards."""
+    if not temp:
+        assert url is not None
+        yield url
+        return
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+    from pg import TempServer, find_bin_dir
+
+    bin_dir = find_bin_dir()
+    if bin_dir is None:
+        raise SystemExit("--pg-temp: no initdb/pg_ctl on PATH or under /usr/lib/postgresql/*/bin")
+    server = TempServer(bin_dir, durable=temp == "fsync")
+    try:
+        yield server.start()
+    finally:
+        server.stop()
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run every part, print its table and write benchmarks/results/append.json."""
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
@@ -295,6 +321,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scale", type=int, help="events in the largest session (10,000 and 100,000 come with it)")
     parser.add_argument("--singles", type=int, default=100, help="single appends per timed round (default 100)")
     parser.add_argument("--only", nargs="*", choices=["durability", "scale", "postgres"], help="run only these parts")
+    parser.add_argument("--pg-url", help=f"PostgreSQL database for part 3 (default: ${PG_ENV})")
+    parser.add_argument("--pg-temp", nargs="?", const="fsync", choices=["fsync", "nofsync"],
+                        help="run part 3 in a throwaway cluster started for it (default fsync on)")
     args = parser.parse_args(argv)
     if args.scale:
         sizes = sorted({SMALL, min(100_000, args.scale), args.scale})
@@ -310,15 +339,16 @@ def main(argv: list[str] | None = None) -> int:
         result = part()
         result.print()
         sections.append(result)
-    url = os.environ.get(PG_ENV)
+    url = args.pg_url or os.environ.get(PG_ENV)
     if args.only and "postgres" not in args.only:
         pass
-    elif url:
-        result = postgres_rows(args.repeat, url, args.singles)
+    elif url or args.pg_temp:
+        with _pg_server(url, args.pg_temp) as where:
+            result = postgres_rows(args.repeat, where, args.singles)
         result.print()
         sections.append(result)
     else:
-        print(f"\n(PostgreSQL part skipped: set {PG_ENV} to a database on loopback to run it)")
+        print(f"\n(PostgreSQL part skipped: give --pg-temp, --pg-url or {PG_ENV} to run it)")
     path = harness.write_json("append", info, sections, repeat=args.repeat, sizes=sizes)
     print(f"\nwrote {path}")
     return 0

@@ -28,10 +28,26 @@ twice, by each resumer:
   ``compactstore.reconstruct`` (the invention guard), which refuses it.
 
 The resumed agent must act on the literals its open obligations need and decide which
-proposed approaches are still allowed. A resume is divergent when its two runs disagree,
-or when it acts on a literal that differs from the log or allows an approach the log
-rejected (or forbids one it did not). Seed 003 reports that checking markers at emission
-takes divergence to zero at the cost of about 8% more raw-checkpoint fallbacks.
+proposed approaches are still allowed. Both resumers read a context the same way: a
+binding's value is the one bound at the latest position the context shows, unless the
+node retains that position as superseded (then the key has no current value); an
+approach is rejected when a raw rejection or a retained one names it. A resume is
+divergent when its two runs disagree, or when it acts on a literal that differs from the
+log or allows an approach the log rejected (or forbids one it did not); a literal it
+refuses to act on is a refusal, not a divergence. Seed 003 reports that checking markers
+at emission takes divergence to zero at the cost of about 8% more raw-checkpoint
+fallbacks.
+
+What a certified resume promises, and so what this simulation holds it to: its context
+(the raw events before the node, the node, the raw events after it) retains every
+failed, rejected or superseded event of the node's span and every earlier event the span
+supersedes (a value bound before the span and re-bound in it: the raw event before the
+node would otherwise pass for current), lists every item open at the boundary, and keeps
+or spills every non-regenerable value that an obligation open at the checkpoint needs
+and that was last bound in the span. It does not promise a regenerable value (a node may
+drop it: the resumer re-fetches it, exactly, from the tool), a value no open obligation
+needs, the truth of the summary's prose, or which proposals were revised (the allowed
+approaches here follow proposals and rejections only).
 
 Writes benchmarks/results/resume_sim.json.
 """
@@ -192,9 +208,14 @@ class Agent:
                 t.negatives[old] = pos
 
     def _facts(self, start: int, stop: int) -> list[int]:
-        """Return the negative facts of ``[start, stop)`` known at ``stop``, minus the summarizer's drops."""
+        """Return the negative facts a node over ``[start, stop)`` owes, minus the summarizer's drops.
+
+        Those of the span known at ``stop``, and those of earlier events that the span
+        made negative (a value bound before it and re-bound in it, a plan revised in it).
+        """
         return [p for p, cause in sorted(self.truth.negatives.items())
-                if start <= p < stop and cause < stop and self.rng.random() >= (self.drop or 0)]
+                if p < stop and cause < stop and (p >= start or cause >= start)
+                and self.rng.random() >= (self.drop or 0)]
 
     def compact(self) -> None:
         """Compact the span since the last node, losing facts and literals at the drop rate.
@@ -239,27 +260,30 @@ class Agent:
 def _literal_sources(s: cs.Session, node: cs.Node | None, raw: list[tuple[int, cs.Event]]) -> dict[str, Any]:
     """Return the binding values a context shows: raw bindings, the node's kept excerpts and spills.
 
-    Where a key shows more than once, the value bound at the latest position wins.
+    Where a key shows more than once, the value bound at the latest position wins. When the
+    node says that latest value is superseded (re-bound inside its span, the new value
+    neither kept nor spilled), the key has no current value in the context: an older
+    value is staler still, so the resumer re-fetches the key or must not act on it.
     """
     found: dict[str, tuple[int, Any]] = {}
+    superseded = set() if node is None else {f.pos for f in node.negative_facts if f.status == "superseded"}
 
     def see(pos: int, key: str, value: Any) -> None:
         if key not in found or found[key][0] < pos:
             found[key] = (pos, value)
 
     if node is not None:
-        superseded = {f.pos for f in node.negative_facts if f.status == "superseded"}
         for e in node.kept:
-            if e.path == "value" and e.pos not in superseded:  # the summary says it is no longer current
+            if e.path == "value":
                 bound = s.read(e.pos).event  # only for the key's name: the value is the excerpt's
                 if isinstance(bound, cs.Binding):
                     see(e.pos, bound.key, e.value)
-        for sp in node.spills:
+        for sp in node.spills:  # an L2 carries its children's spills, maybe of values re-bound since
             see(sp.source, sp.key, s.spilled(sp.handle))
     for pos, e in raw:
         if isinstance(e, cs.Binding):
             see(pos, e.key, e.value)
-    return {k: v for k, (_, v) in found.items()}
+    return {k: v for k, (p, v) in found.items() if p not in superseded}
 
 
 def _rejections(node: cs.Node | None, raw: list[tuple[int, cs.Event]]) -> set[str]:

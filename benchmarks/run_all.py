@@ -8,7 +8,8 @@ Each benchmark runs in its own process, one after the other, and prints its own 
 (command, machine, min / median / max, ratios measured side by side). Afterwards this
 writes benchmarks/results/summary.json (what ran, how long it took, every goal line) and
 benchmarks/results/scaling.png (append throughput, and resume and proof latency, against
-log size), and prints the goal lines of every benchmark together.
+log size; beside them, each adapter's throughput over that of the stock store it
+replaces), and prints the goal lines of every benchmark together.
 """
 
 from __future__ import annotations
@@ -34,12 +35,13 @@ SUITE: list[tuple[str, list[str], list[str]]] = [
     ("resume", [], ["--sizes", "10000,100000,1000000"]),
     ("resume_sim", [], ["--sessions", "40"]),
     ("peers", ["--quick"], []),
+    ("adapters", ["--quick"], []),
 ]
 BUDGET_S = 15 * 60
 
 
 def plot(results: dict[str, Any], out: Path) -> Path | None:
-    """Draw append throughput and resume / proof latency against log size; return the PNG path."""
+    """Draw append throughput and resume / proof latency against log size, and the adapters; return the PNG path."""
     try:
         import matplotlib
 
@@ -48,7 +50,7 @@ def plot(results: dict[str, Any], out: Path) -> Path | None:
     except ImportError:
         print("(no plot: matplotlib is not installed; pip install -e '.[bench]')")
         return None
-    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 6.5))
+    fig, (left, right, side) = plt.subplots(1, 3, figsize=(19, 6.5), gridspec_kw={"width_ratios": [1, 1, 0.9]})
     append = results.get("append")
     if append:
         scale = next((s for s in append["sections"] if s["title"].startswith("Append throughput against")), None)
@@ -87,6 +89,7 @@ def plot(results: dict[str, Any], out: Path) -> Path | None:
     right.grid(True, which="both", alpha=0.3)
     if right.lines:
         right.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2)
+    _adapters(side, results.get("adapters"), results.get("peers"))
     machine = next((r["machine"] for r in results.values() if "machine" in r), None)
     if machine:
         fig.suptitle(f"compactstore {machine['packages'].get('compactstore', '')} on {machine['cpu']} "
@@ -95,6 +98,54 @@ def plot(results: dict[str, Any], out: Path) -> Path | None:
     fig.savefig(out, dpi=110)
     plt.close(fig)
     return out
+
+
+def _adapters(ax: Any, adapters: dict[str, Any] | None, peers: dict[str, Any] | None) -> None:
+    """Draw, mode by mode, each adapter's throughput over that of the stock store it replaces.
+
+    The adapters have no log-size axis (their cost per item does not depend on it), so
+    they get one bar per mode: the ratio between medians of one interleaved run, the
+    goal (1.0) as a line, and the items per second of both sides beside the bar.
+    """
+    rows: list[tuple[str, float, str]] = []
+    data = adapters["sections"][0]["data"] if adapters and adapters.get("sections") else []
+    groups: dict[tuple[str, int], dict[str, dict[str, Any]]] = {}
+    for d in data:
+        side = d.get("side") or ("adapter" if d["store"].startswith("CompactStore") else "stock")
+        groups.setdefault((d["framework"], d["per_call"]), {})[side] = d
+    for (framework, per_call), sides in groups.items():
+        if "stock" in sides and "adapter" in sides:
+            ours, theirs = sides["adapter"], sides["stock"]
+            method = ours["store"].split(".")[-1]
+            rows.append((f"{framework} {method}\n{per_call} per call",
+                         ours["items_per_s"] / theirs["items_per_s"],
+                         f"{ours['items_per_s']:,.0f} vs {theirs['items_per_s']:,.0f} items/s"))
+    # The full-state checkpoint per turn is measured only by peers.py.
+    state = {d["store"]: d for d in (peers["sections"][0]["data"] if peers and peers.get("sections") else [])
+             if d["mode"] == "full state per turn"}
+    ours, theirs = state.get("compactstore via langgraph adapter, full state"), state.get("langgraph put, full state")
+    if ours and theirs:
+        rows.append(("LangGraph put\nfull state per turn", ours["turns_per_s"] / theirs["turns_per_s"],
+                     f"{ours['turns_per_s']:,.0f} vs {theirs['turns_per_s']:,.0f} turns/s"))
+    ax.set_title("Adapters against the stores they replace")
+    if not rows:
+        ax.text(0.5, 0.5, "no adapters.json or peers.json", ha="center", va="center", transform=ax.transAxes)
+        ax.set_axis_off()
+        return
+    ys = list(range(len(rows)))
+    ratios = [r for _, r, _ in rows]
+    bars = ax.barh(ys, ratios, height=0.6, color=["C0" if r >= 1.0 else "C1" for r in ratios])
+    for bar, (_, r, detail) in zip(bars, rows):
+        # Right of the goal line as well as of the bar, so the line never crosses the text.
+        ax.annotate(f"{r:.2f}x\n{detail}", (max(bar.get_width(), 1.0), bar.get_y() + bar.get_height() / 2),
+                    xytext=(5, 0), textcoords="offset points", va="center", fontsize=8)
+    ax.axvline(1.0, color="0.3", linestyle="--", linewidth=1, label="goal: >= 1.0 (as fast as the stock store)")
+    ax.set_yticks(ys, [label for label, _, _ in rows], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlim(0, max(2.0, max(ratios) * 1.6))
+    ax.set_xlabel("adapter / stock store, items per second (medians)")
+    ax.grid(True, axis="x", alpha=0.3)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=1)
 
 
 def main(argv: list[str] | None = None) -> int:

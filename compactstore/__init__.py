@@ -40,7 +40,7 @@ from .events import (
     tick_clock,
 )
 from .markers import Marker, Violation
-from .resolver import Artifact, ContextItem, RawItem, Resolution, SummaryItem, reconstruct
+from .resolver import Artifact, ContextItem, RawItem, Resolution, RestoredSpan, SummaryItem, reconstruct
 from .store import Record, Session, Store, TreeHead, open
 from .verify import Problem, VerifyReport
 
@@ -50,6 +50,7 @@ __all__ = [
     "Marker",
     "RawItem",
     "Resolution",
+    "RestoredSpan",
     "SummaryItem",
     "Violation",
     "reconstruct",

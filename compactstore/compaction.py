@@ -14,7 +14,8 @@ needs the lost literal, where nothing points back at the compaction.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterable, Sequence
+import struct
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
@@ -22,11 +23,12 @@ from blake3 import blake3
 
 from . import events as ev
 from . import merkle
-from .errors import CompactionInvariantError, IntegrityError, InvalidArgument
+from .errors import CompactionInvariantError, IntegrityError, InvalidArgument, InvalidEvent
 from .events import Excerpt, Fact, Item, LossClass, SpillRef
 from .structure import Structure, build, text_of
 
 if TYPE_CHECKING:
+    from .backends import Row
     from .store import Record, Session
 
 __all__ = [
@@ -36,6 +38,8 @@ __all__ = [
     "Node",
     "Risk",
     "Summarizer",
+    "content_digest",
+    "content_digest_of",
     "extractive",
 ]
 
@@ -67,6 +71,8 @@ class Node(msgspec.Struct, frozen=True):
         loss: its loss class.
         children: positions of the tier-1 nodes an L2 node digests.
         negative_facts, unresolved, kept, spills: what it retains.
+        content_digest: :func:`content_digest` of the span's bodies when the node was
+            written, or None (a node written before it existed, or over a redacted body).
     """
 
     session: str
@@ -84,6 +90,7 @@ class Node(msgspec.Struct, frozen=True):
     spills: list[SpillRef]
     contract: str | None
     leaf: bytes
+    content_digest: bytes | None = None
 
     @classmethod
     def from_record(cls, record: Record) -> Node:
@@ -98,7 +105,7 @@ class Node(msgspec.Struct, frozen=True):
         return cls(
             record.session, record.pos, s.tier, s.start, s.stop, bytes.fromhex(s.span_root), s.summary, s.loss,
             list(s.children), list(s.negative_facts), list(s.unresolved), list(s.kept), list(s.spills),
-            s.contract, record.leaf,
+            s.contract, record.leaf, None if s.content_digest is None else _unhex(s.content_digest),
         )
 
 
@@ -244,6 +251,130 @@ def kept_keys(node: ev.Summary | Node, s: Structure) -> set[str]:
     return _keys_of(node.kept, s) | {sp.key for sp in node.spills}
 
 
+def _unhex(text: str) -> bytes | None:
+    # A malformed digest certifies nothing: restoration then falls back to the span root.
+    try:
+        return bytes.fromhex(text)
+    except ValueError:
+        return None
+
+
+#: Separates a span's content digest from every other BLAKE3 input in the store.
+CONTENT_TAG = b"compactstore/span-content/v1\x00"
+
+
+def content_digest(bodies: Sequence[bytes]) -> bytes:
+    """Return the content digest of a span: one BLAKE3 over its bodies, in order.
+
+    The input is ``CONTENT_TAG``, the bodies back to back, then each body's length and
+    their number (8-byte big-endian integers). The lengths make the encoding injective,
+    so a missing, extra, reordered or altered body changes the digest; the bodies go
+    in as one buffer, which BLAKE3 hashes several chunks at a time (a body at a time
+    it could not), and the lengths after them, so a long span can be streamed.
+    """
+    return content_digest_of([bodies])
+
+
+def content_digest_of(chunks: Iterable[Sequence[bytes]]) -> bytes:
+    """Return :func:`content_digest` of the bodies of ``chunks`` taken in order, streaming."""
+    h = blake3(CONTENT_TAG)
+    lengths: list[int] = []
+    for chunk in chunks:
+        h.update(b"".join(chunk))
+        lengths.extend(map(len, chunk))
+    n = len(lengths)
+    h.update(struct.pack(f">{n}QQ", *lengths, n))
+    return h.digest()
+
+
+#: Rows per query when a span is streamed (memory stays flat however long the span).
+_CHUNK = 2048
+
+
+def _span_rows(session: Session, start: int, stop: int) -> Iterator[list[Row]]:
+    """Yield the stored rows of ``[start, stop)`` in chunks; raise if a position is missing or out of order."""
+    backend, nxt = session.store.backend, start
+    chunk: list[Row] = []
+    for row in backend.rows(session._require_sid(), start, stop, _CHUNK):
+        if row.pos != nxt:
+            raise IntegrityError(f"position {nxt} is missing", session=session.name, pos=nxt)
+        nxt += 1
+        chunk.append(row)
+        if len(chunk) == _CHUNK:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+    if nxt != stop:
+        raise IntegrityError(f"position {nxt} is missing", session=session.name, pos=nxt)
+
+
+def span_content(session: Session, start: int, stop: int) -> bytes | None:
+    """Return :func:`content_digest` of stored ``[start, stop)``, or None if a body there is redacted."""
+    erased = False
+
+    def bodies() -> Iterator[list[bytes]]:
+        nonlocal erased
+        for chunk in _span_rows(session, start, stop):
+            erased = erased or any(r.body is None for r in chunk)
+            yield [r.body or b"" for r in chunk]
+
+    got = content_digest_of(bodies())
+    return None if erased else got  # an erased body can never be certified again
+
+
+def check_content_digest(session: Session, node: ev.Summary, pos: int, pending: Sequence[Row]) -> None:
+    """Refuse a node at ``pos`` whose content digest is not that of its span's bodies.
+
+    A node is trusted with its content digest only because nothing else can enter the
+    log: each body it digests must match its leaf, the leaves must give the span root
+    it records (which restoration checks against the tree again), and the bodies must
+    be the stored ones, or those of ``pending`` (the rows of the same batch before it).
+    Then a restoration that matches the digest has the very bodies the tree holds,
+    without rehashing the tree.
+
+    Raises:
+        InvalidEvent: naming ``content_digest`` or ``span_root``; nothing is written.
+    """
+    start, stop = node.start, node.stop
+    if not (isinstance(start, int) and isinstance(stop, int) and 0 <= start < stop <= pos):
+        raise InvalidEvent("content_digest", f"span [{start}, {stop}) is not a non-empty span before pos {pos}")
+    first = pending[0].pos if pending else pos
+    leaves: list[bytes] = []  # kept only when part of the span is in this batch, with no stored roots yet
+
+    def bodies() -> Iterator[list[bytes]]:
+        try:
+            stored = _span_rows(session, start, min(stop, first)) if start < first else iter(())
+            for chunk in [*stored, list(pending[max(0, start - first) : max(0, stop - first)])]:
+                for r in chunk:
+                    if r.body is None:
+                        raise InvalidEvent("content_digest", f"pos {r.pos} in [{start}, {stop}) is redacted: nothing to digest")
+                    leaf = merkle.leaf_hash(r.body)
+                    if leaf != r.leaf:
+                        raise InvalidEvent("content_digest", f"the body at pos {r.pos} does not match its leaf")
+                    if stop > first:
+                        leaves.append(leaf)
+                yield [r.body or b"" for r in chunk]
+        except IntegrityError as exc:
+            raise InvalidEvent("content_digest", exc.args[0]) from exc
+
+    want = content_digest_of(bodies()).hex()
+    if len(leaves) not in (0, stop - start):
+        raise InvalidEvent("content_digest", f"[{start}, {stop}) is not complete before pos {pos}")
+    root = span_root_of(leaves, start, stop) if stop > first else session.span_root(start, stop)
+    if root.hex() != node.span_root:
+        raise InvalidEvent("span_root", f"[{start}, {stop}) gives {root.hex()[:16]}…, the node says {node.span_root[:16]}…")
+    if node.content_digest != want:
+        got = node.content_digest or ""
+        raise InvalidEvent("content_digest", f"got {got[:16]}…, the bodies of [{start}, {stop}) give {want[:16]}…")
+
+
+def span_root_of(leaves: Sequence[bytes], start: int, stop: int) -> bytes:
+    """Return the span root of positions ``[start, stop)`` from their leaf hashes (``leaves[0]`` is ``start``'s)."""
+    return merkle.fold([merkle.root_of_leaves(leaves[(i << lv) - start : ((i + 1) << lv) - start])
+                        for lv, i in merkle.cover(start, stop)])
+
+
 def value_digest(value: ev.JSON) -> str:
     """Return the hex BLAKE3 digest of a value's canonical JSON."""
     return blake3(ev.encode_json(value).encode()).hexdigest()
@@ -384,10 +515,15 @@ def compact(
         node = ev.Summary(
             tier=1, start=start, stop=stop, span_root=session.span_root(start, stop).hex(), summary=text,
             loss=loss, negative_facts=facts, unresolved=items, kept=kept, spills=refs, contract=contract,
+            content_digest=_hex(span_content(session, start, stop)),
         )
         return [(e, None) for e in [*spill_events, node]]
 
     return Node.from_record(session._commit(build_events)[-1])
+
+
+def _hex(digest: bytes | None) -> str | None:
+    return None if digest is None else digest.hex()
 
 
 def _loss(loss: object) -> LossClass:
@@ -450,6 +586,7 @@ def digest(
             kept=_dedupe(e for c in children for e in c.kept),
             spills=sorted({r for c in children for r in c.spills}, key=lambda r: r.handle),
             contract="; ".join(c.contract for c in children if c.contract) or None,
+            content_digest=_hex(span_content(session, start, stop)),
         )
         return [(node, None)]
 

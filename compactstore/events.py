@@ -192,7 +192,10 @@ class Summary(Event, frozen=True, tag="node"):
     """A summary node: tier 1 over raw positions, tier 2 over contiguous tier-1 nodes.
 
     ``span_root`` (hex) is the root of raw positions ``[start, stop)``, which ties the
-    node to exactly the events it replaced.
+    node to exactly the events it replaced. ``content_digest`` (hex), when present, is
+    one BLAKE3 over those events' bodies (see :func:`compactstore.compaction.content_digest`),
+    so the span can be restored and certified with one hash instead of a Merkle rehash;
+    absent, it is omitted from the body, so nodes written without it keep their bytes.
     """
 
     tier: int
@@ -207,6 +210,7 @@ class Summary(Event, frozen=True, tag="node"):
     kept: list[Excerpt] = []
     spills: list[SpillRef] = []
     contract: str | None = None
+    content_digest: str | None = None
 
 
 class Spill(Event, frozen=True, tag="spill"):

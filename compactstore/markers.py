@@ -7,7 +7,8 @@ promise holds only if, for the node the agent will load:
 1. closure: every tool call, handle or obligation opened in its span and still open
    at its boundary is listed there as UNRESOLVED;
 2. negative-fact retention: every failed, rejected or superseded event of its span
-   is retained in it;
+   is retained in it, and so is every earlier event its span supersedes (the context
+   shows that event raw, and only the node can say it is no longer current);
 3. anchoring: every node on its path carries the span root the log gives for its
    span, its excerpts and spills match the log, and every non-regenerable binding an
    open obligation needs from its span is kept verbatim or spilled.

@@ -10,6 +10,9 @@ certified nor the log, and two resumes could patch it differently.
 ``reconstruct`` is the boundary between expansion and restoration: tolerant operations
 may use a lossy artifact as a prior; restoration operations need a LOSSLESS artifact
 whose digest verifies and whose every literal matches the durable source.
+
+``restore_span`` goes back to that durable source: the raw events a summary node
+replaced, exactly as logged, certified against the node and the node against the tree.
 """
 
 from __future__ import annotations
@@ -22,8 +25,8 @@ from blake3 import blake3
 
 from . import events as ev
 from . import merkle
-from .compaction import Node
-from .errors import IntegrityError, InvalidArgument, ReconstructionUnsoundError
+from .compaction import Node, content_digest, span_root_of
+from .errors import CompactStoreError, IntegrityError, InvalidArgument, ReconstructionUnsoundError
 from .events import JSON, LossClass
 from .markers import CONDITIONS, Marker, check
 from .seal import head_mac
@@ -332,3 +335,90 @@ def restore(
         used = {**(raw if isinstance(raw, dict) else {}), **(uses or {})}
         session.append(ev.Attempt(key=attempt, operation=operation, literals=used))
     return payload
+
+
+# --- restoring a raw span ---------------------------------------------------------
+
+
+class RestoredSpan(msgspec.Struct, frozen=True):
+    """The raw events ``[start, stop)`` a summary node replaced, exactly as logged.
+
+    Attributes:
+        session: the session's name.
+        node: the position of the node whose span this is.
+        start, stop: the raw positions covered.
+        bodies: each event's canonical bytes, in position order: exactly what its leaf hashes.
+        certified_by: ``content_digest`` (one BLAKE3 over the bodies matched the node's)
+            or ``span_root`` (the bodies' Merkle root was rebuilt, for a node written
+            without a content digest).
+    """
+
+    session: str
+    node: int
+    start: int
+    stop: int
+    bodies: list[bytes]
+    certified_by: Literal["content_digest", "span_root"]
+
+    def events(self) -> list[ev.Event]:
+        """Return the events, decoded from their bodies (not done until asked)."""
+        return [ev.decode(b) for b in self.bodies]
+
+
+def restore_span(session: Session, node: Node | int) -> RestoredSpan:
+    """Return the raw events a node covers, certified; see :meth:`Session.restore_span`."""
+    pos = node.pos if isinstance(node, Node) else node
+    store, backend, name = session.store, session.store.backend, session.name
+    # The node is read again from the log: a Node passed in is only a position here.
+    sid = session._sid()
+    row = backend.row(sid, pos) if sid is not None else None
+    if sid is None or row is None:
+        raise InvalidArgument("node", f"no event at {pos} in session {name!r}")
+    record = session._record(row)
+    n = Node.from_record(record)
+    if merkle.leaf_hash(record.body) != record.leaf:
+        raise IntegrityError(f"node at pos {pos} does not match its leaf", session=name, pos=pos)
+    if store.keyed and store.mac_key is None:
+        raise CompactStoreError("this store is keyed", hint="open it with its key to certify a restoration")
+    head = backend.head(sid)
+    if head is None or head.seal != store._seal(name, head.size, head.root, head.prev):
+        raise IntegrityError("the latest tree head's seal does not verify", session=name)
+    if not (0 <= n.start < n.stop <= pos < head.size):
+        raise IntegrityError(f"node at pos {pos} covers [{n.start}, {n.stop}), not a span before it", session=name, pos=pos)
+    # One read of stored roots serves both: the node's inclusion in the sealed head, and
+    # the root of its span, which must be the one the node records.
+    spans = [*merkle.inclusion_spans(pos, head.size), (n.start, n.stop)]
+    coords = {c for a, b in spans for c in merkle.cover(a, b)}
+    *proof, span_root = merkle.spans_root(spans, merkle.resolve(coords, lambda c: backend.hashes(sid, c)))
+    if merkle.root_from_inclusion(record.leaf, pos, head.size, proof) != head.root:
+        raise IntegrityError(f"node at pos {pos} is not in the tree of the latest head", session=name, pos=pos)
+    if span_root != n.span_root:
+        raise IntegrityError(
+            f"span root of [{n.start}, {n.stop}): the tree gives {span_root.hex()[:16]}…, "
+            f"node at pos {pos} records {n.span_root.hex()[:16]}…",
+            session=name, pos=pos,
+        )
+    got = backend.bodies(sid, n.start, n.stop)
+    if len(got) != n.stop - n.start:
+        raise IntegrityError(f"[{n.start}, {n.stop}) holds {len(got)} events, want {n.stop - n.start}", session=name, pos=n.start)
+    try:
+        # Hashing refuses a None (redacted) body by itself: no separate pass over the span.
+        if n.content_digest is not None:
+            by: Literal["content_digest", "span_root"] = "content_digest"
+            ok = content_digest(got) == n.content_digest  # type: ignore[arg-type]
+        else:
+            by = "span_root"
+            ok = span_root_of([merkle.leaf_hash(b) for b in got], n.start, n.stop) == n.span_root  # type: ignore[arg-type]
+    except TypeError:
+        if None not in got:
+            raise
+        erased = sorted(p for p in backend.redactions(sid) if n.start <= p < n.stop)
+        raise ReconstructionUnsoundError(
+            f"[{n.start}, {n.stop}) cannot be restored: positions {erased} were redacted, only their leaves remain"
+        ) from None
+    if not ok:
+        raise IntegrityError(
+            f"the bodies of [{n.start}, {n.stop}) do not give the {by.replace('_', ' ')} of node at pos {pos}",
+            session=name, pos=pos,
+        )
+    return RestoredSpan(name, pos, n.start, n.stop, got, by)  # type: ignore[arg-type]

@@ -22,7 +22,7 @@ from . import events as ev
 from .compaction import AUTO, Finding, Node, OnRisk, Summarizer, _as_list, _Auto, _structure
 from .events import LossClass
 from .markers import Marker
-from .resolver import Artifact, Resolution
+from .resolver import Artifact, Resolution, RestoredSpan
 from .backends import SCHEMA_VERSION, Backend, HeadRow, Row, open_backend
 from .errors import CompactStoreError, ConflictError, IntegrityError, InvalidArgument, InvalidEvent
 from .seal import derive_key, head_mac, key_check, seal
@@ -310,6 +310,8 @@ class Session:
                 if event.supersedes is not None and event.supersedes >= pos:
                     where = f"events[{i}].supersedes" if len(prepared) > 1 else "supersedes"
                     raise InvalidEvent(where, f"must name an earlier position (< {pos}), got {event.supersedes}")
+                if isinstance(event, ev.Summary) and event.content_digest is not None:
+                    compaction.check_content_digest(self, event, pos, rows)
                 leaf = merkle.leaf_hash(p.body)
                 nodes.extend(n for n in frontier.append(leaf) if merkle.is_stored(n[0]))
                 rows.append(Row(seq + len(rows) if seq is not None else 0, sid, pos, event.kind, key, leaf, p.body))
@@ -451,7 +453,8 @@ class Session:
     ) -> Node:
         """Append a compaction: an L1 summary node over raw positions ``[start, stop)``.
 
-        The node records the span root (from the tree, O(log n)), the summary (given,
+        The node records the span root (from the tree, O(log n)), the content digest of
+        the span's bodies (see :meth:`restore_span`), the summary (given,
         or made by ``summarizer`` from the span's records; the extractive one by
         default), its loss class, the negative facts it retains and the items it lists
         as unresolved (both filled from the log's structure unless given), and the
@@ -558,6 +561,26 @@ class Session:
         """Return the artifact a later instance expands from ``node``: loss class, payload, digest."""
         return resolver.artifact(self, node if isinstance(node, Node) else self.node(node))
 
+    def restore_span(self, node: Node | int) -> RestoredSpan:
+        """Return the raw events ``node`` replaced, exactly as logged, certified against the tree.
+
+        The node is read from the log, its leaf re-hashed and proven in the latest
+        sealed tree head, and the span root it records checked against the tree, in
+        O(log n). The span's bodies are then read in one query and certified by one
+        BLAKE3 over them against the node's content digest; a node written without one
+        is certified by rebuilding the span's Merkle root instead. Bodies are not
+        decoded until :meth:`RestoredSpan.events` is called. Any loss class: the raw
+        log, not the summary, is the source.
+
+        Raises:
+            IntegrityError: a body, the node or the tree does not match: nothing is returned.
+            ReconstructionUnsoundError: a body in the span was redacted.
+            InvalidArgument: there is no summary node at that position.
+        """
+        pos = node.pos if isinstance(node, Node) else node
+        _position("node", pos)
+        return resolver.restore_span(self, pos)
+
     def lookup(self, name: str) -> ev.JSON | None:
         """Return a literal's exact value from the log (a binding key, or ``pos:path``), or None."""
         if not isinstance(name, str):
@@ -627,16 +650,21 @@ class Session:
                 redacted = self.store.backend.redactions(sid)
             yield self._record(row, redacted)
 
-    def _bounded(self, name: str, value: int | None, lo: int) -> tuple[int, int]:
-        """Return ``(value or size, size)`` after checking ``lo <= value <= size``."""
-        size = self.size
+    def _bounded(self, name: str, value: int | None, lo: int) -> tuple[int, int | None]:
+        """Return ``(value or size, session id)`` after checking ``lo <= value <= size``.
+
+        The id comes back so that the roots can be read without looking it up again.
+        """
+        sid = self._sid()
+        head = self.store.backend.head(sid) if sid is not None else None
+        size = head.size if head else 0
         value = size if value is None else value
         if not isinstance(value, int) or not lo <= value <= size:
             raise InvalidArgument(name, f"must be in [{lo}, {size}] for session {self.name!r}, got {value!r}")
-        return value, size
+        return value, sid
 
-    def _roots(self, spans: Sequence[merkle.Span]) -> list[bytes]:
-        sid = self._sid()
+    def _roots(self, spans: Sequence[merkle.Span], sid: int | None) -> list[bytes]:
+        """Return the root of each span from stored roots, all read in one ``hashes`` call."""
         coords = {c for a, b in spans for c in merkle.cover(a, b)}
         if sid is None or not coords:
             return merkle.spans_root(spans, {}, HASH)
@@ -645,35 +673,35 @@ class Session:
 
     def head(self, size: int | None = None) -> TreeHead:
         """Return the tree head at ``size`` (default: now), with a MAC when the store is keyed."""
-        size, _ = self._bounded("size", size, 0)
-        (root,) = self._roots([(0, size)])
+        size, sid = self._bounded("size", size, 0)
+        (root,) = self._roots([(0, size)], sid)
         mac = head_mac(self.store.mac_key, self.name, size, root) if self.store.mac_key else None
         return TreeHead(self.name, size, root, mac)
 
     def span_root(self, start: int, stop: int) -> bytes:
         """Return the root of positions ``[start, stop)`` (see :func:`merkle.span_root`), in O(log n)."""
-        stop, _ = self._bounded("stop", stop, 0)
+        stop, sid = self._bounded("stop", stop, 0)
         if not isinstance(start, int) or not 0 <= start <= stop:
             raise InvalidArgument("start", f"must be in [0, {stop}], got {start!r}")
-        return self._roots([(start, stop)])[0]
+        return self._roots([(start, stop)], sid)[0]
 
     def inclusion_proof(self, pos: int, size: int | None = None) -> list[bytes]:
         """Return the RFC 9162 inclusion proof of ``pos`` in the tree of ``size`` (default: now).
 
         Check it with :func:`compactstore.merkle.verify_inclusion`.
         """
-        size, _ = self._bounded("size", size, 1)
+        size, sid = self._bounded("size", size, 1)
         if not isinstance(pos, int) or not 0 <= pos < size:
             raise InvalidArgument("pos", f"must be in [0, {size - 1}], got {pos!r}")
-        return self._roots(merkle.inclusion_spans(pos, size))
+        return self._roots(merkle.inclusion_spans(pos, size), sid)
 
     def consistency_proof(self, old_size: int, new_size: int | None = None) -> list[bytes]:
         """Return the RFC 9162 consistency proof between tree sizes ``old_size`` and ``new_size``.
 
         Check it with :func:`compactstore.merkle.verify_consistency`.
         """
-        new_size, _ = self._bounded("new_size", new_size, 0)
+        new_size, sid = self._bounded("new_size", new_size, 0)
         if not isinstance(old_size, int) or not 0 <= old_size <= new_size:
             raise InvalidArgument("old_size", f"must be in [0, {new_size}], got {old_size!r}")
-        return self._roots(merkle.consistency_spans(old_size, new_size))
+        return self._roots(merkle.consistency_spans(old_size, new_size), sid)
 

@@ -116,11 +116,17 @@ class Structure:
             self.cause[old] = by
 
     def negatives_in(self, start: int, stop: int) -> list[ev.Fact]:
-        """Return the negative facts at positions ``[start, stop)`` known by ``stop``, by position.
+        """Return the negative facts a node over ``[start, stop)`` must retain, by position.
 
-        An event superseded only after ``stop`` was not yet negative at that boundary.
+        These are the facts at positions in the span known by ``stop`` (an event superseded
+        only after ``stop`` was not yet negative at that boundary), and the facts at
+        positions before the span that an event in it made negative: a resumed context
+        shows those events raw, and only the node can say they are no longer current.
         """
-        return [f for p, f in sorted(self.negatives.items()) if start <= p < stop and self.cause[p] < stop]
+        return [
+            f for p, f in sorted(self.negatives.items())
+            if p < stop and self.cause[p] < stop and (p >= start or self.cause[p] >= start)
+        ]
 
     def unresolved_at(self, start: int, stop: int) -> list[ev.Item]:
         """Return the items opened in ``[start, stop)`` and not closed before ``stop``."""

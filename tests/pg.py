@@ -78,9 +78,15 @@ def _ensure_user(name: str) -> None:
 class TempServer:
     """A PostgreSQL cluster in a temporary directory, started on a free loopback port."""
 
-    def __init__(self, bin_dir: Path) -> None:
-        """Prepare (but do not start) a cluster using the binaries in ``bin_dir``."""
+    def __init__(self, bin_dir: Path, *, durable: bool = False) -> None:
+        """Prepare (but do not start) a cluster using the binaries in ``bin_dir``.
+
+        Tests trade durability for speed (``fsync``, ``synchronous_commit`` and full page
+        writes off); ``durable=True`` keeps the server's defaults, for benchmarks that
+        measure durable commits.
+        """
         self.bin_dir = bin_dir
+        self.durable = durable
         self.root = Path(tempfile.mkdtemp(prefix="compactstore-pg-"))
         self.data = self.root / "data"
         self.log = self.root / "server.log"
@@ -114,8 +120,10 @@ class TempServer:
             self.port = _free_port()
             opts = (
                 f"-c listen_addresses=127.0.0.1 -p {self.port} -c unix_socket_directories={self.root} "
-                "-c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300"
+                "-c max_connections=300"
             )
+            if not self.durable:
+                opts += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
             try:
                 self._run(str(self.bin_dir / "pg_ctl"), "-D", str(self.data), "-l", str(self.log), "-o", opts,
                           "-w", "-t", "60", "start")

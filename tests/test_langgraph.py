@@ -255,6 +255,28 @@ def test_put_writes_is_idempotent_per_task_and_index(store: cs.Store) -> None:
     assert got is not None and got.metadata["step"] == 2
 
 
+def test_plain_values_are_stored_as_json_and_another_serializer_sees_every_value(store: cs.Store) -> None:
+    """With the default serializer a plain value is stored as itself; a tuple, or any value under another one, is packed."""
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+    class Wrapping(JsonPlusSerializer):
+        """Stands for an encrypting serializer: it must see every value."""
+
+    for saver, plain in ((CompactStoreSaver(store), True), (CompactStoreSaver(store, serde=Wrapping()), False)):
+        thread = f"t-{plain}"
+        c1 = _put(saver, thread, {"m": [1, "a"]}, {"m": 1}, {"m": 1})
+        saver.put_writes(c1, [("m", {"role": "user"}), ("n", (1, 2))], "task")
+        checkpoint, *writes = [r.event for r in saver.session(thread).scan()]
+        assert isinstance(checkpoint, cs.Checkpoint) and isinstance(writes[0], cs.Write)
+        assert (checkpoint.value["blobs"]["m"][1:] == [[1, "a"]]) == plain
+        assert (writes[0].value == [{"role": "user"}]) == plain
+        assert len(writes[1].value) == 2  # a tuple is not JSON: through serde
+        got = saver.get_tuple(c1)
+        assert got is not None and got.checkpoint["channel_values"] == {"m": [1, "a"]}
+        pair = saver.serde.loads_typed(saver.serde.dumps_typed((1, 2)))  # what serde gives back
+        assert got.pending_writes == [("task", "m", {"role": "user"}), ("task", "n", pair)]
+
+
 def test_metadata_json_cannot_carry_goes_through_serde(store: cs.Store) -> None:
     """Non-string keys and NaN in metadata come back as serde returns them; plain metadata stays readable JSON."""
     saver = CompactStoreSaver(store)
@@ -335,6 +357,60 @@ def test_copy_thread_copies_history_into_the_target_once(store: cs.Store) -> Non
         (t.checkpoint, t.metadata, t.pending_writes) for t in dst]
     assert dst[0].pending_writes == [("t", ERROR, "boom again")]
     assert all(t.config["configurable"]["thread_id"] == "dst" for t in dst)
+    assert store.verify().ok
+
+
+def _grow(saver: CompactStoreSaver, thread: str, turns: int, **metadata: Any) -> list[dict[str, Any]]:
+    """Put one checkpoint per turn whose "messages" channel is the whole list so far, as a graph does."""
+    configs, parent = [], None
+    for n in range(1, turns + 1):
+        messages = [{"role": "user", "content": f"m{i}"} for i in range(n)]
+        parent = _put(saver, thread, {"messages": messages, "n": n}, {"messages": n, "n": n},
+                      {"messages": n, "n": n}, parent=parent, **metadata)
+        configs.append(parent)
+    return configs
+
+
+def _messages(saver: CompactStoreSaver, config: dict[str, Any]) -> list[Any]:
+    got = saver.get_tuple(config)
+    assert got is not None
+    return list(got.checkpoint["channel_values"]["messages"])
+
+
+def test_a_growing_list_channel_stores_what_was_appended_and_reads_back_whole(store: cs.Store) -> None:
+    """Each checkpoint stores only the messages added since the last; every one reads back whole, chains bounded."""
+    from compactstore.adapters.langgraph import MAX_CHAIN
+
+    turns = MAX_CHAIN * 2 + 5
+    configs = _grow(CompactStoreSaver(store), "t", turns)
+    events = [r.event for r in store.session("langgraph:t").scan()]
+    assert sum(1 for e in events if isinstance(e, cs.Checkpoint) and "deltas" in e.value) >= turns - 4
+    assert all(len(e.value.get("deltas", {}).get("messages", [])) < MAX_CHAIN for e in events
+               if isinstance(e, cs.Checkpoint))
+    fresh = CompactStoreSaver(store)  # reads the log from scratch
+    for n, config in enumerate(configs, 1):
+        assert _messages(fresh, config) == [{"role": "user", "content": f"m{i}"} for i in range(n)]
+    # A list that does not extend the last one is stored whole.
+    config = _put(fresh, "t", {"messages": [{"role": "user", "content": "other"}]}, {"messages": turns + 1},
+                  {"messages": turns + 1}, parent=configs[-1])
+    assert _messages(fresh, config) == [{"role": "user", "content": "other"}]
+
+
+def test_pruning_copying_and_deleting_runs_keep_list_values_spread_over_earlier_events_whole(store: cs.Store) -> None:
+    """The kept checkpoint is stored whole before its parts are erased; a copy reads the same; verify() holds."""
+    saver = CompactStoreSaver(store)
+    configs = _grow(saver, "p", 10)
+    saver.copy_thread("p", "q")
+    for config in configs:
+        copied = {"configurable": {**config["configurable"], "thread_id": "q"}}
+        assert _messages(saver, copied) == _messages(saver, config)
+    saver.prune(["p"], strategy="keep_latest")
+    assert _messages(CompactStoreSaver(store), configs[-1]) == [{"role": "user", "content": f"m{i}"} for i in range(10)]
+    more = _grow(saver, "r", 6, run_id="early")
+    later = _put(saver, "r", {"messages": [{"role": "user", "content": f"m{i}"} for i in range(7)]},
+                 {"messages": 7}, {"messages": 7}, parent=more[-1], run_id="late")
+    saver.delete_for_runs(["early"])
+    assert _messages(CompactStoreSaver(store), later) == [{"role": "user", "content": f"m{i}"} for i in range(7)]
     assert store.verify().ok
 
 

@@ -67,6 +67,33 @@ def test_negative_facts_fail_when_the_summary_drops_them(session: cs.Session) ->
     assert _violations(info) == [("negative_facts", 2), ("negative_facts", 4)]
 
 
+def test_a_supersession_inside_the_span_of_a_raw_event_before_it_is_retained(store: cs.Store) -> None:
+    """An event before the span, superseded inside it, is a negative fact of the node.
+
+    The certified context shows the events before the node raw, so a node that swallows
+    the plan revision or the re-binding would leave the stale plan and value there as
+    current, with nothing in the context to say otherwise.
+    """
+    s = store.session("s")
+    s.append(cs.Turn("assistant", "Plan A"))  # 0
+    s.bind("target", "prod-1")  # 1
+    s.oblige("deploy", needs=["target"])  # 2
+    s.append(cs.Turn("assistant", "Plan B", supersedes=0))  # 3
+    s.bind("target", "prod-2", regenerable=True, how="ask the deploy tool")  # 4: the gate lets it go
+    s.append(cs.Turn("user", "go"))  # 5
+    node = s.compact(3, 6)
+    assert [(f.pos, f.status) for f in node.negative_facts] == [(0, "superseded"), (1, "superseded")]
+    res = s.resume(s.mark(node))
+    summary = next(i for i in res.context if isinstance(i, cs.SummaryItem))
+    assert res.mode == "certified" and {f.pos for f in summary.negative_facts} == {0, 1}
+    s.bind("target", "prod-3", regenerable=True, how="ask the deploy tool")  # 8: supersedes pos 4
+    s.append(cs.Turn("user", "y"))  # 9
+    careless = s.compact(8, 10, negative_facts=[])  # says nothing of the re-binding
+    with pytest.raises(cs.MarkerInvalid) as info:
+        s.mark(careless)
+    assert _violations(info) == [("negative_facts", 4)]
+
+
 def test_anchoring_fails_for_a_needed_binding_neither_kept_nor_spilled(session: cs.Session) -> None:
     """A binding compacted before an obligation needed it breaks anchoring once it is needed."""
     session.fulfil("finish-migration")

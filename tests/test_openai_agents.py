@@ -196,6 +196,49 @@ def test_items_that_are_not_json_are_refused_and_nothing_is_written(store: cs.St
     assert session.log.size == 0
 
 
+_anything = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+    lambda children: st.one_of(
+        st.lists(children, max_size=3),
+        st.tuples(children, children),
+        st.dictionaries(st.text(max_size=4) | st.integers() | st.booleans() | st.none(), children, max_size=3),
+    ),
+    max_leaves=10,
+)
+
+
+@given(_anything)
+@settings(max_examples=300, deadline=None)
+def test_items_are_taken_exactly_as_sqlite_session_s_json_round_trip_gives_them(value: Any) -> None:
+    """The direct copy of a plain item equals json.loads(json.dumps(item)), NaN, tuples and int keys included."""
+    import json
+    import math
+
+    from compactstore.adapters.openai_agents import _round_trip
+
+    want = json.loads(json.dumps(value))
+    got = _round_trip(value)
+    same = json.dumps(got) == json.dumps(want)
+    assert same or (isinstance(want, float) and math.isnan(want) and math.isnan(got))
+    assert type(got) is type(want)
+
+
+def test_an_item_changed_after_add_items_is_stored_as_it_was() -> None:
+    """The item is copied before add_items hands over to its worker thread, as SQLiteSession serializes it then."""
+    with cs.open(":memory:") as store:
+        session = CompactStoreSession("s", store)
+        item: Item = {"role": "assistant", "type": "message", "content": [{"type": "output_text", "text": "a"}]}
+
+        async def run() -> list[Item]:
+            pending = asyncio.ensure_future(session.add_items([item]))
+            await asyncio.sleep(0)  # add_items runs up to its worker thread
+            item["content"][0]["text"] = "changed"
+            await pending
+            return await session.get_items()
+
+        assert asyncio.run(run())[0]["content"][0]["text"] == "a"
+
+
 @function_tool
 def add(a: int, b: int) -> int:
     """Add two numbers."""

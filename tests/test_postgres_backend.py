@@ -19,7 +19,14 @@ pytest.importorskip("psycopg")
 import psycopg  # noqa: E402
 
 from compactstore.backends import SCHEMA_VERSION  # noqa: E402
-from compactstore.backends.postgres import _FOLD_SQL, LOG_TABLES, PostgresBackend, _lock_key, redact_url  # noqa: E402
+from compactstore.backends.postgres import (  # noqa: E402
+    _FUNCTIONS,
+    _LOCK_SESSION,
+    LOG_TABLES,
+    PostgresBackend,
+    _fold_sql,
+    redact_url,
+)
 
 
 def _turns(n: int, prefix: str = "t") -> list[cs.Event]:
@@ -147,11 +154,29 @@ def test_writers_to_different_sessions_do_not_block_each_other(pg_url: str) -> N
         assert two.verify().ok
 
 
-def test_the_lock_key_folds_session_ids_the_same_in_python_and_sql(owner: psycopg.Connection[Any]) -> None:
-    """The in-statement lock and the separate lock use the same key for the same session."""
+def _fold(session_id: int) -> int:
+    """Fold a session id into a signed 32-bit lock key, as the backend's SQL does."""
+    folded = session_id & 0xFFFFFFFF
+    return folded - (1 << 32) if folded >= 1 << 31 else folded
+
+
+def test_the_lock_key_folds_session_ids_into_signed_32_bits(owner: psycopg.Connection[Any]) -> None:
+    """The SQL fold maps every bigint session id onto the advisory lock's int4 key, wrapping as two's complement."""
     for sid in (1, 2, 2**31 - 1, 2**31, 2**32 - 1, 2**32, 2**32 + 7, 2**62 + 5):
-        got = owner.execute(f"SELECT {_FOLD_SQL} FROM (SELECT %s::bigint AS id) t", (sid,)).fetchone()
-        assert got == (_lock_key(sid),)
+        got = owner.execute(f"SELECT {_fold_sql('id')} FROM (SELECT %s::bigint AS id) t", (sid,)).fetchone()
+        assert got == (_fold(sid),)
+
+
+def test_a_writer_holds_its_sessions_advisory_lock(pg_url: str, owner: psycopg.Connection[Any]) -> None:
+    """An open writer holds exactly the advisory lock (session class, folded id) until it commits."""
+    held = "SELECT classid::bigint, objid::bigint, objsubid FROM pg_locks WHERE locktype = 'advisory' AND granted"
+    with cs.open(pg_url) as st:
+        st.session("s").append(cs.Turn("user", "x"))
+        with st.backend.writer("s") as w:
+            locks = owner.execute(held).fetchall()
+            assert [(c, o & 0xFFFFFFFF) for c, o, sub in locks] == [(_LOCK_SESSION, _fold(w.session_id) & 0xFFFFFFFF)]
+            assert locks[0][2] == 2  # the two-key form
+        assert owner.execute(held).fetchall() == []
 
 
 def test_driver_errors_become_compactstore_errors(pg_url: str) -> None:
@@ -232,3 +257,71 @@ def test_a_sqlite_only_run_never_imports_psycopg(tmp_path: object) -> None:
     )
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_a_store_made_before_the_append_functions_gains_them_on_open(
+    pg_url: str, owner: psycopg.Connection[Any]
+) -> None:
+    """A schema-1 store without the server-side functions opens, gains them, and keeps appending and verifying."""
+    with cs.open(pg_url, key=b"k") as st:
+        st.session("s").extend(_turns(20))
+        root = st.session("s").head().root
+    for signature in _FUNCTIONS:  # as stores were made before they existed
+        owner.execute(f"DROP FUNCTION {signature}")
+    with cs.open(pg_url, key=b"k") as st:
+        for signature in _FUNCTIONS:
+            assert owner.execute("SELECT to_regprocedure(%s) IS NOT NULL", (signature,)).fetchone() == (True,)
+        s = st.session("s")
+        assert s.head().root == root
+        assert [r.pos for r in s.extend(_turns(3, "y"))] == [20, 21, 22]
+        assert st.verify().ok
+    assert owner.execute("SELECT value FROM meta WHERE name = 'schema_version'").fetchone() == (SCHEMA_VERSION,)
+
+
+def test_a_redaction_whose_erasure_fails_writes_nothing(pg_url: str, owner: psycopg.Connection[Any]) -> None:
+    """The redaction event and its erasures commit together: when the erasure fails, the event is not stored either."""
+    with cs.open(pg_url) as st:
+        s = st.session("s")
+        s.extend(_turns(3))
+        owner.execute("ALTER TABLE redactions ADD CONSTRAINT refuse_all CHECK (pos < 0)")
+        with pytest.raises(cs.CompactStoreError) as info:
+            s.redact([1], "must not half-happen")
+        assert isinstance(info.value.__cause__, psycopg.Error)
+        assert s.size == 3
+        assert s.read(1).event.content == "t1"  # type: ignore[attr-defined]
+        s.append(cs.Turn("user", "after"))  # the connection came back clean
+        assert st.verify().ok
+
+
+@pytest.mark.parametrize("key", ["a,b", "{x}", '"q"', "back\\slash", "NULL", "it's", "E'\\x00'", "ключ ✓", " lead"])
+def test_idempotency_keys_with_quotes_braces_and_backslashes_round_trip(
+    pg_url: str, owner: psycopg.Connection[Any], key: str
+) -> None:
+    """Keys written inline in the insert are stored exactly as given and find their event again."""
+    with cs.open(pg_url) as st:
+        s = st.session("s")
+        first = s.extend([cs.Turn("user", "x"), cs.Turn("user", "y")], idempotency_keys=[None, key])[1]
+        assert s.append(cs.Turn("user", "y"), idempotency_key=key) == first
+        assert owner.execute("SELECT idem_key FROM events WHERE pos = 1").fetchone() == (key,)
+        assert owner.execute("SELECT idem_key FROM events WHERE pos = 0").fetchone() == (None,)
+        assert s.size == 2
+
+
+def test_nothing_runs_in_a_writer_after_its_insert_committed(pg_url: str) -> None:
+    """An insert without a redaction commits at once, and any later statement in that writer is refused, not run unguarded."""
+    from compactstore.backends import HeadRow
+
+    with cs.open(pg_url) as st:
+        st.session("s").append(cs.Turn("user", "x"))
+        sid = st.backend.session_id("s")
+        assert sid is not None
+        head = st.backend.head(sid)
+        assert head is not None
+        with pytest.raises(cs.CompactStoreError, match="nothing may run"):
+            with st.backend.writer("s") as w:
+                row = st.backend.row(sid, 0)
+                assert row is not None
+                w.insert([row._replace(pos=1)], [], HeadRow(2, head.root, 1, head.seal))
+                assert st.backend.head(sid) == HeadRow(2, head.root, 1, head.seal)  # visible: committed
+                w.find_idempotent("k")
+        assert st.backend.head(sid) == HeadRow(2, head.root, 1, head.seal)  # and not rolled back

@@ -63,3 +63,26 @@ def test_same_events_same_clock_give_identical_bytes_on_sqlite_and_postgres(sqli
         assert lite[k] == pg[k], k
     assert [r.digest for r in lite["resolutions"]] == [r.digest for r in pg["resolutions"]]
     assert lite["resolutions"][0].mode == "certified"
+
+
+@pytest.mark.parametrize("body_bytes", [1, 60_000, 70_000, 300_000])
+def test_inline_and_binary_inserts_store_the_same_bytes_as_sqlite(sqlite_target: str, pg_url: str, body_bytes: int) -> None:
+    """Batches below and above the inline limit store the very bytes, leaves, nodes and heads SQLite stores."""
+    from compactstore.backends.postgres import INLINE_BYTES
+
+    assert 60_000 < INLINE_BYTES < 70_000
+    per = max(1, body_bytes // 40)
+    batch = [cs.Turn("user", chr(65 + i % 26) * per, meta={"i": i}) for i in range(40)]
+    keys = [f"k{i}" if i % 7 == 3 else None for i in range(40)]
+    seen = []
+    for target in (sqlite_target, pg_url):
+        with cs.open(target, clock=cs.tick_clock()) as st:
+            s = st.session("s")
+            s.append(cs.Turn("user", "first"))
+            s.extend(batch, idempotency_keys=keys)
+            assert [r.pos for r in s.extend(batch, idempotency_keys=keys)][3] == 4  # keyed ones replay
+            sid = st.backend.session_id("s")
+            assert sid is not None and st.verify().ok
+            seen.append(([(r.pos, r.kind, r.idem_key, r.leaf, r.body) for r in st.backend.rows(sid, 0, None, 1000)],
+                         st.backend.heads(sid, 0, 1000), st.backend.node_range(sid, 4, 0, 1000)))
+    assert seen[0] == seen[1]

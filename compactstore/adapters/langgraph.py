@@ -15,17 +15,24 @@ How a thread maps onto the log:
 - ``put`` appends a ``checkpoint`` event: ``id``, ``ns``, ``parent``; ``meta`` is the
   checkpoint metadata as plain JSON (metadata that JSON cannot carry exactly goes into
   ``value`` encoded instead); ``value`` holds the thread id, the checkpoint without its
-  channel values (plain JSON, like metadata) and, as ``[version, type, base64]`` of
-  ``serde.dumps_typed``, the value of each channel in ``new_versions``: a channel whose
-  version did not change is read from the earlier event that stored that version.
-- ``put_writes`` appends one ``write`` event per write under the idempotency key
-  ``["w", ns, checkpoint_id, task_id, idx, replaced]``: a retried call writes nothing.
-  A regular write to a (task, idx) already written is ignored; a special one (error,
-  interrupt, resume, scheduled) replaces it with an event that ``supersedes`` it.
+  channel values (plain JSON, like metadata) and in ``blobs`` the value of each channel
+  in ``new_versions``, as ``[version, value]`` when it is plain JSON and the serializer
+  the default one, else ``[version, type, base64]`` of ``serde.dumps_typed``. A channel
+  whose version did not change is read from the earlier event that stored that version.
+  A list that extends the list this process last stored for the channel (a message
+  history, typically) stores only the elements appended, and ``deltas`` names the
+  earlier events whose parts, joined in order, precede them; after ``MAX_CHAIN`` parts
+  the list is stored whole again, so one read costs a bounded number of rows.
+- ``put_writes`` appends one ``write`` event per (task, idx) not written yet, all in
+  one transaction: the saver decides what is new from its index of the log, under the
+  session's write lock and only if no other writer appended since it last read, so a
+  retried call writes nothing and the store looks up no idempotency key. A regular
+  write to a (task, idx) already written is ignored; a special one (error, interrupt,
+  resume, scheduled) replaces it with an event that ``supersedes`` it.
 - Deleting (``delete_thread``, ``prune``, ``delete_for_runs``) is redaction: bodies
   are erased, leaves stay, the tree still verifies and ``Store.verify`` counts them as
-  redacted. A kept checkpoint that read a channel value from an erased event is first
-  appended again with that value inside.
+  redacted. A kept checkpoint that read a channel value (or part of one) from an
+  erased event is first appended again with that value whole inside.
 
 The log is the source of truth. Per thread the saver keeps a small index of it (which
 position holds which checkpoint, write and channel version), read once and then kept
@@ -47,6 +54,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
+from blake3 import blake3
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     WRITES_IDX_MAP,
@@ -60,9 +68,10 @@ from langgraph.checkpoint.base import (
     writes_sort_key,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from .. import events as ev
-from ..errors import ConflictError
+from ..errors import ConflictError, IntegrityError
 from ..events import encode_json
 from ..store import Record, Session, Store
 from .tail import RETRIES, StoreUser, Tail, idempotency_key, read_many, session_name
@@ -73,8 +82,58 @@ __all__ = ["CompactStoreSaver", "PREFIX"]
 PREFIX = "langgraph:"
 STRATEGIES = ("keep_latest", "delete")
 
-#: A stored value: ``[type, base64 of the bytes]``, as ``serde.dumps_typed`` gave them.
+#: A value through serde: ``[type, base64 of the bytes]``, as ``serde.dumps_typed`` gave them.
 Packed = list[str]
+#: A stored channel value or write: ``[value]`` when it is plain JSON and the serializer
+#: is the default one (serde would give it back equal), else :data:`Packed`. The length
+#: tells them apart, whatever type names a serializer uses.
+Stored = list[Any]
+#: The int range msgpack (so the default serializer) carries: beyond it serde decides.
+_INTS = (-(2**63), 2**64)
+#: Events a list channel's value may be spread over (a full one, then appended parts)
+#: before a checkpoint stores it whole again: bounds the rows one read costs.
+MAX_CHAIN = 32
+
+
+@dataclass(frozen=True)
+class _Tip:
+    """The last list value this process stored for one channel: what a later one may extend."""
+
+    #: its length, and the length and BLAKE3 digest of its msgpack elements
+    count: int
+    nbytes: int
+    digest: bytes
+    #: the positions whose parts, concatenated, give it (a full value first)
+    chain: tuple[int, ...]
+
+
+def _digests(elements: memoryview, nbytes: int) -> tuple[bytes, bytes]:
+    """Return the BLAKE3 digests of the first ``nbytes`` of ``elements`` and of all of them."""
+    hasher = blake3(elements[:nbytes])
+    prefix = hasher.digest()
+    hasher.update(elements[nbytes:])
+    return prefix, hasher.digest()
+
+
+def _extends(thread: _Thread, tip: _Tip, count: int, elements: memoryview, prefix: bytes) -> bool:
+    """Return whether a list of ``count`` elements (``elements`` their msgpack) may be stored as appended to ``tip``."""
+    # Msgpack elements are self-delimiting: equal leading bytes are equal leading elements.
+    return (count > tip.count and len(elements) > tip.nbytes and len(tip.chain) < MAX_CHAIN
+            and prefix == tip.digest and all(p in thread.live for p in tip.chain))
+
+
+def _msgpack_elements(data: bytes) -> memoryview | None:
+    """Return the elements of the msgpack array ``data`` (past its header), or None if it is not one."""
+    if not data:
+        return None
+    first = data[0]
+    if 0x90 <= first <= 0x9F:
+        return memoryview(data)[1:]
+    if first == 0xDC:
+        return memoryview(data)[3:]
+    if first == 0xDD:
+        return memoryview(data)[5:]
+    return None
 #: A checkpoint within a thread: ``(namespace, checkpoint id)``.
 Key = tuple[str, str]
 
@@ -106,11 +165,15 @@ class _Thread(Tail):
         self.at: dict[int, tuple[Any, ...]] = {}
         #: a thread id read from a checkpoint event (for sessions named by digest)
         self.thread_id: str | None = None
+        #: checkpoint position -> the earlier positions its list values are spread over
+        self.deps: dict[int, set[int]] = {}
+        #: (namespace, channel) -> the list value this process last stored there
+        self.tips: dict[tuple[str, str], _Tip] = {}
 
     def apply(self, record: Record) -> None:
         event, pos = record.event, record.pos
         if isinstance(event, ev.Checkpoint):
-            space = self.namespaces.setdefault(event.ns, _Namespace())
+            space = self._space(event.ns)
             if event.id not in space.where:
                 bisect.insort(space.ids, event.id)
                 space.where[event.id] = []
@@ -124,12 +187,21 @@ class _Thread(Tail):
                 space.runs[event.id] = run
             if isinstance(value.get("thread"), str):
                 self.thread_id = value["thread"]
+            deltas = value.get("deltas")
+            if deltas:
+                self.deps[pos] = {p for chain in deltas.values() for p in chain}
             self.at[pos] = ("c", event.ns, event.id, keys)
         elif isinstance(event, ev.Write):
-            space = self.namespaces.setdefault(event.ns, _Namespace())
+            space = self._space(event.ns)
             wkey = (event.task, event.idx)
             space.writes.setdefault(event.checkpoint, {}).setdefault(wkey, []).append(pos)
             self.at[pos] = ("w", event.ns, event.checkpoint, wkey)
+
+    def _space(self, ns: str) -> _Namespace:
+        space = self.namespaces.get(ns)
+        if space is None:
+            space = self.namespaces[ns] = _Namespace()
+        return space
 
     def forget(self, positions: Sequence[int]) -> None:
         for pos in positions:
@@ -139,6 +211,7 @@ class _Thread(Tail):
             space = self.namespaces[entry[1]]
             if entry[0] == "c":
                 _, _, cid, keys = entry
+                self.deps.pop(pos, None)
                 _drop(space.where, cid, pos)
                 if cid not in space.where:
                     space.ids.remove(cid)
@@ -171,18 +244,32 @@ def _drop(index: dict[Any, list[int]], key: Any, pos: int) -> None:
             del index[key]
 
 
-def _plain(value: object, depth: int = 0) -> bool:
-    """Return whether ``value`` survives a JSON round trip exactly (as the store encodes it)."""
+def _plain(value: object, depth: int = 0, *, msgpack: bool = False) -> bool:
+    """Return whether ``value`` survives a JSON round trip exactly (as the store encodes it).
+
+    With ``msgpack``, also whether the default serializer's msgpack round trip gives it
+    back equal (ints within 64 bits).
+    """
     if depth > 32:
         return False
-    if value is None or isinstance(value, (str, bool, int)):
+    kind = type(value)
+    if value is None or kind is str or kind is bool:
         return True
-    if isinstance(value, float):
+    if kind is int:
+        return not msgpack or _INTS[0] <= value < _INTS[1]  # type: ignore[operator]
+    if kind is float:
         return value == value and value not in (float("inf"), float("-inf"))
-    if isinstance(value, list):
-        return all(_plain(v, depth + 1) for v in value)
-    if isinstance(value, dict):
-        return all(isinstance(k, str) and _plain(v, depth + 1) for k, v in value.items())
+    if kind is list:
+        for v in value:  # type: ignore[attr-defined]
+            # Strings, the usual leaves, without a call each: this runs on every write.
+            if type(v) is not str and not _plain(v, depth + 1, msgpack=msgpack):
+                return False
+        return True
+    if kind is dict:
+        for k, v in value.items():  # type: ignore[attr-defined]
+            if type(k) is not str or (type(v) is not str and not _plain(v, depth + 1, msgpack=msgpack)):
+                return False
+        return True
     return False
 
 
@@ -264,6 +351,18 @@ class CompactStoreSaver(StoreUser, BaseCheckpointSaver[str]):
     def _unpack(self, packed: Packed) -> Any:
         return self.serde.loads_typed((packed[0], base64.b64decode(packed[1])))
 
+    def _store_value(self, value: Any) -> Stored:
+        """Return ``value`` as a write or channel value is stored: itself when plain, else packed."""
+        # Only with the default serializer, which gives plain JSON back equal: another
+        # one (an encrypting one, say) must see every value.
+        if type(self.serde) is JsonPlusSerializer and _plain(value, msgpack=True):
+            return [value]
+        return self._pack(value)
+
+    def _load_value(self, stored: Stored) -> Any:
+        """Return the value :meth:`_store_value` stored."""
+        return stored[0] if len(stored) == 1 else self._unpack(stored)
+
     def _snapshot(self, event: ev.Checkpoint) -> dict[str, Any]:
         got = event.value["checkpoint"]
         return dict(got) if isinstance(got, dict) else dict(self._unpack(got))
@@ -311,20 +410,19 @@ class CompactStoreSaver(StoreUser, BaseCheckpointSaver[str]):
                 holders[ch] = pos if pos in held else held[-1]
         writes = space.writes.get(cid, {})
         wanted = [p for p in holders.values() if p not in records] + [w[-1] for w in writes.values()]
+        wanted += [p for at in holders.values() for p in thread.deps.get(at, ()) if p not in records]
         records.update(read_many(thread.session, wanted))
         channel_values: dict[str, Any] = {}
         for ch, at in holders.items():
-            holder = records[at].event
-            if isinstance(holder, ev.Checkpoint):
-                blob = holder.value["blobs"][ch]
-                if blob[1] != "empty":
-                    channel_values[ch] = self._unpack(blob[1:])
+            found, got = self._channel(thread, records, at, ch)
+            if found:
+                channel_values[ch] = got
         pending = []
         for w in writes.values():
             write = records[w[-1]].event
             if isinstance(write, ev.Write):
                 pending.append((writes_sort_key(write.path, write.task, write.idx),
-                                (write.task, write.channel, self._unpack(write.value))))
+                                (write.task, write.channel, self._load_value(write.value))))
         pending.sort(key=lambda p: p[0])
         conf = {"thread_id": thread_id, "checkpoint_ns": ns}
         return CheckpointTuple(
@@ -334,6 +432,34 @@ class CompactStoreSaver(StoreUser, BaseCheckpointSaver[str]):
             parent_config={"configurable": {**conf, "checkpoint_id": event.parent}} if event.parent else None,
             pending_writes=[p[1] for p in pending],
         )
+
+    def _channel(self, thread: _Thread, records: dict[int, Record], at: int, ch: str) -> tuple[bool, Any]:
+        """Return ``(True, value)`` of channel ``ch`` as the checkpoint at ``at`` stores it, ``(False, None)`` if empty.
+
+        A list value may be spread over a chain of earlier events (a full value, then
+        the parts appended to it): they are read (``records`` caches them) and joined.
+        """
+        holder = records[at].event
+        if not isinstance(holder, ev.Checkpoint):
+            return False, None
+        stored = holder.value["blobs"][ch][1:]
+        chain = (holder.value.get("deltas") or {}).get(ch)
+        if not chain:
+            if len(stored) == 2 and stored[0] == "empty":
+                return False, None
+            return True, self._load_value(stored)
+        missing = [p for p in chain if p not in records]
+        if missing:
+            records.update(read_many(thread.session, missing))
+        out: list[Any] = []
+        for p in chain:
+            part = records[p].event
+            if not isinstance(part, ev.Checkpoint):  # erased under it: the log no longer holds the value
+                raise IntegrityError(f"checkpoint at pos {at} of {thread.session.name!r} reads channel {ch!r} "
+                                     f"from pos {p}, which is erased", session=thread.session.name, pos=p)
+            out.extend(self._load_value(part.value["blobs"][ch][1:]))
+        out.extend(self._load_value(stored))
+        return True, out
 
     def list(
         self,
@@ -417,24 +543,79 @@ class CompactStoreSaver(StoreUser, BaseCheckpointSaver[str]):
         conf = config["configurable"]
         thread_id = conf["thread_id"]
         ns = conf.get("checkpoint_ns", "")
+        cid = checkpoint["id"]
         snapshot: dict[str, Any] = dict(checkpoint)
         values: dict[str, Any] = snapshot.pop("channel_values", {})
-        blobs = {ch: [version, *(self._pack(values[ch]) if ch in values else ["empty", ""])]
-                 for ch, version in new_versions.items()}
         md = get_checkpoint_metadata(config, metadata)
         # The checkpoint's structure (ids, versions, versions seen) as readable JSON, as
-        # PostgresSaver keeps it; channel values and writes always go through serde.
-        value: dict[str, Any] = {"thread": str(thread_id), "blobs": blobs,
-                                 "checkpoint": snapshot if _plain(snapshot) else self._pack(snapshot)}
+        # PostgresSaver keeps it; channel values and writes go through serde unless plain.
+        base: dict[str, Any] = {"thread": str(thread_id),
+                                "checkpoint": snapshot if _plain(snapshot) else self._pack(snapshot)}
         meta: dict[str, Any] | None = dict(md)
         if not _plain(meta):
-            value["metadata"], meta = self._pack(md), None
-        event = ev.Checkpoint(id=checkpoint["id"], ns=ns, parent=conf.get("checkpoint_id"), value=value, meta=meta)
+            base["metadata"], meta = self._pack(md), None
+        lists = {ch: got for ch in new_versions if ch in values
+                 if (got := self._elements(values[ch])) is not None}
+        full: dict[str, Stored] = {}
+        ident = ("c", ns, cid)
         thread = self._thread(str(thread_id))
         assert thread is not None
         with thread.lock:
-            self._append_replacing(thread, event, ("c", ns, checkpoint["id"]))
-        return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint["id"]}}
+            for _ in range(RETRIES):
+                thread.refresh()
+                old = self._holder(thread, ident)
+                blobs: dict[str, list[Any]] = {}
+                deltas: dict[str, list[int]] = {}
+                tips: dict[str, tuple[int, int, bytes, tuple[int, ...]]] = {}
+                for ch, version in new_versions.items():
+                    if ch not in values:
+                        blobs[ch] = [version, "empty", ""]
+                        continue
+                    elements = lists.get(ch)
+                    if elements is not None:
+                        count = len(values[ch])
+                        tip = thread.tips.get((ns, ch)) if old is None else None  # a re-put is stored whole
+                        prefix, digest = _digests(elements, tip.nbytes if tip is not None else 0)
+                        if tip is not None and _extends(thread, tip, count, elements, prefix):
+                            # Only what was appended since the value this process stored last.
+                            blobs[ch] = [version, *self._store_value(values[ch][tip.count :])]
+                            deltas[ch] = list(tip.chain)
+                            tips[ch] = (count, len(elements), digest, tip.chain)
+                            continue
+                        tips[ch] = (count, len(elements), digest, ())
+                    if ch not in full:
+                        full[ch] = self._store_value(values[ch])
+                    blobs[ch] = [version, *full[ch]]
+                value = {**base, "blobs": blobs, **({"deltas": deltas} if deltas else {})}
+                event = ev.Checkpoint(id=cid, ns=ns, parent=conf.get("checkpoint_id"), value=value, meta=meta)
+                if old is not None and self._same(thread.session.read(old).event, event):
+                    break
+                records = thread.commit(lambda: [msgspec.structs.replace(event, supersedes=old)])
+                if records is None:
+                    continue  # another writer appended meanwhile: read what it wrote, then decide again
+                at = records[0].pos
+                for ch in new_versions:
+                    if ch in tips:
+                        count, nbytes, digest, chain = tips[ch]
+                        thread.tips[(ns, ch)] = _Tip(count, nbytes, digest, (*chain, at))
+                    else:
+                        thread.tips.pop((ns, ch), None)
+                break
+            else:
+                raise ConflictError(f"gave up writing {ident!r} to {thread.session.name!r} after {RETRIES} conflicts",
+                                    session=thread.session.name)
+        return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": cid}}
+
+    def _elements(self, value: Any) -> memoryview | None:
+        """Return the msgpack of a list value's elements, when it may be stored as an extension of an earlier one.
+
+        Only with the default serializer: its msgpack encodes each element on its own, so
+        a list whose element bytes start with an earlier list's holds those elements.
+        """
+        if type(value) is not list or type(self.serde) is not JsonPlusSerializer:
+            return None
+        kind, data = self.serde.dumps_typed(value)
+        return _msgpack_elements(data) if kind == "msgpack" else None
 
     def _append_replacing(self, thread: _Thread, event: ev.Checkpoint | ev.Write, ident: tuple[Any, ...]) -> None:
         """Append ``event``, superseding the live event with the same identity; write nothing for an exact repeat."""
@@ -443,14 +624,9 @@ class CompactStoreSaver(StoreUser, BaseCheckpointSaver[str]):
             old = self._holder(thread, ident)
             if old is not None and self._same(thread.session.read(old).event, event):
                 return
-            try:
-                record = thread.session.append(
-                    msgspec.structs.replace(event, supersedes=old), idempotency_key=idempotency_key(ident, old)
-                )
-            except ConflictError:
-                continue  # another writer got there first: read what it wrote, then decide again
-            thread.own([record])
-            return
+            if thread.commit(lambda: [msgspec.structs.replace(event, supersedes=old)]) is not None:
+                return
+            # another writer appended meanwhile: read what it wrote, then decide again
         raise ConflictError(f"gave up writing {ident!r} to {thread.session.name!r} after {RETRIES} conflicts",
                             session=thread.session.name)
 
@@ -494,26 +670,23 @@ class CompactStoreSaver(StoreUser, BaseCheckpointSaver[str]):
         if not batch:
             return
         events = {i: ev.Write(checkpoint=cid, task=task_id, channel=channel, idx=i, path=task_path, ns=ns,
-                              value=self._pack(value))
+                              value=self._store_value(value))
                   for i, (channel, value) in batch.items()}
         thread = self._thread(thread_id)
         assert thread is not None
         with thread.lock:
             for _ in range(RETRIES):
                 thread.refresh()
-                new, keys, special = [], [], []
+                new: list[ev.Event] = []
+                special = []
                 for i, event in events.items():
                     old = self._holder(thread, ("w", ns, cid, task_id, i))
                     if old is None:
                         new.append(event)
-                        keys.append(idempotency_key(("w", ns, cid, task_id, i)))
                     elif i < 0:
                         special.append(event)
-                try:
-                    if new:
-                        thread.own(thread.session.extend(new, idempotency_keys=keys))
-                except ConflictError:
-                    continue
+                if new and thread.commit(lambda: new) is None:
+                    continue  # another writer appended meanwhile: read what it wrote, then decide again
                 for event in special:
                     self._append_replacing(thread, event, ("w", ns, cid, task_id, event.idx))
                 return
@@ -565,8 +738,9 @@ class CompactStoreSaver(StoreUser, BaseCheckpointSaver[str]):
         """Redact checkpoints ``doomed`` and their writes, keeping every value a survivor reads.
 
         A surviving checkpoint may read a channel value stored only in a doomed event
-        (its version did not change since): it is appended again first, with that value
-        inside, and its old event joins the doomed ones.
+        (its version did not change since), or store a list value as appended to one in
+        a doomed event: it is appended again first, with that value whole inside, and its
+        old event joins the doomed ones.
         """
         positions: set[int] = set()
         for ns, cid in doomed:
@@ -577,40 +751,57 @@ class CompactStoreSaver(StoreUser, BaseCheckpointSaver[str]):
         for ns in {ns for ns, _ in doomed}:
             space = thread.namespaces[ns]
             endangered = {k for k, held in space.blobs.items() if held and all(p in positions for p in held)}
-            if not endangered:
-                continue
             for cid in list(space.ids):
-                if (ns, cid) not in doomed:
+                if (ns, cid) not in doomed and (endangered or thread.deps.get(space.where[cid][-1], set()) & positions):
                     self._rescue(thread, ns, cid, positions)
         thread.erase(positions, reason)
 
     def _rescue(self, thread: _Thread, ns: str, cid: str, doomed: set[int]) -> None:
-        """Append checkpoint ``cid`` again holding every value it reads that only doomed events hold."""
+        """Append checkpoint ``cid`` again holding whole every value it reads from doomed events."""
         space = thread.namespaces[ns]
         pos = space.where[cid][-1]
-        event = thread.session.read(pos).event
+        records = {pos: thread.session.read(pos)}
+        event = records[pos].event
         if not isinstance(event, ev.Checkpoint):
             return
         versions = self._snapshot(event).get("channel_versions", {})
         blobs = dict(event.value.get("blobs") or {})
+        deltas = dict(event.value.get("deltas") or {})
         missing = {}
         for ch, version in versions.items():
             held = space.blobs.get((ch, encode_json(version)), [])
-            if ch not in blobs and held and all(p in doomed for p in held):  # never replace its own
+            if ch not in blobs and held and all(p in doomed for p in held):
                 missing[ch] = held[-1]
-        if not missing:
+        spread = [ch for ch, chain in deltas.items() if doomed.intersection(chain)]
+        if not missing and not spread:
             return
-        found = read_many(thread.session, missing.values())
+        records.update(read_many(thread.session, missing.values()))
         for ch, at in missing.items():
-            holder = found[at].event
+            holder = records[at].event
             if isinstance(holder, ev.Checkpoint):
-                blobs[ch] = holder.value["blobs"][ch]
-        again = msgspec.structs.replace(event, value={**event.value, "blobs": blobs}, ts=None,
-                                        idempotency_key=None, supersedes=None)
+                blobs[ch] = self._whole(thread, records, at, ch)
+        for ch in spread:
+            blobs[ch] = self._whole(thread, records, pos, ch)
+            del deltas[ch]
+        value = {k: v for k, v in event.value.items() if k != "deltas"}
+        value["blobs"] = blobs
+        if deltas:
+            value["deltas"] = deltas
+        again = msgspec.structs.replace(event, value=value, ts=None, idempotency_key=None, supersedes=None)
         record = thread.session.append(msgspec.structs.replace(again, supersedes=pos),
                                        idempotency_key=idempotency_key(("c", ns, cid), pos))
         thread.own([record])
         doomed.add(pos)
+
+    def _whole(self, thread: _Thread, records: dict[int, Record], at: int, ch: str) -> Stored:
+        """Return the blob of channel ``ch`` of the checkpoint at ``at``, holding its value whole."""
+        event = records[at].event
+        assert isinstance(event, ev.Checkpoint)
+        blob = event.value["blobs"][ch]
+        if ch not in (event.value.get("deltas") or {}):
+            return list(blob)
+        _, got = self._channel(thread, records, at, ch)
+        return [blob[0], *self._store_value(got)]
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Append every live checkpoint and write of one thread to another, in log order.
@@ -630,9 +821,10 @@ class CompactStoreSaver(StoreUser, BaseCheckpointSaver[str]):
         with dst.lock:
             for i in range(0, len(positions), 512):
                 chunk = read_many(src.session, positions[i : i + 512])
-                self._copy_chunk(dst, [chunk[p] for p in sorted(chunk)], str(target_thread_id), moved)
+                self._copy_chunk(src, dst, [chunk[p] for p in sorted(chunk)], str(target_thread_id), moved)
 
-    def _copy_chunk(self, dst: _Thread, records: Sequence[Record], thread_id: str, moved: dict[int, int]) -> None:
+    def _copy_chunk(self, src: _Thread, dst: _Thread, records: Sequence[Record], thread_id: str,
+                    moved: dict[int, int]) -> None:
         """Append ``records`` (a source thread's, in log order) to ``dst``; ``moved`` maps source to target positions."""
         batch: list[ev.Event] = []
         keys: list[str | None] = []
@@ -652,7 +844,18 @@ class CompactStoreSaver(StoreUser, BaseCheckpointSaver[str]):
             event = record.event
             if isinstance(event, ev.Checkpoint):
                 ident: tuple[Any, ...] = ("c", event.ns, event.id)
-                event = msgspec.structs.replace(event, value={**event.value, "thread": thread_id})
+                value = {**event.value, "thread": thread_id}
+                deltas = value.pop("deltas", None) or {}
+                if any(p in sources for chain in deltas.values() for p in chain):
+                    flush()  # the parts a list value is spread over must have their target positions first
+                kept = {ch: [moved[p] for p in chain] for ch, chain in deltas.items() if all(p in moved for p in chain)}
+                if len(kept) < len(deltas):  # a part the target did not take from here: store the value whole
+                    own = {record.pos: record}
+                    value["blobs"] = {ch: self._whole(src, own, record.pos, ch) if ch in deltas and ch not in kept
+                                      else blob for ch, blob in value["blobs"].items()}
+                if kept:
+                    value["deltas"] = kept
+                event = msgspec.structs.replace(event, value=value)
             elif isinstance(event, ev.Write):
                 ident = ("w", event.ns, event.checkpoint, event.task, event.idx)
             else:

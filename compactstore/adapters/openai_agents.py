@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -193,8 +194,9 @@ class CompactStoreSession(StoreUser):
         """
         if not items:
             return
-        # The same JSON round trip SQLiteSession applies, so both give back equal items.
-        events = [event_of(json.loads(json.dumps(item))) for item in items]
+        # What SQLiteSession's JSON round trip gives, taken now (as it does) so that the
+        # caller changing an item later changes nothing stored.
+        events = [event_of(_round_trip(item)) for item in items]
         await asyncio.to_thread(self._add, events)
 
     def _add(self, events: list[ev.Event]) -> None:
@@ -232,6 +234,45 @@ class CompactStoreSession(StoreUser):
         with index.lock:
             index.refresh()
             index.erase(set(index.live), "openai-agents clear_session")
+
+
+class _NotPlain(Exception):
+    """A value whose JSON round trip is not simply a copy of it."""
+
+
+def _round_trip(item: Any) -> Any:
+    """Return ``json.loads(json.dumps(item))``, as SQLiteSession stores and reads an item.
+
+    Items are almost always plain JSON (dicts with str keys, lists, str, int, bool,
+    None, finite floats), whose round trip is a deep copy: made directly, that is
+    several times faster. Anything else (tuples, non-str keys, NaN, subclasses) takes
+    the round trip itself, so the result and any error are exactly SQLiteSession's.
+    """
+    try:
+        return _copy(item, 0)
+    except _NotPlain:
+        return json.loads(json.dumps(item))
+
+
+def _copy(value: Any, depth: int) -> Any:
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or value is None:
+        return value
+    if depth > 64:
+        raise _NotPlain
+    if kind is dict:
+        out = {}
+        for k, v in value.items():
+            if type(k) is not str:
+                raise _NotPlain
+            t = type(v)
+            out[k] = v if t is str or t is int or t is bool or v is None else _copy(v, depth + 1)
+        return out
+    if kind is list:
+        return [v if type(v) is str else _copy(v, depth + 1) for v in value]
+    if kind is float and math.isfinite(value):
+        return value
+    raise _NotPlain
 
 
 def _item_of(record: Record | None) -> Item | None:

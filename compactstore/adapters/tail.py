@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
 from typing import Self
 from urllib.parse import quote
@@ -25,8 +25,9 @@ from ..store import open as open_store
 
 #: Positions listed by one redaction event: keeps its body far below the event size limit.
 REDACTION_CHUNK = 10_000
-#: Attempts at a write that lost a race with another writer before giving up.
-RETRIES = 5
+#: Attempts at a write that lost a race with another writer (one that appended between
+#: the index's refresh and the commit) before giving up.
+RETRIES = 16
 #: Idempotency keys longer than this are replaced by their digest (the store takes up to 1,024).
 MAX_KEY = 1000
 #: Gap between wanted positions up to which one range read beats separate reads.
@@ -35,6 +36,10 @@ READ_GAP = 64
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 #: What a part of an idempotency key must not hold unquoted: separators, "%", controls, non-ASCII.
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.~:|\-]")
+
+
+class _Moved(Exception):
+    """The log moved on since the index was last refreshed: what was built from it may be stale."""
 
 
 class StoreUser:
@@ -134,6 +139,30 @@ class Tail:
             for record in records:
                 if record.pos >= self.size:
                     self._take(record)
+
+    def commit(self, build: Callable[[], Sequence[ev.Event]]) -> list[Record] | None:
+        """Append what ``build()`` returns in one transaction, if the log still ends where the index does.
+
+        ``build`` decides from the index (what is new, what it replaces) and runs under the
+        session's write lock, only once the log is known to hold nothing the index has
+        not seen: no other writer can make that decision stale before the commit, so the
+        events need no idempotency keys and the store looks none up. Returns the records
+        (applied to the index), or None, writing nothing, when another writer appended
+        since the last :meth:`refresh`: refresh and try again.
+        """
+        def checked(size: int) -> list[tuple[ev.Event, str | None]]:
+            if size != self.size:
+                raise _Moved
+            return [(event, None) for event in build()]
+
+        with self.lock:
+            try:
+                # Session._commit runs ``checked`` inside the write transaction.
+                records = self.session._commit(checked)
+            except _Moved:
+                return None
+            self.own(records)
+            return records
 
     def _take(self, record: Record) -> None:
         self.size = record.pos + 1

@@ -76,7 +76,11 @@ class Writer(Protocol):
         nodes: Sequence[tuple[int, int, bytes]],
         head: HeadRow,
     ) -> list[int]:
-        """Insert events, completed subtree roots and the new head; return the events' seqs."""
+        """Insert events, completed subtree roots and the new head; return the events' seqs.
+
+        The last write of the transaction, but for the ``erase`` of a redaction among
+        ``rows``: without one, a writer may commit here, in the same round trip.
+        """
         ...
 
     def erase(self, positions: Sequence[int], by: int) -> None:
@@ -128,6 +132,14 @@ class Backend(Protocol):
 
     def hashes(self, session_id: int, coords: Sequence[tuple[int, int]]) -> list[bytes]:
         """Return the subtree roots at ``coords``; raise KeyError naming a missing one."""
+        ...
+
+    def bodies(self, session_id: int, start: int, stop: int) -> list[bytes | None]:
+        """Return the bodies at positions ``[start, stop)`` in order (None where redacted), in one query."""
+        ...
+
+    def kind_rows(self, session_id: int, kind: str) -> list[Row]:
+        """Return the session's events of ``kind`` (the column, not the body), by position."""
         ...
 
     def node_range(self, session_id: int, level: int, lo: int, hi: int) -> list[tuple[int, bytes]]:

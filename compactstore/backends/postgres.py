@@ -11,18 +11,26 @@ appends to one session are serialized (positions are read and written under the 
 while appends to different sessions run in parallel. Sequence numbers come from an
 identity column: unique and increasing within a session, but with gaps.
 
+An append costs two round trips, each one message: BEGIN with a call of the
+``compactstore_open`` function (find or create the session, lock it, read its head),
+then a call of ``compactstore_insert`` (the events, subtree roots and head) with COMMIT.
+A redaction commits after its erasures instead, and a batch of more than
+:data:`INLINE_BYTES` of bodies commits in a third. Both functions are created with the
+schema and added on open to stores made before them.
+
 Every driver error is re-raised as a :class:`~compactstore.CompactStoreError`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 from psycopg import errors as pgerr
+from psycopg import pq
 from psycopg_pool import ConnectionPool
 
 from ..errors import CompactStoreError, ConflictError, IntegrityError, InvalidEvent
@@ -40,6 +48,12 @@ _LOCK_SESSION = 0x63730002
 _ROW = "seq, session_id, pos, kind, idem_key, leaf, body"
 
 _T = TypeVar("_T")
+
+def _fold_sql(expr: str) -> str:
+    """Return SQL folding the bigint ``expr`` into the signed 32-bit second key of an advisory lock."""
+    low = f"({expr} & 4294967295)"
+    return f"({low} - CASE WHEN {low} >= 2147483648 THEN 4294967296 ELSE 0 END)::int4"
+
 
 #: The schema of version 1, created in one transaction.
 _SCHEMA = (
@@ -87,6 +101,70 @@ _SCHEMA = (
     "FROM events e JOIN sessions s ON s.id = e.session_id",
 )
 
+#: Begin an append in one call: find or create the session, take its lock, then read its
+#: latest head. Each statement of a VOLATILE function takes a fresh snapshot under READ
+#: COMMITTED, so the head is read after the lock is held and no writer can have appended
+#: since. A concurrent creator of the same name makes the insert wait for its commit and
+#: then do nothing; the select after it finds that row. The plans of the statements inside
+#: are cached per connection, where a statement sent as text is planned on every call.
+#: Change its body only under a new name: stores are given the functions they lack.
+_OPEN_FUNCTION = (
+    "CREATE FUNCTION compactstore_open(p_name text, OUT sid bigint, OUT head_size bigint, OUT head_root bytea, "
+    "OUT head_prev bigint, OUT head_seal bytea) LANGUAGE plpgsql VOLATILE AS $$ BEGIN "
+    "SELECT s.id INTO sid FROM sessions s WHERE s.name = p_name; "
+    "IF sid IS NULL THEN "
+    "INSERT INTO sessions AS s (name) VALUES (p_name) ON CONFLICT (name) DO NOTHING RETURNING s.id INTO sid; "
+    "IF sid IS NULL THEN SELECT s.id INTO sid FROM sessions s WHERE s.name = p_name; END IF; "
+    "IF sid IS NULL THEN RAISE EXCEPTION 'compactstore: session % vanished while being created', p_name "
+    "USING ERRCODE = 'serialization_failure'; END IF; "
+    "END IF; "
+    f"PERFORM pg_advisory_xact_lock({_LOCK_SESSION}, {_fold_sql('sid')}); "
+    "SELECT h.size, h.root, h.prev, h.seal INTO head_size, head_root, head_prev, head_seal FROM heads h "
+    "WHERE h.session_id = sid ORDER BY h.size DESC LIMIT 1; "
+    "END $$"
+)
+
+#: Insert a batch in one call: the events (seqs assigned in position order, returned in
+#: that order), the completed subtree roots and the head. Leaves, bodies and subtree
+#: roots arrive as one byte string each, sliced here (a body's offset is the sum of the
+#: lengths before it; length -1 is NULL): a long string literal costs the client one C
+#: call to write and the server one pass to read, where an array of byte strings costs a
+#: step per element on both sides. Rows are put in position order (so seqs follow it)
+#: before their bodies are cut out: a sort of wide rows would spill to disk past work_mem.
+_INSERT_FUNCTION = (
+    "CREATE FUNCTION compactstore_insert(p_sid bigint, p_pos bigint[], p_kind text[], p_key text[], p_len int4[], "
+    "p_width int4, p_leaves bytea, p_bodies bytea, p_level bigint[], p_idx bigint[], p_hashes bytea, "
+    "p_size bigint, p_root bytea, p_prev bigint, p_seal bytea) RETURNS bigint[] LANGUAGE plpgsql VOLATILE AS $$ "
+    "DECLARE seqs bigint[]; BEGIN "
+    # One event, the common append, takes the short way: no unnest, window or slicing.
+    "IF cardinality(p_pos) = 1 THEN "
+    "INSERT INTO events (session_id, pos, kind, idem_key, leaf, body) VALUES (p_sid, p_pos[1], p_kind[1], p_key[1], "
+    "p_leaves, CASE WHEN p_len[1] >= 0 THEN p_bodies END) RETURNING ARRAY[seq] INTO seqs; "
+    "ELSE "
+    "WITH u AS (SELECT u.pos, u.kind, u.idem_key, u.len, u.i, "
+    "sum(greatest(u.len, 0)) OVER (ORDER BY u.i) - greatest(u.len, 0) AS start "
+    "FROM unnest(p_pos, p_kind, p_key, p_len) WITH ORDINALITY AS u(pos, kind, idem_key, len, i) ORDER BY u.pos), "
+    "e AS (INSERT INTO events AS ev (session_id, pos, kind, idem_key, leaf, body) "
+    "SELECT p_sid, u.pos, u.kind, u.idem_key, substring(p_leaves FROM (p_width * (u.i - 1) + 1)::int4 FOR p_width), "
+    "CASE WHEN u.len >= 0 THEN substring(p_bodies FROM (u.start + 1)::int4 FOR u.len) END "
+    "FROM u RETURNING ev.pos, ev.seq) "
+    "SELECT array_agg(e.seq ORDER BY e.pos) INTO seqs FROM e; "
+    "END IF; "
+    "IF cardinality(p_level) > 0 THEN INSERT INTO nodes (session_id, level, idx, hash) "
+    "SELECT p_sid, n.level, n.idx, substring(p_hashes FROM (p_width * (n.i - 1) + 1)::int4 FOR p_width) "
+    "FROM unnest(p_level, p_idx) WITH ORDINALITY AS n(level, idx, i); END IF; "
+    "INSERT INTO heads (session_id, size, root, prev, seal) VALUES (p_sid, p_size, p_root, p_prev, p_seal); "
+    "RETURN seqs; END $$"
+)
+
+#: Functions the backend calls, by signature: created with the schema, and added on open
+#: to a store whose schema predates them (they change no table, so the version stays).
+_FUNCTIONS = {
+    "compactstore_open(text)": _OPEN_FUNCTION,
+    "compactstore_insert(bigint, bigint[], text[], text[], int4[], int4, bytea, bytea, bigint[], bigint[], bytea, "
+    "bigint, bytea, bigint, bytea)": _INSERT_FUNCTION,
+}
+
 #: Migrations: from a schema version to the next, as ``(next version, statements)``.
 #: The version in ``meta`` is rewritten by the migration with the triggers disabled.
 _MIGRATIONS: dict[str, tuple[str, tuple[str, ...]]] = {}
@@ -109,19 +187,11 @@ def _error(exc: BaseException, doing: str) -> CompactStoreError:
     """Return the compactstore error for a driver error raised while ``doing``."""
     if isinstance(exc, pgerr.LockNotAvailable):
         return ConflictError(f"PostgreSQL: {doing}: timed out waiting for another writer ({exc})")
+    if isinstance(exc, pgerr.SerializationFailure):
+        return ConflictError(f"PostgreSQL: {doing}: lost a race with another writer ({exc})")
     if isinstance(exc, pgerr.UniqueViolation):
         return ConflictError(f"PostgreSQL: {doing}: another writer got there first ({exc})")
     return CompactStoreError(f"PostgreSQL: {doing}: {type(exc).__name__}: {exc}")
-
-
-#: ``_lock_key`` in SQL, for locking in the same statement that finds the session.
-_FOLD_SQL = "((id & 4294967295) - CASE WHEN (id & 4294967295) >= 2147483648 THEN 4294967296 ELSE 0 END)::int4"
-
-
-def _lock_key(session_id: int) -> int:
-    """Fold a session id into the signed 32-bit second key of an advisory lock."""
-    folded = session_id & 0xFFFFFFFF
-    return folded - (1 << 32) if folded >= 1 << 31 else folded
 
 
 def _text(value: str, field: str) -> str:
@@ -229,47 +299,16 @@ class PostgresBackend:
     def writer(self, name: str) -> Iterator[_PGWriter]:
         doing = f"append to session {name!r}"
         try:
-            with (
-                self._pool.connection() as conn,
-                _pipeline(conn),
-                conn.transaction(),
-                conn.cursor(binary=True) as cur,
-                conn.cursor(binary=True) as ahead,
-            ):
-                # The common case, an existing session, is one round trip: BEGIN, find the
-                # session and take its lock, then (a statement later, so under the lock)
-                # read its latest head.
-                cur.execute(
-                    f"SELECT id, pg_advisory_xact_lock(%s, {_FOLD_SQL}) FROM sessions WHERE name = %s",
-                    (_LOCK_SESSION, name),
-                )
-                ahead.execute(
-                    "SELECT h.size, h.root, h.prev, h.seal FROM sessions s JOIN heads h ON h.session_id = s.id "
-                    "WHERE s.name = %s ORDER BY h.size DESC LIMIT 1",
-                    (name,),
-                )
-                got = cur.fetchone()
-                prefetched = ahead.fetchone()
-                locked = got is not None
-                if got is None:
-                    # Race-free creation: a concurrent creator of the same name makes this
-                    # insert wait for its commit and then do nothing; the select finds its row.
-                    cur.execute(
-                        "INSERT INTO sessions (name) VALUES (%s) ON CONFLICT (name) DO NOTHING RETURNING id", (name,)
-                    )
-                    got = cur.fetchone()
-                    if got is None:
-                        cur.execute("SELECT id FROM sessions WHERE name = %s", (name,))
-                        got = cur.fetchone()
-                if got is None:
-                    raise ConflictError(f"session {name!r} vanished while being created", session=name)
-                sid = int(got[0])
-                if not locked:
-                    # Held until commit or rollback: appends to this session, and only
-                    # this session, wait here.
-                    cur.execute("SELECT pg_advisory_xact_lock(%s, %s)", (_LOCK_SESSION, _lock_key(sid)))
-                head = (HeadRow(*prefetched) if prefetched else None) if locked else _UNREAD
-                yield _PGWriter(cur, sid, head)
+            with self._pool.connection() as conn:
+                try:
+                    with conn.cursor(binary=True) as cur:
+                        w = _open_writer(conn, cur, name)
+                        yield w
+                    if not w.committed:
+                        conn.execute("COMMIT")
+                except BaseException:
+                    _rollback(conn)
+                    raise
         except psycopg.Error as exc:
             raise _error(exc, doing) from exc
 
@@ -289,6 +328,19 @@ class PostgresBackend:
 
     def hashes(self, session_id: int, coords: Sequence[tuple[int, int]]) -> list[bytes]:
         return self._run("read subtree roots", lambda cur: _hashes(cur, session_id, coords))
+
+    def bodies(self, session_id: int, start: int, stop: int) -> list[bytes | None]:
+        got = self._all(
+            "SELECT body FROM events WHERE session_id = %s AND pos >= %s AND pos < %s ORDER BY pos",
+            (session_id, start, stop),
+        )
+        return [None if b is None else bytes(b) for (b,) in got]
+
+    def kind_rows(self, session_id: int, kind: str) -> list[Row]:
+        got = self._all(
+            f"SELECT {_ROW} FROM events WHERE session_id = %s AND kind = %s ORDER BY pos", (session_id, kind)
+        )
+        return [Row(*r) for r in got]
 
     def node_range(self, session_id: int, level: int, lo: int, hi: int) -> list[tuple[int, bytes]]:
         got = self._all(
@@ -338,7 +390,7 @@ def _ensure_schema(conn: psycopg.Connection[tuple[Any, ...]]) -> None:
         cur.execute("SELECT to_regclass('meta') IS NOT NULL")
         row = cur.fetchone()
         if not (row and row[0]):
-            cur.execute(";\n".join(_SCHEMA))  # one round trip, one transaction
+            cur.execute(";\n".join((*_SCHEMA, *_FUNCTIONS.values())))  # one round trip, one transaction
             return
         cur.execute("SELECT value FROM meta WHERE name = 'schema_version'")
         got = cur.fetchone()
@@ -352,6 +404,9 @@ def _ensure_schema(conn: psycopg.Connection[tuple[Any, ...]]) -> None:
             cur.execute("UPDATE meta SET value = %s WHERE name = 'schema_version'", (version,))
             cur.execute("ALTER TABLE meta ENABLE TRIGGER meta_no_update")
         # A version this library does not know is reported by the store, which reads meta.
+        cur.execute("SELECT s FROM unnest(%s::text[]) AS s WHERE to_regprocedure(s) IS NULL", (list(_FUNCTIONS),))
+        for (missing,) in cur.fetchall():
+            cur.execute(_FUNCTIONS[missing])
 
 
 def _hashes(cur: psycopg.Cursor[tuple[Any, ...]], session_id: int, coords: Sequence[tuple[int, int]]) -> list[bytes]:
@@ -374,6 +429,82 @@ def _hashes(cur: psycopg.Cursor[tuple[Any, ...]], session_id: int, coords: Seque
     return out
 
 
+#: The kind of the event whose erasures follow its insert in the same transaction.
+_ERASING_KIND = "redaction"
+
+#: The SQL types of ``compactstore_insert``'s arguments, in order.
+_INSERT_TYPES = ("bigint", "bigint[]", "text[]", "text[]", "int4[]", "int4", "bytea", "bytea",
+                 "bigint[]", "bigint[]", "bytea", "bigint", "bytea", "bigint", "bytea")
+#: Up to this many bytes of bodies an insert is written inline, in the message that
+#: commits it; beyond, its arguments travel in binary and COMMIT follows on its own
+#: (one round trip more, against a server that would otherwise read the bytes as text).
+INLINE_BYTES = 64 * 1024
+
+
+def _insert_args(
+    session_id: int, rows: Sequence[Row], nodes: Sequence[tuple[int, int, bytes]], head: HeadRow
+) -> tuple[object, ...]:
+    """Return the arguments of ``compactstore_insert``, arrays as array literals.
+
+    Every leaf and subtree root must have the width of the first.
+    """
+    width = len(rows[0].leaf) if rows else 32
+    if any(len(r.leaf) != width for r in rows) or any(len(h) != width for _, _, h in nodes):
+        raise IntegrityError(f"hashes of different widths in one insert (want {width} bytes each)")
+    return (
+        session_id,
+        _array([r.pos for r in rows]),
+        _array([r.kind for r in rows]),
+        _array([None if r.idem_key is None else _text(r.idem_key, "idempotency_key") for r in rows]),
+        _array([-1 if r.body is None else len(r.body) for r in rows]),
+        width,
+        b"".join(r.leaf for r in rows),
+        b"".join(r.body for r in rows if r.body is not None),
+        _array([lv for lv, _, _ in nodes]),
+        _array([i for _, i, _ in nodes]),
+        b"".join(h for _, _, h in nodes),
+        head.size,
+        head.root,
+        head.prev,
+        head.seal,
+    )
+
+
+def _quote(text: str) -> str:
+    """Return ``text`` as an escape-string literal, read the same whatever ``standard_conforming_strings`` says."""
+    if "\x00" in text:  # a query is a C string: a NUL would cut it short
+        raise CompactStoreError("PostgreSQL text cannot hold NUL characters")
+    return "E'" + text.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+def _array(values: Sequence[int] | Sequence[str | None]) -> str:
+    """Return ``values`` in the array literal syntax: integers as they are, text double-quoted.
+
+    Written by hand because the driver builds arrays a Python step per element, where
+    one join does it here; the server parses the text in one pass.
+    """
+    if values and isinstance(values[0], int):
+        return "{" + ",".join(map(str, values)) + "}"
+    return "{" + ",".join(
+        "NULL" if v is None else '"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"' for v in values
+    ) + "}"
+
+
+def _inline(value: object, kind: str) -> str:
+    """Return an argument of ``compactstore_insert`` as an SQL literal of type ``kind``."""
+    if isinstance(value, bytes):
+        return f"E'\\\\x{value.hex()}'::bytea"
+    if isinstance(value, int):
+        return f"{int(value)}::{kind}"
+    assert isinstance(value, str)
+    return f"{_quote(value)}::{kind}"
+
+
+def _placeholder(value: object, kind: str) -> str:
+    """Return the placeholder of an argument of ``compactstore_insert``: arrays as text, the rest in binary."""
+    return f"%t::{kind}" if isinstance(value, str) else f"%b::{kind}"
+
+
 class _Unread:
     """The head was not read under the lock yet."""
 
@@ -381,20 +512,73 @@ class _Unread:
 _UNREAD = _Unread()
 
 
-def _pipeline(conn: psycopg.Connection[tuple[Any, ...]]) -> AbstractContextManager[object]:
-    """Batch statements whose results are not needed at once into fewer round trips."""
-    return conn.pipeline() if psycopg.Pipeline.is_supported() else nullcontext()
+def _open_writer(
+    conn: psycopg.Connection[tuple[Any, ...]], cur: psycopg.Cursor[tuple[Any, ...]], name: str
+) -> _PGWriter:
+    """Begin a transaction on ``conn`` holding session ``name``'s lock, creating the session.
+
+    One round trip: the simple query protocol (which alone carries several statements in
+    one message) sends BEGIN and the call of ``compactstore_open`` together. READ
+    COMMITTED is named because the head must be read with a snapshot newer than the lock.
+    """
+    with _unprepared(conn), conn.cursor() as text:
+        text.execute(
+            "BEGIN ISOLATION LEVEL READ COMMITTED; "
+            f"SELECT sid, head_size, head_root, head_prev, head_seal FROM compactstore_open({_quote(name)})"
+        )
+        text.nextset()
+        got = text.fetchone()
+    if got is None:
+        raise ConflictError(f"session {name!r} was neither found nor created", session=name)
+    sid, size, root, prev, seal = got
+    head = None if size is None else HeadRow(int(size), bytes(root), int(prev), bytes(seal))
+    return _PGWriter(cur, int(sid), head)
+
+
+@contextmanager
+def _unprepared(conn: psycopg.Connection[tuple[Any, ...]]) -> Iterator[None]:
+    """Keep statements written with inline values out of the driver's prepared-statement cache.
+
+    Each such statement is new text, so it would never be prepared, but the cache would
+    still hash it and keep the last hundred (whole batches of bodies) as keys.
+    """
+    threshold, conn.prepare_threshold = conn.prepare_threshold, None
+    try:
+        yield
+    finally:
+        conn.prepare_threshold = threshold
+
+
+def _rollback(conn: psycopg.Connection[tuple[Any, ...]]) -> None:
+    """Roll back the open transaction of ``conn``, if any; a broken connection is left to the pool."""
+    if conn.closed or conn.broken or conn.info.transaction_status == pq.TransactionStatus.IDLE:
+        return
+    try:
+        conn.execute("ROLLBACK")
+    except psycopg.Error:
+        pass  # the pool discards a connection it cannot reset
 
 
 class _PGWriter:
-    __slots__ = ("_cur", "_head", "session_id")
+    __slots__ = ("_cur", "_head", "committed", "session_id")
 
     def __init__(self, cur: psycopg.Cursor[tuple[Any, ...]], session_id: int, head: HeadRow | None | _Unread) -> None:
         self._cur = cur
         self._head = head
         self.session_id = session_id
+        #: Whether insert() has already committed the transaction.
+        self.committed = False
+
+    def _open(self) -> None:
+        """Refuse to run a statement once insert() has committed: it would run outside the transaction."""
+        if self.committed:
+            raise CompactStoreError(
+                "PostgreSQL: insert() committed the append; nothing may run in its writer after it",
+                hint="only a redaction's erase() may follow insert() (see Writer.insert)",
+            )
 
     def _do(self, doing: str, sql: str, args: Sequence[object] | Mapping[str, object], fetch: bool = True) -> list[tuple[Any, ...]]:
+        self._open()
         try:
             self._cur.execute(sql, args)
             return self._cur.fetchall() if fetch else []
@@ -413,6 +597,7 @@ class _PGWriter:
         return HeadRow(*got[0]) if got else None
 
     def hashes(self, coords: Sequence[tuple[int, int]]) -> list[bytes]:
+        self._open()
         try:
             return _hashes(self._cur, self.session_id, coords)
         except psycopg.Error as exc:
@@ -430,37 +615,33 @@ class _PGWriter:
         return None  # the identity column assigns it
 
     def insert(self, rows: Sequence[Row], nodes: Sequence[tuple[int, int, bytes]], head: HeadRow) -> list[int]:
-        # One statement: the events (seqs assigned in position order), the subtree roots
-        # and the head. Arrays travel in binary.
-        got = self._do(
-            "insert events, subtree roots and the head",
-            "WITH e AS (INSERT INTO events (session_id, pos, kind, idem_key, leaf, body) "
-            "SELECT %(sid)s, u.pos, u.kind, u.idem_key, u.leaf, u.body "
-            "FROM unnest(%(pos)b::bigint[], %(kind)b::text[], %(key)b::text[], %(leaf)b::bytea[], %(body)b::bytea[]) "
-            "AS u(pos, kind, idem_key, leaf, body) ORDER BY u.pos RETURNING pos, seq), "
-            "n AS (INSERT INTO nodes (session_id, level, idx, hash) SELECT %(sid)s, u.level, u.idx, u.hash "
-            "FROM unnest(%(level)b::bigint[], %(idx)b::bigint[], %(hash)b::bytea[]) AS u(level, idx, hash)), "
-            "h AS (INSERT INTO heads (session_id, size, root, prev, seal) "
-            "VALUES (%(sid)s, %(size)s, %(root)s, %(prev)s, %(seal)s)) "
-            "SELECT pos, seq FROM e",
-            {
-                "sid": self.session_id,
-                "pos": [r.pos for r in rows],
-                "kind": [r.kind for r in rows],
-                "key": [None if r.idem_key is None else _text(r.idem_key, "idempotency_key") for r in rows],
-                "leaf": [r.leaf for r in rows],
-                "body": [r.body for r in rows],
-                "level": [lv for lv, _, _ in nodes],
-                "idx": [i for _, i, _ in nodes],
-                "hash": [h for _, _, h in nodes],
-                "size": head.size,
-                "root": head.root,
-                "prev": head.prev,
-                "seal": head.seal,
-            },
-        )
-        seqs = {int(pos): int(seq) for pos, seq in got}
-        return [seqs[r.pos] for r in rows]
+        # Unless an erasure follows, nothing more is written in this transaction (the
+        # protocol's promise), so the insert may commit.
+        self._open()
+        final = not any(r.kind == _ERASING_KIND for r in rows)
+        conn = self._cur.connection
+        args = _insert_args(self.session_id, rows, nodes, head)
+        try:
+            if sum(len(r.body or b"") for r in rows) <= INLINE_BYTES:
+                # One message, so one round trip: the simple query protocol carries
+                # several statements, but no parameters.
+                call = ", ".join(_inline(v, t) for v, t in zip(args, _INSERT_TYPES))
+                with _unprepared(conn), conn.cursor() as text:
+                    text.execute(f"SELECT compactstore_insert({call}){'; COMMIT' if final else ''}")
+                    got = text.fetchone()
+            else:
+                marks = ", ".join(_placeholder(v, t) for v, t in zip(args, _INSERT_TYPES))
+                self._cur.execute(f"SELECT compactstore_insert({marks})", args)
+                got = self._cur.fetchone()
+                if final:
+                    conn.execute("COMMIT")
+        except psycopg.Error as exc:
+            raise _error(exc, "insert events, subtree roots and the head") from exc
+        self.committed = final
+        if got is None or got[0] is None or len(got[0]) != len(rows):
+            raise IntegrityError(f"inserted {len(rows)} events, got {got and got[0] and len(got[0])} seqs back")
+        by_pos = dict(zip(sorted(r.pos for r in rows), got[0]))
+        return [int(by_pos[r.pos]) for r in rows]
 
     def erase(self, positions: Sequence[int], by: int) -> None:
         sid, positions = self.session_id, list(positions)

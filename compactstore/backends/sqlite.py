@@ -202,6 +202,26 @@ class SQLiteBackend:
         except sqlite3.Error as exc:
             raise _error(exc, "read subtree roots") from exc
 
+    def bodies(self, session_id: int, start: int, stop: int) -> list[bytes | None]:
+        # Within a session seq follows pos, so the span is one range of the table's own
+        # key: read it there rather than seeking the table once per index entry.
+        got = self._all(
+            "SELECT body FROM events WHERE +session_id = ?1 AND +pos >= ?2 AND +pos < ?3 "
+            "AND seq >= (SELECT seq FROM events WHERE session_id = ?1 AND pos >= ?2 ORDER BY pos LIMIT 1) "
+            "AND seq <= (SELECT seq FROM events WHERE session_id = ?1 AND pos < ?3 ORDER BY pos DESC LIMIT 1) "
+            "ORDER BY seq",
+            (session_id, start, stop),
+        )
+        return [b for (b,) in got]
+
+    def kind_rows(self, session_id: int, kind: str) -> list[Row]:
+        got = self._all(
+            "SELECT seq, session_id, pos, kind, idem_key, leaf, body FROM events "
+            "WHERE session_id = ? AND kind = ? ORDER BY pos",
+            (session_id, kind),
+        )
+        return [Row(*r) for r in got]
+
     def node_range(self, session_id: int, level: int, lo: int, hi: int) -> list[tuple[int, bytes]]:
         return self._all(
             "SELECT idx, hash FROM nodes WHERE session_id = ? AND level = ? AND idx >= ? AND idx < ? ORDER BY idx",
@@ -250,18 +270,55 @@ def _error(exc: BaseException, doing: str) -> CompactStoreError:
     return CompactStoreError(f"SQLite: {doing}: {type(exc).__name__}: {text}", hint=hint)
 
 
+#: ``hashes`` pads its list of runs to a power of two (with runs that match nothing), so
+#: that a handful of statement texts serve every call from the connection's statement cache.
+_RUNS_MIN = 8
+#: At most this many runs per statement: 3 parameters each stays far below SQLite's limit.
+_RUNS_MAX = 1024
+
+
+def _runs(coords: Sequence[tuple[int, int]]) -> list[tuple[int, int, int]]:
+    """Return the distinct coordinates as maximal runs ``(level, lo, hi)`` of consecutive indices."""
+    out: list[tuple[int, int, int]] = []
+    for level, idx in sorted(set(coords)):
+        if out and out[-1][0] == level and out[-1][2] == idx:
+            out[-1] = (level, out[-1][1], idx + 1)
+        else:
+            out.append((level, idx, idx + 1))
+    return out
+
+
+def _runs_sql(n: int) -> str:
+    # Each run is one index range scan: leaves from events, higher levels from nodes.
+    return (
+        "WITH r(level, lo, hi) AS (VALUES " + ", ".join(["(?, ?, ?)"] * n) + ") "
+        "SELECT 0, e.pos, e.leaf FROM r JOIN events e ON r.level = 0 AND e.session_id = ? "
+        "AND e.pos >= r.lo AND e.pos < r.hi "
+        "UNION ALL SELECT n.level, n.idx, n.hash FROM r JOIN nodes n ON r.level > 0 AND n.session_id = ? "
+        "AND n.level = r.level AND n.idx >= r.lo AND n.idx < r.hi"
+    )
+
+
 def _hashes(conn: sqlite3.Connection, session_id: int, coords: Sequence[tuple[int, int]]) -> list[bytes]:
+    """Return the subtree roots at ``coords`` in one statement; raise naming a missing one.
+
+    A proof's coordinates come in runs of consecutive indices (the tile below a level
+    that is not stored), so they are read as ranges rather than one lookup each.
+    """
+    runs = _runs(coords)
+    found: dict[tuple[int, int], bytes] = {}
+    for k in range(0, len(runs), _RUNS_MAX):
+        part = runs[k : k + _RUNS_MAX]
+        n = max(_RUNS_MIN, 1 << (len(part) - 1).bit_length())
+        args = [x for run in part for x in run] + [-1, 0, 0] * (n - len(part)) + [session_id, session_id]
+        for level, idx, h in conn.execute(_runs_sql(n), args):
+            found[(level, idx)] = h
     out: list[bytes] = []
     for level, idx in coords:
-        if level == 0:
-            got = conn.execute("SELECT leaf FROM events WHERE session_id = ? AND pos = ?", (session_id, idx)).fetchone()
-        else:
-            got = conn.execute(
-                "SELECT hash FROM nodes WHERE session_id = ? AND level = ? AND idx = ?", (session_id, level, idx)
-            ).fetchone()
+        got = found.get((level, idx))
         if got is None:
             raise IntegrityError(f"subtree ({level}, {idx}) is missing", pos=idx << level)
-        out.append(got[0])
+        out.append(got)
     return out
 
 

@@ -34,8 +34,9 @@ def mark_command(node: int | None, raw: bool, size: int | None, target: str, key
 
     The three conditions are checked first: closure (every item open at the node's
     boundary is listed as UNRESOLVED), negative-fact retention (every failed, rejected
-    or superseded event of its span is retained) and anchoring (every digest on its
-    path matches the log; every needed non-regenerable binding is kept or spilled).
+    or superseded event of its span is retained, and every earlier event it
+    supersedes) and anchoring (every digest on its path matches the log; every needed
+    non-regenerable binding is kept or spilled).
     A failed condition refuses the marker (exit 1), naming each violation, and writes
     nothing.
     """
