@@ -24,10 +24,13 @@ same rows, 1,000 per transaction, into the same table; and ``Session.append`` on
 call with ``durable=True`` (``synchronous=FULL``) against plain single-row commits at
 ``synchronous=FULL``.
 
-Part 3, verify: ``Store.verify()`` of a store pinned to one CPU against the same on every
-CPU, and raw BLAKE3 over (a 16 MB sample of) the stored bodies, with CPU time / wall
-time, and the peak RSS of a fresh process verifying the store. ``--verify-turns 700000``
-makes a store of about 1 GB of bodies (the scale goal: verify in under 200 MB).
+Part 3, verify: ``Store.verify()`` of a store pinned to one CPU (so checking in this
+process alone) against the same on every CPU (one worker process per CPU), and raw BLAKE3
+over (a 16 MB sample of) the stored bodies, with CPU time / wall time, and the peak RSS of a
+fresh process verifying the store. The store has ``verify.PARALLEL_FROM`` turns by default,
+the smallest that verify spreads over worker processes: below it the two runs are the same
+code. ``--verify-turns 700000`` makes a store of over 1 GB on disk (the scale goal: verify in
+under 200 MB).
 
 Each row is the min / median / max of several interleaved rounds; throughput and ratios
 come from medians of the same run. Writes benchmarks/results/digest.json.
@@ -58,6 +61,7 @@ import blake3  # noqa: E402
 
 import compactstore as cs  # noqa: E402
 from compactstore import merkle  # noqa: E402
+from compactstore.verify import PARALLEL_FROM  # noqa: E402
 
 # (label, leaf size in bytes, number of leaves)
 WORKLOADS = [("1 KiB leaves", 1024, 4096), ("16 KiB leaves", 16 * 1024, 512)]
@@ -85,10 +89,22 @@ def _store_session(tmp: str, leaf_size: int, count: int) -> tuple[cs.Store, cs.S
     return store, s, bodies
 
 
+def _cpu_timed(fn: Callable[[], object]) -> Callable[[], float]:
+    """Return ``fn`` timing itself in CPU seconds of this process (the harness takes the float)."""
+    def timed() -> float:
+        t0 = time.process_time()
+        fn()
+        return time.process_time() - t0
+    return timed
+
+
 def merkle_rows(repeat: int = 7) -> Section:
     """Time the Merkle roots against the plain tree and raw hashing, interleaved.
 
-    Each root takes milliseconds, so this part runs three times ``repeat`` rounds.
+    Each root takes milliseconds, so this part runs three times ``repeat`` rounds, and
+    times CPU seconds of this process, not wall time: every method is single-threaded,
+    and on a shared machine wall time also counts the time slices other processes take,
+    which at a few milliseconds per call swamps the differences measured.
     """
     section = Section(
         "Merkle roots vs the plain RFC 9162 tree and raw hashing",
@@ -123,7 +139,7 @@ def merkle_rows(repeat: int = 7) -> Section:
                 ("merkle.tree_root, SHA-256", len(buf), None, lambda: merkle.tree_root(leaves, "sha256")),
                 ("raw SHA-256, one buffer", len(buf), None, lambda: hashlib.sha256(buf).digest()),
             ]
-            got = interleaved([(name, fn) for name, _, _, fn in methods], 3 * repeat)
+            got = interleaved([(name, _cpu_timed(fn)) for name, _, _, fn in methods], 3 * repeat)
             med = {name: Stat.of(got[name]).median for name, *_ in methods}
             raw_rate = len(buf) / med["raw BLAKE3, one buffer"]
             workload = f"{count} x {label}"
@@ -143,7 +159,8 @@ def merkle_rows(repeat: int = 7) -> Section:
             store.close()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    section.notes.append("vs raw BLAKE3: throughput over the same bytes; vs plain tree: median of the reference "
+    section.notes.append("times are CPU seconds of the benchmark process (every method is single-threaded); "
+                         "vs raw BLAKE3: throughput over the same bytes; vs plain tree: median of the reference "
                          "named in the row above it over the same entries / median of the row")
     return section
 
@@ -220,15 +237,26 @@ def append_rows(repeat: int = 7, batch: int = 1000, singles: int = 100) -> Secti
     return section
 
 
+# Its own peak from /proc/self/status where there is one: on Linux, ru_maxrss of a fresh
+# process starts at its parent's resident size when it forked (kept across exec), so it
+# would count this benchmark's memory. Its worker processes fork from it: their ru_maxrss
+# is theirs.
 _RSS_CHILD = """
 import resource, sys
 import compactstore as cs
-peak = lambda who: resource.getrusage(who).ru_maxrss * 1024
+
+def own_peak():
+    try:
+        with open("/proc/self/status") as status:
+            return next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmHWM:"))
+    except (OSError, StopIteration):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
 with cs.open(sys.argv[1]) as store:
-    before = peak(resource.RUSAGE_SELF)
+    before = own_peak()
     report = store.verify()
 assert report.ok, report.problems[:3]
-print(before, max(peak(resource.RUSAGE_SELF), peak(resource.RUSAGE_CHILDREN)))
+print(before, max(own_peak(), resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024))
 """
 
 
@@ -241,7 +269,7 @@ def _cpu_seconds() -> float:
 RAW_SAMPLE = 16_000_000
 
 
-def verify_rows(repeat: int = 7, count: int = 10_000) -> Section:
+def verify_rows(repeat: int = 7, count: int = PARALLEL_FROM) -> Section:
     """Time Store.verify() on one CPU and on every CPU against raw BLAKE3 over the stored bodies."""
     section = Section(
         "Store.verify(): one CPU vs every CPU, against raw BLAKE3 over the bodies",
@@ -259,9 +287,9 @@ def verify_rows(repeat: int = 7, count: int = 10_000) -> Section:
         total = 0
         sample: list[bytes] = []
         for r in s.scan():
-            total += len(r.body)
-            if sum(map(len, sample)) < RAW_SAMPLE:
+            if total < RAW_SAMPLE:
                 sample.append(r.body)
+            total += len(r.body)
         buf = b"".join(sample)
         cpu: dict[str, list[float]] = {"one CPU": [], "every CPU": []}
 
@@ -286,7 +314,9 @@ def verify_rows(repeat: int = 7, count: int = 10_000) -> Section:
             ("one CPU", run(True)),
             ("every CPU", run(False)),
         ]
+        load_before = os.getloadavg()
         got = interleaved(methods, repeat)
+        load_after = os.getloadavg()
         raw_rate = len(buf) / Stat.of(got[methods[0][0]]).median
         one = Stat.of(got["one CPU"]).median
         label = f"{count:,} turns, {total / 1e6:,.0f} MB of bodies"
@@ -301,8 +331,14 @@ def verify_rows(repeat: int = 7, count: int = 10_000) -> Section:
             section.data.append({"method": name_shown, "turns": count, "bytes": n, **st.as_dict(),
                                  "mb_per_s": n / st.median / 1e6, "cpu_per_wall": cw})
         every = Stat.of(got["every CPU"]).median
+        cpus = len(allowed) if allowed else os.cpu_count()
         section.goals.append(Goal("Store.verify() every CPU / one CPU", one / every, 1.6,
-                                  note=f"{os.cpu_count()} logical CPUs"))
+                                  note=f"{cpus} CPUs, load average {load_before[0]:.1f} before, "
+                                       f"{load_after[0]:.1f} after"))
+        section.notes.append(f"one CPU: verify checks every chunk in its own process; every CPU: {cpus} worker "
+                             f"processes check chunks, the calling one folds them in order (from {PARALLEL_FROM:,} "
+                             f"events on); 1-minute load average {load_before[0]:.1f} before the timed rounds, "
+                             f"{load_after[0]:.1f} after, on {os.cpu_count()} logical CPUs")
         store.close()
         child = subprocess.run([sys.executable, "-c", _RSS_CHILD, path], capture_output=True, text=True, check=True,
                                env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
@@ -332,7 +368,8 @@ def main(argv: list[str] | None = None) -> int:
     """Run every section, print its table and write benchmarks/results/digest.json."""
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=7, help="timed rounds per row (default 7, at least 5)")
-    parser.add_argument("--verify-turns", type=int, default=10_000, help="turns in the verified store")
+    parser.add_argument("--verify-turns", type=int, default=PARALLEL_FROM,
+                        help=f"turns in the verified store (default {PARALLEL_FROM:,}, where verify goes parallel)")
     parser.add_argument("--only", nargs="*", choices=[n for n, _ in SECTIONS], help="run only these parts")
     args = parser.parse_args(argv)
     info = harness.machine()

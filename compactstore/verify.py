@@ -1,16 +1,24 @@
 """Whole-store verification: every cell is checked against a leaf, a head or a rule.
 
 Bodies are re-hashed and the trees rebuilt from them alone; stored leaves, subtree
-roots, heads and seals are then compared with what the bodies imply. Rows are read in
-chunks and only a frontier of O(log n) hashes is kept per session, so memory does not
-grow with the log.
+roots, heads and seals are then compared with what the bodies imply. Rows are read by
+chunks of 4096 positions and only a frontier of O(log n) hashes is kept per session, so
+memory does not grow with the log.
+
+A chunk whose rows are exactly its positions, with nothing wrong in any of them, is
+summarised where it is read: the root of its complete subtree, the root of each head's
+part of it, its stored subtrees checked. From ``PARALLEL_FROM`` events on, worker
+processes read and summarise chunks and the calling process only folds the summaries in
+order, O(log n) hashes per chunk and per head. Every other chunk is checked row by row,
+in order, which is what a summary stands for: the report is the same either way.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 from collections import defaultdict, deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from multiprocessing import get_all_start_methods, get_context
 from typing import TYPE_CHECKING, NamedTuple
@@ -34,7 +42,12 @@ META_NAMES = frozenset({"schema_version", "hash", "keyed", "key_check"})
 _FLOOR = -(2**62)
 #: From this many events on, verify() re-hashes bodies in one worker process per core.
 PARALLEL_FROM = 200_000
-_CHUNK = 4096
+#: Rows are read and checked by chunks of positions: each a complete subtree of this level.
+_CHUNK_LEVEL = 12
+_CHUNK = 1 << _CHUNK_LEVEL
+#: Chunks per task of a worker process: each hand-over costs a few wake-ups, and on a
+#: busy machine each wake-up waits for a time slice.
+_TASK_CHUNKS = 4
 
 
 class Problem(msgspec.Struct, frozen=True):
@@ -89,17 +102,13 @@ def _short(h: bytes) -> str:
 
 
 class _Checked(NamedTuple):
-    """What checking a chunk of rows' bodies alone tells; made in worker processes when parallel.
-
-    Columns rather than one object per row, so that a chunk crosses a process boundary
-    cheaply.
-    """
+    """What checking rows' bodies alone tells, row by row: the input of the per-row path."""
 
     positions: list[int]
     seqs: list[int]
-    #: the leaves the tree is rebuilt from (32 bytes each): re-hashed from the bodies,
-    #: or as stored where a redaction erased the body
-    leaves: bytes
+    #: the leaves the tree is rebuilt from: re-hashed from the bodies, or as stored
+    #: where a redaction erased the body
+    leaves: list[bytes]
     #: erased positions, with their kind and idem_key columns
     erased: dict[int, tuple[str, str | None]]
     #: the positions each redaction event lists, by its position
@@ -108,7 +117,7 @@ class _Checked(NamedTuple):
 
 
 def _check_rows(rows: list[Row]) -> _Checked:
-    leaf_hash = merkle.leaf_hash
+    hashed = iter(merkle.leaf_hashes([r.body for r in rows if r.body is not None]))
     leaves: list[bytes] = []
     erased: dict[int, tuple[str, str | None]] = {}
     redacts: dict[int, list[int]] = {}
@@ -119,18 +128,119 @@ def _check_rows(rows: list[Row]) -> _Checked:
             erased[row.pos] = (row.kind, row.idem_key)
             leaves.append(row.leaf if len(row.leaf) == merkle.HASH_SIZE else bytes(merkle.HASH_SIZE))
             continue
-        leaf = leaf_hash(row.body)
+        leaf = next(hashed)
         leaves.append(leaf)
         if row.leaf != leaf:
             problems.append((row.pos, "events", f"leaf does not match body: got {_short(row.leaf)}, want {_short(leaf)}"))
         event = _check_body(row.body, row.kind, row.idem_key, row.pos, problems)
         if isinstance(event, ev.Redaction):
             redacts[row.pos] = list(event.positions)
-    return _Checked([r.pos for r in rows], [r.seq for r in rows], b"".join(leaves), erased, redacts, problems)
+    return _Checked([r.pos for r in rows], [r.seq for r in rows], leaves, erased, redacts, problems)
 
 
-# One backend per worker process, opened by the pool's initializer.
+class _Redactions(NamedTuple):
+    """A session's redaction records."""
+
+    #: erased position -> the position of the redaction event that erased it
+    erased: dict[int, int]
+    #: redaction event position -> the positions recorded as erased by it
+    by: dict[int, set[int]]
+
+    @classmethod
+    def of(cls, backend: Backend, sid: int) -> _Redactions:
+        erased = backend.redactions(sid)
+        by: dict[int, set[int]] = defaultdict(set)
+        for p, b in erased.items():
+            by[b].add(p)
+        return cls(erased, dict(by))
+
+
+class _Chunk(NamedTuple):
+    """What checking positions ``[start, start + _CHUNK)`` alone tells: made where the rows are.
+
+    When the rows are exactly those positions, in order, and nothing is wrong with any
+    of them (``clean``), their part of the tree is summarised: the complete subtree
+    roots covering them, and for each head ending among them the root of its part.
+    Then the session's tree costs O(log n) hashes per chunk and per head, not one
+    append per row, and a chunk crosses a process boundary in a few hundred bytes.
+    Otherwise ``rows`` carries every row's findings for the per-row path.
+    """
+
+    start: int
+    #: rows found in the chunk's positions
+    length: int
+    clean: bool
+    first_seq: int
+    last_seq: int
+    #: ``cover(start, start + count)`` as (level, root), left to right: one level-12 root
+    #: for a whole chunk
+    pieces: list[tuple[int, bytes]]
+    #: head size -> the root of ``[start, size)``, for the heads ending in the chunk
+    tails: dict[int, bytes]
+    #: (pos, what) for the stored subtrees inside the chunk that do not match
+    nodes: list[tuple[int, str]]
+    #: erased rows a redaction accounts for (not problems)
+    redacted: int
+    #: the positions of redaction events whose erased positions were checked here
+    redactions_checked: list[int]
+    rows: _Checked | None
+
+
+def _check_chunk(backend: Backend, sid: int, start: int, reds: _Redactions, keep_rows: bool) -> _Chunk:
+    """Check positions ``[start, start + _CHUNK)``; ``keep_rows``: return the rows' findings even when clean."""
+    rows = list(backend.rows(sid, start, start + _CHUNK, _CHUNK))
+    checked = _check_rows(rows)
+    n = len(rows)
+    seqs = checked.seqs
+    clean = (
+        n > 0
+        and not checked.problems
+        and checked.positions == list(range(start, start + n))
+        and all(a < b for a, b in zip(seqs, seqs[1:]))
+    )
+    redacted = 0
+    done: list[int] = []
+    if clean and (checked.erased or reds.erased):
+        # The redaction checks of the per-row path, for a chunk whose positions are exact.
+        for p, (kind, idem_key) in checked.erased.items():
+            clean = clean and p in reds.erased and kind == "redacted" and idem_key is None
+            redacted += 1
+        stop = start + n
+        clean = clean and not any(start <= p < stop and p not in checked.erased for p in reds.erased)
+        for p in set(checked.redacts).union(b for b in reds.by if start <= b < stop):
+            if p in checked.erased:
+                continue  # an erased redaction event: its records are left over, reported at the end
+            clean = clean and set(checked.redacts.get(p, ())) == reds.by.get(p, set())
+            if p in reds.by:
+                done.append(p)
+    if not clean:
+        return _Chunk(start, n, False, 0, 0, [], {}, [], 0, [], checked)
+    levels = merkle.subtree_levels(checked.leaves)
+    nodes: list[tuple[int, str]] = []
+    for level in range(1, len(levels)):
+        if not merkle.is_stored(level):
+            continue
+        want, base = levels[level], start >> level
+        stored = dict(backend.node_range(sid, level, base, base + len(want)))
+        for i, h in enumerate(want):
+            got = stored.get(base + i)
+            if got != h:
+                what = "missing" if got is None else f"got {_short(got)}, want {_short(h)}"
+                nodes.append(((base + i) << level, f"subtree ({level}, {base + i}): {what}"))
+    tails = {
+        h.size: merkle.fold([levels[lv][i] for lv, i in merkle.cover(0, h.size - start)])
+        for h in backend.heads(sid, start, _CHUNK)
+        if h.size <= start + n
+    }
+    pieces = [(lv, levels[lv][i]) for lv, i in merkle.cover(0, n)]
+    return _Chunk(start, n, True, seqs[0], seqs[-1], pieces, tails, nodes, redacted, done,
+                  checked if keep_rows else None)
+
+
+# One backend per worker process, opened by the pool's initializer, and the redaction
+# records of the session it last checked.
 _worker_backend: Backend | None = None
+_worker_reds: tuple[int, _Redactions] | None = None
 
 
 def _worker_init(target: str) -> None:
@@ -138,9 +248,55 @@ def _worker_init(target: str) -> None:
     _worker_backend = open_backend(target, durable=False)
 
 
-def _worker_chunk(sid: int, start: int, stop: int) -> _Checked:
+def _worker_integrity() -> list[str]:
     assert _worker_backend is not None
-    return _check_rows(list(_worker_backend.rows(sid, start, stop, _CHUNK)))
+    return _worker_backend.integrity()
+
+
+def _worker_chunks(sid: int, start: int) -> list[_Chunk]:
+    """Check up to ``_TASK_CHUNKS`` chunks from ``start`` on, up to the first empty one."""
+    global _worker_reds
+    assert _worker_backend is not None
+    if _worker_reds is None or _worker_reds[0] != sid:
+        _worker_reds = (sid, _Redactions.of(_worker_backend, sid))
+    out: list[_Chunk] = []
+    for k in range(_TASK_CHUNKS):
+        out.append(_check_chunk(_worker_backend, sid, start + k * _CHUNK, _worker_reds[1], keep_rows=False))
+        if not out[-1].length:
+            break
+    return out
+
+
+class _IndexCheck(threading.Thread):
+    """The structural index checked in a thread, on its own connection; ``join()`` re-raises its error."""
+
+    def __init__(self, target: str, sessions: Sequence[tuple[int, str]]) -> None:
+        super().__init__(name="compactstore-verify-index", daemon=True)
+        self.target, self.sessions = target, sessions
+        self.found: list[tuple[str | None, int | None, str]] = []
+        self.error: BaseException | None = None
+        self.start()
+
+    def run(self) -> None:
+        try:
+            own = open_backend(self.target, durable=False)
+            try:
+                structure_index.verify_store(own, self.sessions, lambda name, pos, what: self.found.append((name, pos, what)))
+            finally:
+                own.close()
+        except BaseException as exc:  # handed to the caller: a failed check must never read as a clean one
+            self.error = exc
+
+    def join(self, timeout: float | None = None) -> None:
+        super().join(timeout)
+        if self.error is not None:
+            raise self.error
+
+
+def _usable_cpus() -> int:
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))  # a process pinned to some cores gets no more workers
+    return os.cpu_count() or 1
 
 
 def verify_store(
@@ -148,96 +304,211 @@ def verify_store(
 ) -> VerifyReport:
     """Check every table of ``store``; see :meth:`Store.verify`."""
     backend = store.backend
-    found = _Problems()
-    if store.keyed and store.mac_key is None:
-        found.add(None, "meta", None, "the store is keyed: open it with its key to check head MACs")
-    for name in sorted(set(backend.meta()) - META_NAMES):
-        found.add(None, "meta", None, f"unknown entry {name!r}")
-    for what in backend.integrity():
-        found.add(None, "file", None, what)
-    for table, sid in backend.orphans():
-        found.add(None, table, None, f"rows name session id {sid}, which does not exist")
     count, lo, hi = backend.seq_bounds()
-    if backend.gapless_seq and count and (lo != 1 or hi != count):
-        found.add(None, "events", None, f"sequence numbers are not 1..{count}: got {lo}..{hi}")
     if workers is None:
-        workers = (os.cpu_count() or 1) if count >= PARALLEL_FROM else 1
+        workers = _usable_cpus() if count >= PARALLEL_FROM else 1
     if store.target in ("", ":memory:"):
         workers = 1
     pool = None
+    integrity: Future[list[str]] | None = None
     if workers > 1:
         # fork: workers need nothing of the parent but the target, and spawning would
         # re-run a caller's unguarded main script. Each worker opens its own connection.
         method = "fork" if "fork" in get_all_start_methods() else "spawn"
         pool = ProcessPoolExecutor(workers, mp_context=get_context(method), initializer=_worker_init,
                                    initargs=(store.target,))
+        # The database's own check reads the whole file: one worker runs it while the
+        # others start on the sessions, instead of everyone waiting for it.
+        integrity = pool.submit(_worker_integrity)
+    found = _Problems()
     done = 0
     sessions = backend.sessions()
+    # The index is re-derived in one ordered pass: with workers, a thread of this process
+    # does it on its own connection while they check the log (this process mostly waits).
+    index_check = _IndexCheck(store.target, sessions) if pool is not None else None
     try:
         for sid, name in sessions:
-            checked = _parallel(pool, workers, sid, backend) if pool else (
-                _check_rows(chunk) for chunk in _chunks(backend.rows(sid, _FLOOR, None, _CHUNK))
-            )
-            for n in _verify_session(store, sid, name, checked, found):
+            session = _SessionCheck(store, sid, name, found)
+            for part in _session_parts(backend, sid, session.reds, pool, workers):
+                n = session.rows(part) if isinstance(part, _Checked) else session.chunk(part)
                 done += n
                 if progress is not None:
                     progress(done, count)
+            session.finish()
             _check_content_digests(backend, sid, name, found)
+        file = integrity.result() if integrity is not None else backend.integrity()
     finally:
         if pool is not None:
             pool.shutdown(cancel_futures=True)
-    structure_index.verify_store(backend, sessions, lambda name, pos, what: found.add(name, TABLE, pos, what))
-    return VerifyReport(not found.items, found.items, len(sessions), done, found.more, found.redacted)
+    if index_check is None:
+        structure_index.verify_store(backend, sessions, lambda name, pos, what: found.add(name, TABLE, pos, what))
+    else:
+        index_check.join()
+        for session_name, pos, what in index_check.found:
+            found.add(session_name, TABLE, pos, what)
+    # Store-wide problems are listed first.
+    problems = _store_problems(store, file, count, lo, hi) + found.items
+    listed = problems[:MAX_PROBLEMS]
+    more = found.more + len(problems) - len(listed)
+    return VerifyReport(not listed, listed, len(sessions), done, more, found.redacted)
 
 
-def _parallel(pool: ProcessPoolExecutor, workers: int, sid: int, backend: Backend) -> Iterator[_Checked]:
-    """Yield checked chunks in order, at most two per worker in flight (memory stays bounded)."""
-    below = list(backend.rows(sid, _FLOOR, 0, _CHUNK))  # rows no real append could write
-    if below:
-        yield _check_rows(below)
-    pending: deque[Future[_Checked]] = deque()
-    start = 0
-    while True:
-        while len(pending) < 2 * workers:
-            pending.append(pool.submit(_worker_chunk, sid, start, start + _CHUNK))
-            start += _CHUNK
-        chunk = pending.popleft().result()
-        if not chunk.positions:
-            for f in pending:
-                f.cancel()
-            beyond = list(backend.rows(sid, start - (len(pending) + 1) * _CHUNK, None, _CHUNK))
-            if beyond:  # rows past a gap of a whole chunk: check them in this process
-                yield _check_rows(beyond)
-            return
-        yield chunk
+def _store_problems(store: Store, integrity: list[str], count: int, lo: int, hi: int) -> list[Problem]:
+    """Return what is wrong store-wide: meta entries, the file, orphan rows, the sequence.
 
-
-def _verify_session(
-    store: Store, sid: int, name: str, chunks: Iterable[_Checked], found: _Problems
-) -> Iterator[int]:
+    ``integrity`` is what the backend's own check found; ``count, lo, hi`` its sequence bounds.
+    """
     backend = store.backend
-    frontier = merkle.Frontier(algo="blake3")
-    heads = _stream_heads(store, sid)
-    head = next(heads, None)
-    prev = 0
-    last_seq = 0
-    redacted = backend.redactions(sid)
-    erased_by: dict[int, set[int]] = defaultdict(set)
-    for p, by in redacted.items():
-        erased_by[by].add(p)
-    for chunk in chunks:
+    out: list[Problem] = []
+    if store.keyed and store.mac_key is None:
+        out.append(Problem(None, "meta", None, "the store is keyed: open it with its key to check head MACs"))
+    for name in sorted(set(backend.meta()) - META_NAMES):
+        out.append(Problem(None, "meta", None, f"unknown entry {name!r}"))
+    out.extend(Problem(None, "file", None, what) for what in integrity)
+    for table, sid in backend.orphans():
+        out.append(Problem(None, table, None, f"rows name session id {sid}, which does not exist"))
+    if backend.gapless_seq and count and (lo != 1 or hi != count):
+        out.append(Problem(None, "events", None, f"sequence numbers are not 1..{count}: got {lo}..{hi}"))
+    return out
+
+
+def _session_parts(
+    backend: Backend, sid: int, reds: _Redactions, pool: ProcessPoolExecutor | None, workers: int
+) -> Iterator[_Checked | _Chunk]:
+    """Yield a session's rows in position order: checked chunk by chunk, in worker processes if ``pool``.
+
+    Chunks of ``_CHUNK`` positions from 0 on, until one is empty; then any rows past it
+    (past a gap) and, first, any below 0: no row hides outside the chunks.
+    """
+    for rows in _chunks(backend.rows(sid, _FLOOR, 0, _CHUNK)):  # rows no real append could write
+        yield _check_rows(rows)
+    start = 0
+    # The latest head's size is a hint only (a wrong one costs time, never a finding): a
+    # session within one chunk is checked here, sparing many small sessions the
+    # hand-overs, and past the hint tasks go one at a time.
+    latest = backend.head(sid) if pool is not None else None
+    hint = latest.size if latest is not None else 0
+    if pool is None or hint < _CHUNK:
+        while (chunk := _check_chunk(backend, sid, start, reds, keep_rows=True)).length:
+            yield chunk
+            start += _CHUNK
+    else:
+        pending: deque[Future[list[_Chunk]]] = deque()
+        submitted = 0
+        while True:
+            # At most two tasks per worker in flight: memory stays bounded.
+            while len(pending) < 2 * workers and (submitted <= hint or not pending):
+                pending.append(pool.submit(_worker_chunks, sid, submitted))
+                submitted += _TASK_CHUNKS * _CHUNK
+            chunks = pending.popleft().result()
+            for chunk in chunks:
+                if not chunk.length:
+                    break
+                yield chunk
+                start += _CHUNK
+            if len(chunks) < _TASK_CHUNKS or not chunks[-1].length:
+                for f in pending:
+                    f.cancel()
+                break
+    for rows in _chunks(backend.rows(sid, start, None, _CHUNK)):  # rows past a gap of a whole chunk
+        yield _check_rows(rows)
+
+
+class _Heads:
+    """A session's stored heads in size order, read page by page, with look-ahead."""
+
+    def __init__(self, backend: Backend, sid: int) -> None:
+        self._pages = _stream_heads(backend, sid)
+        self._ahead: deque[HeadRow] = deque()
+
+    def peek(self) -> HeadRow | None:
+        if not self._ahead:
+            got = next(self._pages, None)
+            if got is None:
+                return None
+            self._ahead.append(got)
+        return self._ahead[0]
+
+    def pop(self) -> HeadRow | None:
+        head = self.peek()
+        if head is not None:
+            self._ahead.popleft()
+        return head
+
+    def upto(self, size: int) -> list[HeadRow]:
+        """Remove and return the heads of at most ``size``."""
+        out = []
+        while (head := self.peek()) is not None and head.size <= size:
+            out.append(self._ahead.popleft())
+        return out
+
+    def unread(self, heads: list[HeadRow]) -> None:
+        self._ahead.extendleft(reversed(heads))
+
+
+class _SessionCheck:
+    """The checks of one session that need its rows in order: tree, heads, sequence, redactions."""
+
+    def __init__(self, store: Store, sid: int, name: str, found: _Problems) -> None:
+        self.store, self.sid, self.name, self.found = store, sid, name, found
+        self.tree = merkle.Frontier(algo="blake3")
+        self.heads = _Heads(store.backend, sid)
+        self.prev = 0
+        self.last_seq = 0
+        self.reds = _Redactions.of(store.backend, sid)
+        #: redaction records not yet met by their redaction event
+        self.erased_by = {b: set(ps) for b, ps in self.reds.by.items()}
+
+    def chunk(self, chunk: _Chunk) -> int:
+        """Take a chunk's summary when it is clean and the tree is at its start; else its rows."""
+        if chunk.clean and self.tree.size == chunk.start and chunk.first_seq > self.last_seq and self._whole(chunk):
+            return chunk.length
+        checked = chunk.rows
+        if checked is None:  # clean, but out of step (rows before it were missing): re-read it here
+            rows = list(self.store.backend.rows(self.sid, chunk.start, chunk.start + _CHUNK, _CHUNK))
+            checked = _check_rows(rows)
+        return self.rows(checked)
+
+    def _whole(self, chunk: _Chunk) -> bool:
+        due = self.heads.upto(chunk.start + chunk.length)
+        if any(h.size <= chunk.start or h.size not in chunk.tails for h in due):
+            self.heads.unread(due)  # a skipped size, or a head the worker did not see: row by row
+            return False
+        found, name = self.found, self.name
+        prefix = self.tree.hashes  # the roots of cover(0, start): fold them onto each head's part
+        for head in due:
+            _check_head(self.store, name, head, self.prev, merkle.fold([*prefix, chunk.tails[head.size]]), found)
+            self.prev = head.size
+        self.last_seq = chunk.last_seq
+        found.redacted += chunk.redacted
+        for p in chunk.redactions_checked:
+            self.erased_by.pop(p, None)
+        for pos, what in chunk.nodes:
+            found.add(name, "nodes", pos, what)
+        made: dict[int, dict[int, bytes]] = defaultdict(dict)
+        for level, root in chunk.pieces:
+            for lv, idx, h in self.tree.append_subtree(level, root):
+                if merkle.is_stored(lv):
+                    made[lv][idx] = h
+        self._check_made(made)
+        return True
+
+    def rows(self, chunk: _Checked) -> int:
+        """Check rows one by one, appending each leaf to the tree."""
+        store, name, found, frontier = self.store, self.name, self.found, self.tree
+        redacted = self.reds.erased
+        erased_by = self.erased_by
         made: dict[int, dict[int, bytes]] = defaultdict(dict)
         issues = {p: [] for p, _, _ in chunk.problems}  # type: dict[int, list[tuple[str, str]]]
         for p, table, what in chunk.problems:
             issues[p].append((table, what))
-        leaves = chunk.leaves
-        for i, (row_pos, seq) in enumerate(zip(chunk.positions, chunk.seqs)):
+        for row_pos, seq, leaf in zip(chunk.positions, chunk.seqs, chunk.leaves):
             pos = frontier.size
             if row_pos != pos:
                 found.add(name, "events", row_pos, f"position out of order: want {pos}")
-            if seq <= last_seq:
-                found.add(name, "events", row_pos, f"sequence number {seq} not after {last_seq}")
-            last_seq = seq
+            if seq <= self.last_seq:
+                found.add(name, "events", row_pos, f"sequence number {seq} not after {self.last_seq}")
+            self.last_seq = seq
             for table, what in issues.get(row_pos, ()):
                 found.add(name, table, row_pos, what)
             if row_pos in chunk.erased:
@@ -256,35 +527,42 @@ def _verify_session(
                     erased = erased_by.pop(row_pos, set())
                     if listed != erased:
                         found.add(name, "redactions", row_pos, f"redaction lists {sorted(listed)}, the store erased {sorted(erased)}")
-            for level, idx, h in frontier.append(leaves[32 * i : 32 * i + 32]):
+            for level, idx, h in frontier.append(leaf):
                 if merkle.is_stored(level):
                     made[level][idx] = h
-            while head is not None and head.size <= frontier.size:
-                _check_head(store, name, head, prev, frontier, found)
-                prev = head.size
-                head = next(heads, None)
+            while (head := self.heads.peek()) is not None and head.size <= frontier.size:
+                root = frontier.root() if head.size == frontier.size else None
+                _check_head(store, name, head, self.prev, root, found)
+                self.prev = head.size
+                self.heads.pop()
+        self._check_made(made)
+        return len(chunk.positions)
+
+    def _check_made(self, made: dict[int, dict[int, bytes]]) -> None:
         for level, want in made.items():
-            stored = dict(backend.node_range(sid, level, min(want), max(want) + 1))
+            stored = dict(self.store.backend.node_range(self.sid, level, min(want), max(want) + 1))
             for idx, h in want.items():
                 got = stored.get(idx)
                 if got != h:
                     what = "missing" if got is None else f"got {_short(got)}, want {_short(h)}"
-                    found.add(name, "nodes", idx << level, f"subtree ({level}, {idx}): {what}")
-        yield len(chunk.positions)
-    size = frontier.size
-    if size == 0:
-        found.add(name, "sessions", None, "session has no events")
-    for by, erased in sorted(erased_by.items()):
-        found.add(name, "redactions", by, f"positions {sorted(erased)} are recorded as erased by pos {by}, which is no redaction")
-    while head is not None:
-        found.add(name, "heads", head.size, f"head of size {head.size} beyond the log's {size} events")
-        head = next(heads, None)
-    if size and prev != size:
-        found.add(name, "heads", prev, f"latest head is at size {prev}, but the log has {size} events")
-    for level, n in backend.node_counts(sid).items():
-        expected = size >> level if level >= 1 and merkle.is_stored(level) else 0
-        if n != expected:
-            found.add(name, "nodes", None, f"{n} subtrees stored at level {level}, want {expected}")
+                    self.found.add(self.name, "nodes", idx << level, f"subtree ({level}, {idx}): {what}")
+
+    def finish(self) -> None:
+        """Report what only the whole session shows: its end, leftover records, node counts."""
+        found, name = self.found, self.name
+        size = self.tree.size
+        if size == 0:
+            found.add(name, "sessions", None, "session has no events")
+        for by, erased in sorted(self.erased_by.items()):
+            found.add(name, "redactions", by, f"positions {sorted(erased)} are recorded as erased by pos {by}, which is no redaction")
+        while (head := self.heads.pop()) is not None:
+            found.add(name, "heads", head.size, f"head of size {head.size} beyond the log's {size} events")
+        if size and self.prev != size:
+            found.add(name, "heads", self.prev, f"latest head is at size {self.prev}, but the log has {size} events")
+        for level, n in self.store.backend.node_counts(self.sid).items():
+            expected = size >> level if level >= 1 and merkle.is_stored(level) else 0
+            if n != expected:
+                found.add(name, "nodes", None, f"{n} subtrees stored at level {level}, want {expected}")
 
 
 def _check_body(
@@ -304,11 +582,11 @@ def _check_body(
     return event
 
 
-def _check_head(store: Store, name: str, head: HeadRow, prev: int, frontier: merkle.Frontier, found: _Problems) -> None:
-    if head.size != frontier.size:  # a size the log never passed through in order
+def _check_head(store: Store, name: str, head: HeadRow, prev: int, root: bytes | None, found: _Problems) -> None:
+    """Check a head against ``root``, the tree's root at its size (None: the log never had that size in order)."""
+    if root is None:
         found.add(name, "heads", head.size, "head of a size that was skipped")
         return
-    root = frontier.root()
     if head.root != root:
         found.add(name, "heads", head.size, f"root mismatch: got {_short(head.root)}, want {_short(root)}")
     if head.prev != prev:
@@ -317,10 +595,10 @@ def _check_head(store: Store, name: str, head: HeadRow, prev: int, frontier: mer
         found.add(name, "heads", head.size, "seal does not match (session name, size, root, prev)" + (" under the key" if store.mac_key else ""))
 
 
-def _stream_heads(store: Store, sid: int) -> Iterator[HeadRow]:
+def _stream_heads(backend: Backend, sid: int) -> Iterator[HeadRow]:
     after = _FLOOR
     while True:
-        got = store.backend.heads(sid, after, _CHUNK)
+        got = backend.heads(sid, after, _CHUNK)
         yield from got
         if len(got) < _CHUNK:
             return

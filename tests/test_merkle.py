@@ -482,6 +482,31 @@ def test_frontier_extend_equals_appends_one_by_one(entries: list[bytes], cuts: l
     assert (chunked.size, chunked.hashes, chunked.root()) == (one.size, one.hashes, one.root())
 
 
+@pytest.mark.parametrize("algo", ALGOS)
+def test_append_subtree_equals_appending_its_leaves(algo: str) -> None:
+    """Appending whole subtrees of 1, 2, 4 or 8 leaves gives the hashes and completed subtrees of leaf appends."""
+    subtrees = naive.complete_subtrees(ENTRIES[:130], algo)
+    for level in range(4):
+        leafwise, whole = merkle.Frontier(algo=algo), merkle.Frontier(algo=algo)
+        for i in range(130 >> level):
+            made = [m for j in range(i << level, (i + 1) << level)
+                    for m in leafwise.append(merkle.leaf_hash(ENTRIES[j], algo))]
+            got = whole.append_subtree(level, subtrees[(level, i)])
+            assert got == [m for m in made if m[0] > level], (level, i)
+            assert whole.size == leafwise.size and whole.hashes == leafwise.hashes
+    with pytest.raises(InvalidArgument):
+        merkle.Frontier(1, [subtrees[(0, 0)]], algo).append_subtree(1, subtrees[(1, 0)])
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+def test_subtree_levels_are_the_complete_subtrees(algo: str) -> None:
+    """subtree_levels lists every complete aligned subtree root of the leaves, level by level."""
+    for n in (0, 1, 2, 5, 16, 37, 130):
+        subtrees = naive.complete_subtrees(ENTRIES[:n], algo)
+        levels = merkle.subtree_levels([merkle.leaf_hash(e, algo) for e in ENTRIES[:n]], algo)
+        assert {(lv, i): h for lv, row in enumerate(levels) for i, h in enumerate(row)} == subtrees, n
+
+
 def test_frontier_rejects_a_wrong_number_of_hashes() -> None:
     """A Frontier needs exactly one root per piece of cover(0, size)."""
     h = merkle.leaf_hash(b"")
@@ -833,3 +858,11 @@ def test_out_of_range_sizes_and_spans_raise_invalid_argument(n: int) -> None:
     for start, stop in ((0, n + 1), (-1, n), (1, 0), (n, n + 2)):
         with pytest.raises(InvalidArgument):
             merkle.span_root(entries, start, stop)
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+def test_leaf_hashes_equal_one_leaf_hash_per_entry(algo: str) -> None:
+    """Hashing entries together gives each entry's own leaf hash, on both sides of the pre-absorb size."""
+    entries = [b"", b"x", b"a" * 1023, b"b" * 1024, b"c" * 1025, b"d" * 5000, b"e" * 16384, b"f"]
+    assert merkle.leaf_hashes(entries, algo) == [merkle.leaf_hash(e, algo) for e in entries]
+    assert merkle.leaf_hashes(entries, algo) == [naive.leaf(e, algo) for e in entries]

@@ -206,3 +206,66 @@ def test_parallel_verify_reports_exactly_what_serial_verify_reports(tmp_path: Pa
         serial, parallel = st.verify(workers=1), st.verify(workers=2)
     assert not serial.ok and parallel.problems == serial.problems
     assert {p.table for p in serial.problems} >= {"events", "nodes", "heads"}
+
+
+@pytest.fixture(scope="module")
+def chunked_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Two whole chunks of verify's and a part of a third, heads inside chunks, a redaction, a second session."""
+    path = tmp_path_factory.mktemp("chunks") / "clean.db"
+    with cs.open(str(path), clock=cs.tick_clock()) as st:
+        s = st.session("long")
+        for k in range(9):
+            s.extend([cs.Turn("user", f"turn {k}-{i}") for i in range(997)])
+            s.append(cs.Turn("assistant", f"single {k}"))
+        s.redact([5000], "forget")
+        st.session("short").extend([cs.Turn("user", f"s{i}") for i in range(40)])
+    return path
+
+
+#: (what, SQL) against chunked_store: one change each, all over the tree's chunks.
+CHUNK_TAMPERS = [
+    ("nothing", ""),
+    ("body in the second chunk", "UPDATE events SET body = CAST(replace(CAST(body AS TEXT), 'turn 5-1', 'turn 5-2') "
+     "AS BLOB) WHERE pos = 5000 + 1"),
+    ("leaf in the last chunk", "UPDATE events SET leaf = zeroblob(32) WHERE pos = 8500"),
+    ("level-4 node", "UPDATE nodes SET hash = zeroblob(32) WHERE level = 4 AND idx = 300"),
+    ("level-8 node", "UPDATE nodes SET hash = zeroblob(32) WHERE level = 8 AND idx = 17"),
+    ("level-12 node", "UPDATE nodes SET hash = zeroblob(32) WHERE level = 12 AND idx = 1"),
+    ("level-12 node deleted", "DELETE FROM nodes WHERE level = 12 AND idx = 0"),
+    ("head root", "UPDATE heads SET root = zeroblob(32) WHERE size = 5 * 998"),
+    ("head chain", "UPDATE heads SET prev = prev - 1 WHERE size = 8 * 998"),
+    ("head deleted", "DELETE FROM heads WHERE size = 4 * 998"),
+    ("head of a size skipped", "UPDATE heads SET size = 0 WHERE size = 998"),
+    ("sequence out of order", "UPDATE events SET seq = 1 + (SELECT max(seq) FROM events) WHERE pos = 6000"),
+    ("row deleted", "DELETE FROM events WHERE pos = 4100"),
+    ("row moved below 0", "UPDATE events SET pos = -5 WHERE pos = 20"),
+    ("a whole chunk deleted", "DELETE FROM events WHERE pos >= 4096 AND pos < 8192"),
+    ("redaction record moved", "UPDATE redactions SET pos = 5002"),
+    ("redacted body restored", "UPDATE events SET body = CAST('{}' AS BLOB) WHERE pos = 5000"),
+]
+
+
+@pytest.mark.parametrize("sql", [sql for _, sql in CHUNK_TAMPERS], ids=[what for what, _ in CHUNK_TAMPERS])
+def test_verify_by_whole_chunks_reports_what_row_by_row_reports(
+    chunked_store: Path, tmp_path: Path, sql: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Summarising clean chunks, in this process or in workers, reports exactly what checking every row does."""
+    from compactstore import verify
+
+    path = tmp_path / "c.db"
+    shutil.copyfile(chunked_store, path)
+    if sql:
+        conn = sqlite3.connect(path)
+        _drop_triggers(conn)
+        conn.execute(sql)
+        conn.commit()
+        conn.close()
+    whole = verify._SessionCheck._whole
+    summarised = []
+    monkeypatch.setattr(verify._SessionCheck, "_whole", lambda self, c: summarised.append(whole(self, c)) or summarised[-1])
+    with cs.open(str(path)) as st:
+        serial, parallel = st.verify(workers=1), st.verify(workers=2)
+        monkeypatch.setattr(verify._SessionCheck, "_whole", lambda self, c: False)
+        rowwise = st.verify(workers=1)
+    assert rowwise.ok == (not sql) and any(summarised)
+    assert serial == rowwise and parallel == rowwise
