@@ -206,10 +206,12 @@ class Store:
     ) -> VerifyReport:
         """Re-hash every body, rebuild every tree and check every stored node, head and seal.
 
-        Streams: memory stays flat however long the log. ``progress(done, total)`` is
-        called as events are checked. ``workers`` processes re-hash and decode bodies
-        in parallel (default: one per core from ``verify.PARALLEL_FROM`` events on, else
-        none); the tree itself is rebuilt in this process, in order.
+        Also re-derives the structural index and each node's content digest from the
+        bodies. Streams: memory stays flat however long the log. ``progress(done, total)``
+        is called as events are checked. ``workers`` processes (default: one per usable
+        CPU from ``verify.PARALLEL_FROM`` events on, else none) check 4,096-position
+        chunks, each summarised by its subtree root and its part of every head, and this
+        process joins the summaries in order; the report is the same either way.
         """
         from .verify import verify_store
 
