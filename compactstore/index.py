@@ -97,7 +97,7 @@ class Index:
         Those of positions in the span, whatever made them negative when, and those of
         earlier positions that an event in the span made negative (their ``num``).
         """
-        caused = self.sql.caused("negative", start, stop)
+        caused = self.sql.negatives_caused(start, stop)
         return [_row(t) for t in [*caused, *self.sql.rows(("negative",), start, stop)]]
 
     def latest_binding(self, key: str, before: int) -> IndexRow | None:

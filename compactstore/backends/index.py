@@ -32,8 +32,12 @@ SQLITE_SCHEMA = (
     "rel TEXT NOT NULL, key TEXT NOT NULL, num INTEGER NOT NULL, text TEXT NOT NULL, "
     # One B-tree keyed as it is read: a row per append costs fewer pages than a table and an index.
     "PRIMARY KEY (session_id, rel, pos, num)) STRICT, WITHOUT ROWID",
-    f"CREATE INDEX IF NOT EXISTS idx_{TABLE}_key ON {TABLE} (session_id, rel, key, pos)",
-    f"CREATE INDEX IF NOT EXISTS idx_{TABLE}_num ON {TABLE} (session_id, rel, num)",
+    # Partial, so the size row of every append touches no page of them; covering, so the
+    # planner takes them over the primary key without statistics.
+    f"CREATE INDEX IF NOT EXISTS idx_{TABLE}_key ON {TABLE} (session_id, rel, key, pos, num, text) "
+    "WHERE rel = 'binding'",
+    f"CREATE INDEX IF NOT EXISTS idx_{TABLE}_num ON {TABLE} (session_id, rel, num, pos, key, text) "
+    "WHERE rel = 'negative'",
     *(
         f"CREATE TRIGGER IF NOT EXISTS {TABLE}_no_{op.lower()} BEFORE {op} ON {TABLE} "
         f"BEGIN SELECT RAISE(ABORT, 'compactstore: {TABLE} is append-only'); END"
@@ -46,8 +50,8 @@ POSTGRES_SCHEMA = (
     'rel text COLLATE "C" NOT NULL, key text COLLATE "C" NOT NULL, num bigint NOT NULL, '
     'text text COLLATE "C" NOT NULL)',
     f"CREATE UNIQUE INDEX IF NOT EXISTS {TABLE}_pos ON {TABLE} (session_id, rel, pos, num)",
-    f"CREATE INDEX IF NOT EXISTS {TABLE}_key ON {TABLE} (session_id, rel, key, pos)",
-    f"CREATE INDEX IF NOT EXISTS {TABLE}_num ON {TABLE} (session_id, rel, num)",
+    f"CREATE INDEX IF NOT EXISTS {TABLE}_key ON {TABLE} (session_id, rel, key, pos) WHERE rel = 'binding'",
+    f"CREATE INDEX IF NOT EXISTS {TABLE}_num ON {TABLE} (session_id, rel, num) WHERE rel = 'negative'",
     *(
         f"CREATE OR REPLACE TRIGGER {TABLE}_no_{op} BEFORE {spec} ON {TABLE} "
         f"FOR EACH {'STATEMENT' if op == 'truncate' else 'ROW'} EXECUTE FUNCTION compactstore_append_only()"
@@ -92,14 +96,16 @@ class IndexSQL:
         )
         return _rows(got)
 
-    def caused(self, rel: str, lo: int, hi: int) -> list[IndexTuple]:
-        """Return the rows of kind ``rel`` before ``lo`` whose ``num`` is in ``[lo, hi)``, by position."""
+    def negatives_caused(self, lo: int, hi: int) -> list[IndexTuple]:
+        """Return the ``negative`` rows before ``lo`` made negative in ``[lo, hi)`` (``num``), by position."""
+        # rel as a literal, and no bound on pos (a range the primary key would take
+        # instead): the partial index on num serves it. Rows in the span are dropped here.
         got = self.run(
-            f"SELECT {_COLS} FROM {TABLE} WHERE session_id = ? AND rel = ? AND num >= ? AND num < ? AND pos < ? "
+            f"SELECT {_COLS} FROM {TABLE} WHERE session_id = ? AND rel = 'negative' AND num >= ? AND num < ? "
             "ORDER BY pos, num",
-            (self.sid, rel, lo, hi, lo),
+            (self.sid, lo, hi),
         )
-        return _rows(got)
+        return [r for r in _rows(got) if r[0] < lo]
 
     def rows_at(self, rel: str, positions: Sequence[int]) -> list[IndexTuple]:
         """Return the rows of kind ``rel`` at ``positions`` (sorted), by position."""
