@@ -308,6 +308,7 @@ class PostgresBackend:
                         w = _open_writer(conn, cur, name)
                         yield w
                     if not w.committed:
+                        w.flush()
                         conn.execute("COMMIT")
                 except BaseException:
                     _rollback(conn)
@@ -583,7 +584,7 @@ def _rollback(conn: psycopg.Connection[tuple[Any, ...]]) -> None:
 
 
 class _PGWriter:
-    __slots__ = ("_cur", "_head", "committed", "session_id")
+    __slots__ = ("_cur", "_deferred", "_head", "committed", "session_id")
 
     def __init__(self, cur: psycopg.Cursor[tuple[Any, ...]], session_id: int, head: HeadRow | None | _Unread) -> None:
         self._cur = cur
@@ -591,6 +592,19 @@ class _PGWriter:
         self.session_id = session_id
         #: Whether insert() has already committed the transaction.
         self.committed = False
+        #: Index inserts as literal SQL, sent with the next statement instead of a round trip each.
+        self._deferred: list[str] = []
+
+    def flush(self) -> None:
+        """Send the deferred index inserts now (before any other statement reads or commits)."""
+        if self._deferred:
+            statements, self._deferred = self._deferred, []
+            conn = self._cur.connection
+            try:
+                with _unprepared(conn), conn.cursor() as text:
+                    text.execute("; ".join(statements))
+            except psycopg.Error as exc:
+                raise _error(exc, "write the structural index") from exc
 
     def _open(self) -> None:
         """Refuse to run a statement once insert() has committed: it would run outside the transaction."""
@@ -602,6 +616,7 @@ class _PGWriter:
 
     def _do(self, doing: str, sql: str, args: Sequence[object] | Mapping[str, object], fetch: bool = True) -> list[tuple[Any, ...]]:
         self._open()
+        self.flush()
         try:
             self._cur.execute(sql, args)
             return self._cur.fetchall() if fetch else []
@@ -649,10 +664,15 @@ class _PGWriter:
                 # One message, so one round trip: the simple query protocol carries
                 # several statements, but no parameters.
                 call = ", ".join(_inline(v, t) for v, t in zip(args, _INSERT_TYPES))
+                before, self._deferred = self._deferred, []
                 with _unprepared(conn), conn.cursor() as text:
-                    text.execute(f"SELECT compactstore_insert({call}){'; COMMIT' if final else ''}")
+                    text.execute("".join(f"{sql}; " for sql in before)
+                                 + f"SELECT compactstore_insert({call}){'; COMMIT' if final else ''}")
+                    for _ in before:  # past the index inserts' results to the call's
+                        text.nextset()
                     got = text.fetchone()
             else:
+                self.flush()
                 marks = ", ".join(_placeholder(v, t) for v, t in zip(args, _INSERT_TYPES))
                 self._cur.execute(f"SELECT compactstore_insert({marks})", args)
                 got = self._cur.fetchone()
@@ -667,7 +687,21 @@ class _PGWriter:
         return [int(by_pos[r.pos]) for r in rows]
 
     def index_run(self, sql: str, args: Sequence[object]) -> list[tuple[Any, ...]]:
-        """Run one statement of :mod:`compactstore.backends.index` inside the write transaction."""
+        """Run one statement of :mod:`compactstore.backends.index` inside the write transaction.
+
+        An INSERT is deferred as literal SQL and travels with the next statement (usually
+        the insert's message): an append costs no round trip for its index rows.
+        """
+        if sql.startswith("INSERT"):
+            self._open()
+            parts = sql.split("?")
+            if len(parts) != len(args) + 1:
+                raise CompactStoreError(f"structural index statement takes {len(parts) - 1} values, got {len(args)}")
+            literal = [parts[0]]
+            for value, rest in zip(args, parts[1:]):
+                literal += [str(int(value)) if isinstance(value, int) else _quote(str(value)), rest]
+            self._deferred.append("".join(literal))
+            return []
         return self._do("structural index", _pg_sql(sql), args, fetch=sql.startswith("SELECT"))
 
     def erase(self, positions: Sequence[int], by: int) -> None:
