@@ -31,12 +31,13 @@ import msgspec
 from . import events as ev
 from .backends.index import TABLE, IndexSQL, IndexTuple, Run
 from .backends.index import orphans as _orphans
+from .backends import all_heads
 from .errors import IntegrityError, InvalidEvent
 from . import structure
 from .structure import Deriver, IndexRow, apply_items, superseded_text
 
 if TYPE_CHECKING:
-    from .backends import Backend, HeadRow
+    from .backends import Backend
     from .store import Session
 
 #: Kinds whose events can give index rows whatever their fields (the rest give rows only
@@ -318,16 +319,8 @@ def verify_store(backend: Backend, sessions: Sequence[tuple[int, str]], add: Cal
     for sid in orphans(run):
         add(None, None, f"rows name session id {sid}, which does not exist")
     for sid, name in sessions:
-        heads = [h.size for h in _heads(backend, sid)]
+        heads = [h.size for h in all_heads(backend, sid, _CHUNK)]
         verify_session(run, sid, heads, lambda pos, what, name=name: add(name, pos, what),  # type: ignore[misc]
                        full=not redacted(sid))
 
 
-def _heads(backend: Backend, sid: int) -> Iterator[HeadRow]:
-    after = -(2**62)
-    while True:
-        got = backend.heads(sid, after, _CHUNK)
-        yield from got
-        if len(got) < _CHUNK:
-            return
-        after = got[-1].size

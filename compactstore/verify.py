@@ -29,7 +29,7 @@ from . import events as ev
 from . import index as structure_index
 from . import merkle
 from .backends.index import TABLE
-from .backends import Backend, HeadRow, Row, open_backend
+from .backends import Backend, HeadRow, Row, all_heads, open_backend
 from .errors import InvalidEvent
 
 if TYPE_CHECKING:
@@ -418,7 +418,7 @@ class _Heads:
     """A session's stored heads in size order, read page by page, with look-ahead."""
 
     def __init__(self, backend: Backend, sid: int) -> None:
-        self._pages = _stream_heads(backend, sid)
+        self._pages = all_heads(backend, sid, _CHUNK)
         self._ahead: deque[HeadRow] = deque()
 
     def peek(self) -> HeadRow | None:
@@ -593,16 +593,6 @@ def _check_head(store: Store, name: str, head: HeadRow, prev: int, root: bytes |
         found.add(name, "heads", head.size, f"chain broken: previous head is at size {head.prev}, want {prev}")
     if head.seal != store._seal(name, head.size, head.root, head.prev):
         found.add(name, "heads", head.size, "seal does not match (session name, size, root, prev)" + (" under the key" if store.mac_key else ""))
-
-
-def _stream_heads(backend: Backend, sid: int) -> Iterator[HeadRow]:
-    after = _FLOOR
-    while True:
-        got = backend.heads(sid, after, _CHUNK)
-        yield from got
-        if len(got) < _CHUNK:
-            return
-        after = got[-1].size
 
 
 def _chunks(rows: Iterator[Row]) -> Iterator[list[Row]]:

@@ -199,6 +199,17 @@ def keyset(
         start = int(got[-1][2]) + 1
 
 
+def all_heads(backend: Backend, session_id: int, chunk: int = 2048) -> Iterator[HeadRow]:
+    """Yield every stored head of a session in size order, page by page (sizes below 0 too)."""
+    after = -(2**62)  # below any size a row could hold: verify must see even impossible ones
+    while True:
+        got = backend.heads(session_id, after, chunk)
+        yield from got
+        if len(got) < chunk:
+            return
+        after = got[-1].size
+
+
 def open_backend(target: str, *, durable: bool) -> Backend:
     """Return the backend for ``target``: a PostgreSQL URL, or a SQLite path (":memory:" too).
 
