@@ -424,7 +424,10 @@ def _canonical_by_decoding(event: Event) -> tuple[Event, bytes]:
     for name in _OPTIONAL[cls]:
         if getattr(decoded, name) is None and getattr(event, name) is not None:
             raise InvalidEvent(name, f"not a valid value: {getattr(event, name)!r}")
-    return decoded, body
+    # A value equal to its field's default only once decoded (a tuple for a list) was
+    # not omitted by the first encoding: the canonical bytes are those of the decoded event.
+    again = _encoder.encode(decoded)
+    return decoded, again
 
 
 def _encode_checked(event: Event) -> bytes:

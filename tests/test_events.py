@@ -45,6 +45,12 @@ def test_tuples_are_stored_as_lists() -> None:
     assert canon.args == {"xs": [1, 2]}  # type: ignore[attr-defined]
 
 
+def test_an_empty_tuple_for_a_list_field_is_omitted_like_the_default() -> None:
+    """An empty tuple equals the field's default once decoded, so the bytes omit it."""
+    assert ev.canonical(cs.Obligation("o", needs=()))[1] == ev.canonical(cs.Obligation("o"))[1]
+    assert ev.canonical(cs.Obligation("o", needs=("k",)))[1] == ev.canonical(cs.Obligation("o", needs=["k"]))[1]
+
+
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
 def test_non_finite_numbers_are_refused(bad: float) -> None:
     """JSON would silently turn NaN into null; the store refuses it instead."""
