@@ -71,6 +71,7 @@ class Node(msgspec.Struct, frozen=True):
         loss: its loss class.
         children: positions of the tier-1 nodes an L2 node digests.
         negative_facts, unresolved, kept, spills: what it retains.
+        resolved: the items opened before its span and closed inside it.
         content_digest: :func:`content_digest` of the span's bodies when the node was
             written, or None (a node written before it existed, or over a redacted body).
     """
@@ -91,6 +92,7 @@ class Node(msgspec.Struct, frozen=True):
     contract: str | None
     leaf: bytes
     content_digest: bytes | None = None
+    resolved: list[Item] = []
 
     @classmethod
     def from_record(cls, record: Record) -> Node:
@@ -106,6 +108,7 @@ class Node(msgspec.Struct, frozen=True):
             record.session, record.pos, s.tier, s.start, s.stop, bytes.fromhex(s.span_root), s.summary, s.loss,
             list(s.children), list(s.negative_facts), list(s.unresolved), list(s.kept), list(s.spills),
             s.contract, record.leaf, None if s.content_digest is None else _unhex(s.content_digest),
+            list(s.resolved),
         )
 
 
@@ -177,18 +180,19 @@ def _facts(given: Iterable[Fact | int] | _Auto, structural: list[Fact], s: Struc
     return sorted(set(out), key=lambda x: x.pos)
 
 
-def _items(given: Iterable[Item | str] | _Auto, structural: list[Item]) -> list[Item]:
+def _items(given: Iterable[Item | str] | _Auto, structural: list[Item], field: str = "unresolved") -> list[Item]:
     if given is AUTO:
         return structural
     by_id = {i.id: i for i in structural}
     out = []
+    what = "an open item" if field == "unresolved" else "an item closed in the span"
     for i in given:
         if isinstance(i, Item):
             out.append(i)
         elif isinstance(i, str) and i in by_id:
             out.append(by_id[i])
         else:
-            raise InvalidArgument("unresolved", f"{i!r} is neither an Item nor the id of an open item")
+            raise InvalidArgument(field, f"{i!r} is neither an Item nor the id of {what}")
     return sorted(set(out), key=lambda x: (x.pos, x.kind, x.id))
 
 
@@ -435,18 +439,19 @@ def _overlap(s: Structure, tier: int, start: int, stop: int) -> None:
 
 
 def _check_lossless(
-    s: Structure, start: int, stop: int, facts: list[Fact], items: list[Item], keys: set[str]
+    s: Structure, start: int, stop: int, facts: list[Fact], items: list[Item], keys: set[str], done: list[Item]
 ) -> None:
     missing = [k for k, bound in s.bindings.items() if any(start <= p < stop for p, _ in bound) and k not in keys]
     missing_facts = [f.pos for f in s.negatives_in(start, stop) if f.pos not in {x.pos for x in facts}]
     missing_items = [i.id for i in s.unresolved_at(start, stop) if i not in items]
+    missing_items += [i.id for i in s.resolved_in(start, stop) if i not in done]
     problems = []
     if missing:
         problems.append(f"bindings not kept: {sorted(missing)}")
     if missing_facts:
         problems.append(f"negative facts not retained at pos {missing_facts}")
     if missing_items:
-        problems.append(f"open items not listed: {missing_items}")
+        problems.append(f"open or resolved items not listed: {missing_items}")
     if problems:
         raise CompactionInvariantError(f"[{start}, {stop}) cannot be LOSSLESS: " + "; ".join(problems))
 
@@ -463,6 +468,7 @@ def compact(
     unresolved: Iterable[Item | str] | _Auto = AUTO,
     keep: Iterable[str | tuple[int, str]] = (),
     on_risk: OnRisk = "refuse",
+    resolved: Iterable[Item | str] | _Auto = AUTO,
 ) -> Node:
     """Append an L1 node over raw positions ``[start, stop)``; see :meth:`Session.compact`."""
     if on_risk not in ("refuse", "preserve", "spill"):
@@ -473,6 +479,8 @@ def compact(
         negative_facts = _as_list("negative_facts", negative_facts)
     if unresolved is not AUTO:
         unresolved = _as_list("unresolved", unresolved)
+    if resolved is not AUTO:
+        resolved = _as_list("resolved", resolved)
     if summary is not None and not isinstance(summary, str):
         raise InvalidArgument("summary", f"must be str, got {type(summary).__name__}")
 
@@ -482,6 +490,7 @@ def compact(
         _overlap(s, 1, start, stop)
         facts = _facts(negative_facts, s.negatives_in(start, stop), s)
         items = _items(unresolved, s.unresolved_at(start, stop))
+        done = _items(resolved, s.resolved_in(start, stop), "resolved")
         kept = _kept(session, keep, s, stop)
         keys = _keys_of(kept, s)
         at_risk = risks(s, start, stop, keys)
@@ -506,7 +515,7 @@ def compact(
             keys |= {k for k, _ in needed}
         kept = _dedupe(kept)
         if loss is LossClass.LOSSLESS:
-            _check_lossless(s, start, stop, facts, items, keys)
+            _check_lossless(s, start, stop, facts, items, keys, done)
         text = summary
         if text is None:
             text = (summarizer or extractive)(list(session.scan(start, stop)))
@@ -514,7 +523,7 @@ def compact(
                 raise InvalidArgument("summarizer", f"must return str, got {type(text).__name__}")
         node = ev.Summary(
             tier=1, start=start, stop=stop, span_root=session.span_root(start, stop).hex(), summary=text,
-            loss=loss, negative_facts=facts, unresolved=items, kept=kept, spills=refs, contract=contract,
+            loss=loss, negative_facts=facts, unresolved=items, resolved=done, kept=kept, spills=refs, contract=contract,
             content_digest=_hex(span_content(session, start, stop)),
         )
         return [(e, None) for e in [*spill_events, node]]
@@ -542,8 +551,11 @@ def digest(
     loss: LossClass | None = None,
     negative_facts: Iterable[Fact | int] | _Auto = AUTO,
     unresolved: Iterable[Item | str] | _Auto = AUTO,
+    resolved: Iterable[Item | str] | _Auto = AUTO,
 ) -> Node:
     """Append an L2 node over contiguous L1 nodes; see :meth:`Session.digest`."""
+    if resolved is not AUTO:
+        resolved = _as_list("resolved", resolved)
     positions = [n.pos if isinstance(n, Node) else n for n in _as_list("nodes", nodes)]
     if not positions or not all(isinstance(p, int) for p in positions):
         raise InvalidArgument("nodes", "want one or more L1 nodes (or their positions)")
@@ -577,12 +589,15 @@ def digest(
         )
         facts = _facts(negative_facts, carried, s)
         items = _items(unresolved, still_open)
+        # Over the whole span, not the children's lists: an item a later child resolved may
+        # have been opened in an earlier one, and is then neither open nor hidden.
+        done = _items(resolved, s.resolved_in(start, stop), "resolved")
         text = summary
         if text is None:
             text = (summarizer or extractive)([session.read(c.pos) for c in children])
         node = ev.Summary(
             tier=2, start=start, stop=stop, span_root=session.span_root(start, stop).hex(), summary=text,
-            loss=wanted, children=[c.pos for c in children], negative_facts=facts, unresolved=items,
+            loss=wanted, children=[c.pos for c in children], negative_facts=facts, unresolved=items, resolved=done,
             kept=_dedupe(e for c in children for e in c.kept),
             spills=sorted({r for c in children for r in c.spills}, key=lambda r: r.handle),
             contract="; ".join(c.contract for c in children if c.contract) or None,

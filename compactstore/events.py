@@ -164,7 +164,7 @@ class Fact(msgspec.Struct, frozen=True, omit_defaults=True):
 
 
 class Item(msgspec.Struct, frozen=True, omit_defaults=True):
-    """Something open at a node's boundary: a ``tool_call``, ``handle`` or ``obligation``."""
+    """A ``tool_call``, ``handle`` or ``obligation`` opened at ``pos``: open at a node's boundary, or closed in its span."""
 
     pos: int
     kind: Literal["tool_call", "handle", "obligation"]
@@ -196,6 +196,10 @@ class Summary(Event, frozen=True, tag="node"):
     one BLAKE3 over those events' bodies (see :func:`compactstore.compaction.content_digest`),
     so the span can be restored and certified with one hash instead of a Merkle rehash;
     absent, it is omitted from the body, so nodes written without it keep their bytes.
+
+    ``resolved`` lists the items opened before ``start`` and closed inside the span: a
+    resumed context shows their opening raw and only the node can say they were closed.
+    Empty, it is omitted from the body, so nodes written without it keep their bytes.
     """
 
     tier: int
@@ -207,6 +211,7 @@ class Summary(Event, frozen=True, tag="node"):
     children: list[int] = []
     negative_facts: list[Fact] = []
     unresolved: list[Item] = []
+    resolved: list[Item] = []
     kept: list[Excerpt] = []
     spills: list[SpillRef] = []
     contract: str | None = None

@@ -9,7 +9,8 @@ in the same transaction, so a marker check asks for what it needs in O(log n) qu
 plus the size of the answer:
 
 - the items open at a boundary: the snapshot at the multiple of SNAPSHOT_EVERY below
-  it, then the opens and closes since (at most SNAPSHOT_EVERY positions);
+  it, then the opens and closes since (at most SNAPSHOT_EVERY positions); those open
+  at a node's start and not at its stop are the ones its span closed (its ``resolved``);
 - the negative facts of a span: the ``negative`` rows of its positions;
 - the latest binding of a key before a position: one descending index probe.
 

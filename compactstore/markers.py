@@ -5,7 +5,9 @@ that the node holds everything needed to go on without re-reading the raw log. T
 promise holds only if, for the node the agent will load:
 
 1. closure: every tool call, handle or obligation opened in its span and still open
-   at its boundary is listed there as UNRESOLVED;
+   at its boundary is listed there as UNRESOLVED, and every one opened before its span
+   and closed inside it is listed as RESOLVED (the context shows its opening raw, and
+   only the node can say it was closed);
 2. negative-fact retention: every failed, rejected or superseded event of its span
    is retained in it, and so is every earlier event its span supersedes (the context
    shows that event raw, and only the node can say it is no longer current);
@@ -130,6 +132,7 @@ def check(
     for item in s.unresolved_at(top.start, top.stop):
         if item not in listed:
             found.append(_unlisted(item))
+    _check_resolved(top, s.resolved_in(top.start, top.stop), found)
     retained = {f.pos for f in top.negative_facts}
     for fact in s.negatives_in(top.start, top.stop):
         if fact.pos not in retained:
@@ -160,11 +163,20 @@ def check_indexed(
         return [Violation("anchoring", node_pos, "not a summary node before the checkpoint")], []
     path = _check_path(get, span_root, node_pos, found)
     listed = set(top.unresolved)
-    for pos, name in sorted(index.open_at(top.stop).items()):
+    at_stop = index.open_at(top.stop)
+    for pos, name in sorted(at_stop.items()):
         kind, ident = split_item(name)
         item = ev.Item(pos, kind, ident)  # type: ignore[arg-type]
         if top.start <= pos and item not in listed:
             found.append(_unlisted(item))
+    # An item open at the start and no longer open at the stop was closed inside the span
+    # (a close closes every earlier open of its item): two snapshots, whatever the span's length.
+    resolved = []
+    for pos, name in sorted(index.open_at(top.start).items()):
+        if pos not in at_stop:
+            kind, ident = split_item(name)
+            resolved.append(ev.Item(pos, kind, ident))  # type: ignore[arg-type]
+    _check_resolved(top, resolved, found)
     retained = {f.pos for f in top.negative_facts}
     for row in index.negatives(top.start, top.stop):
         # A position made negative only at or after the boundary was not negative there.
@@ -181,6 +193,24 @@ def check_indexed(
             if latest and top.start <= latest.pos < top.stop and not latest.num and key not in kept:
                 found.append(_unanchored(latest.pos, key, name, opos))
     return sorted(set(found)), path
+
+
+def _check_resolved(top: ev.Summary, resolved: Iterable[ev.Item], found: list[Violation]) -> None:
+    """Hold ``top.resolved`` to ``resolved``: the items opened before its span and closed inside it.
+
+    A missing one looks still open in a resumed context; one listed that was not closed
+    there would tell the agent something was done that was not.
+    """
+    listed, want = set(top.resolved), set(resolved)
+    for item in sorted(want - listed, key=lambda i: (i.pos, i.kind, i.id)):
+        found.append(Violation(
+            "closure", item.pos, f"{item.kind} {item.id!r} is closed in the span but not listed as RESOLVED"
+        ))
+    for item in sorted(listed - want, key=lambda i: (i.pos, i.kind, i.id)):
+        found.append(Violation(
+            "closure", item.pos,
+            f"{item.kind} {item.id!r} is listed as RESOLVED but was not opened before the span and closed in it",
+        ))
 
 
 def _unlisted(item: ev.Item) -> Violation:

@@ -51,8 +51,11 @@ class RawItem(msgspec.Struct, frozen=True, tag="raw", tag_field="item"):
     event: ev.Event
 
 
-class SummaryItem(msgspec.Struct, frozen=True, tag="summary", tag_field="item"):
-    """A certified summary node the resumed agent loads in place of the span it covers."""
+class SummaryItem(msgspec.Struct, frozen=True, omit_defaults=True, tag="summary", tag_field="item"):
+    """A certified summary node the resumed agent loads in place of the span it covers.
+
+    ``resolved``: the items opened before the span (shown raw) and closed inside it.
+    """
 
     pos: int
     tier: int
@@ -65,7 +68,10 @@ class SummaryItem(msgspec.Struct, frozen=True, tag="summary", tag_field="item"):
     unresolved: list[ev.Item]
     kept: list[ev.Excerpt]
     spills: list[ev.SpillRef]
-    contract: str | None = None
+    # Required, so that it is encoded even when None: only an empty ``resolved`` is left
+    # out, and a resolution without one keeps its bytes and digest.
+    contract: str | None
+    resolved: list[ev.Item] = []
 
 
 ContextItem = RawItem | SummaryItem
@@ -299,7 +305,7 @@ def _certified(events: list[ev.Event], node_pos: int) -> list[ContextItem]:
 def _summary_item(node_pos: int, n: ev.Summary) -> SummaryItem:
     return SummaryItem(
         node_pos, n.tier, n.start, n.stop, n.span_root, n.summary, n.loss, list(n.negative_facts),
-        list(n.unresolved), list(n.kept), list(n.spills), n.contract,
+        list(n.unresolved), list(n.kept), list(n.spills), n.contract, list(n.resolved),
     )
 
 

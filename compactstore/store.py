@@ -497,15 +497,17 @@ class Session:
         unresolved: Iterable[ev.Item | str] | _Auto = AUTO,
         keep: Iterable[str | tuple[int, str]] = (),
         on_risk: OnRisk = "refuse",
+        resolved: Iterable[ev.Item | str] | _Auto = AUTO,
     ) -> Node:
         """Append a compaction: an L1 summary node over raw positions ``[start, stop)``.
 
         The node records the span root (from the tree, O(log n)), the content digest of
         the span's bodies (see :meth:`restore_span`), the summary (given,
         or made by ``summarizer`` from the span's records; the extractive one by
-        default), its loss class, the negative facts it retains and the items it lists
-        as unresolved (both filled from the log's structure unless given), and the
-        bindings in ``keep`` (keys, or ``(pos, field path)``) verbatim.
+        default), its loss class, the negative facts it retains, the items it lists
+        as unresolved and those opened before the span and closed in it it lists as
+        resolved (all filled from the log's structure unless given), and the bindings
+        in ``keep`` (keys, or ``(pos, field path)``) verbatim.
 
         Before a lossy compaction the gate runs: an open obligation that needs a
         non-regenerable binding bound in the span makes it refuse (``on_risk="refuse"``),
@@ -518,7 +520,7 @@ class Session:
         """
         return compaction.compact(
             self, start, stop, summary=summary, summarizer=summarizer, loss=loss,
-            negative_facts=negative_facts, unresolved=unresolved, keep=keep, on_risk=on_risk,
+            negative_facts=negative_facts, unresolved=unresolved, keep=keep, on_risk=on_risk, resolved=resolved,
         )
 
     def digest(
@@ -530,8 +532,12 @@ class Session:
         loss: LossClass | None = None,
         negative_facts: Iterable[ev.Fact | int] | _Auto = AUTO,
         unresolved: Iterable[ev.Item | str] | _Auto = AUTO,
+        resolved: Iterable[ev.Item | str] | _Auto = AUTO,
     ) -> Node:
         """Append an L2 node over contiguous L1 ``nodes``, carrying their retained facts forward.
+
+        ``resolved`` (filled from the log's structure unless given) lists the items opened
+        before its span and closed anywhere in it.
 
         Its loss class defaults to the weakest of its children's, and cannot be stronger.
 
@@ -541,7 +547,7 @@ class Session:
         """
         return compaction.digest(
             self, nodes, summary=summary, summarizer=summarizer, loss=loss,
-            negative_facts=negative_facts, unresolved=unresolved,
+            negative_facts=negative_facts, unresolved=unresolved, resolved=resolved,
         )
 
     def assert_compaction_safe(self, start: int, stop: int, keep: Iterable[str] = ()) -> None:

@@ -142,6 +142,20 @@ class Structure:
                     out.append(ev.Item(p, kind, ident))  # type: ignore[arg-type]
         return sorted(out, key=lambda i: (i.pos, i.kind, i.id))
 
+    def resolved_in(self, start: int, stop: int) -> list[ev.Item]:
+        """Return the items opened before ``start``, still open there, and closed in ``[start, stop)``.
+
+        A resumed context shows their opening raw (it is before the span) and their
+        closing only through the node, so the node must say they were closed.
+        """
+        out = []
+        for (kind, ident), opens in self.opened.items():
+            closes = self.closed.get((kind, ident), [])
+            for p in opens:
+                if p < start and not any(p < c < start for c in closes) and any(start <= c < stop for c in closes):
+                    out.append(ev.Item(p, kind, ident))  # type: ignore[arg-type]
+        return sorted(out, key=lambda i: (i.pos, i.kind, i.id))
+
     def resolved_before(self, item: ev.Item, stop: int) -> bool:
         """Return whether ``item`` is closed at a position after it and before ``stop``."""
         return any(item.pos < c < stop for c in self.closed.get((item.kind, item.id), []))

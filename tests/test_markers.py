@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 
+import msgspec
 import pytest
 from test_compaction import ROLLBACK, migration
 
@@ -54,6 +55,71 @@ def test_closure_holds_for_calls_resolved_inside_the_span(store: cs.Store) -> No
     s.append(cs.ToolCall("c1", "ls"))
     s.append(cs.ToolResult("c1", ["a", "b"]))
     assert s.mark(s.compact(0, 2)).conditions
+
+
+def _push_answered_later(s: cs.Session) -> None:
+    """A ``git push`` called at pos 0 and answered at pos 3, with a handle and an obligation closed at 4 and 5."""
+    s.append(cs.ToolCall("push-1", "git", {"args": ["push", "origin", "main"]}))  # 0
+    s.append(ev.HandleOpened(handle="ssh-1", resource="subprocess"))  # 1
+    s.oblige("ship")  # 2
+    s.append(cs.ToolResult("push-1", "main -> main"))  # 3
+    s.append(ev.HandleClosed(handle="ssh-1"))  # 4
+    s.fulfil("ship")  # 5
+    s.append(cs.Turn("assistant", "pushed"))  # 6
+
+
+def test_a_call_opened_before_the_span_and_answered_in_it_is_listed_resolved(target: str) -> None:
+    """compact lists what its span closed of what came before it; the marker certifies and resume says so."""
+    with cs.open(target, clock=cs.tick_clock()) as st:
+        s = st.session("s")
+        _push_answered_later(s)
+        node = s.compact(3, 7)
+        assert node.resolved == [
+            ev.Item(0, "tool_call", "push-1"), ev.Item(1, "handle", "ssh-1"), ev.Item(2, "obligation", "ship"),
+        ]
+        assert node.unresolved == []
+        marker = s.mark(node)
+        res = s.resume(marker)
+        assert res.mode == "certified" and res == s.resume(marker, rehash=True)
+        summary = next(i for i in res.context if isinstance(i, cs.SummaryItem))
+        assert summary.resolved == node.resolved
+        # The opening is shown raw before the node, its answer only through the node.
+        assert [i.pos for i in res.context if isinstance(i, cs.RawItem)] == [0, 1, 2]
+    with cs.open(target) as st:  # the same after a reopen
+        assert st.session("s").resume(marker) == res
+
+
+def test_closure_fails_when_a_call_answered_in_the_span_is_not_listed_resolved(target: str) -> None:
+    """A careless node that leaves out what its span closed would let a resumed agent push again: refused."""
+    with cs.open(target, clock=cs.tick_clock()) as st:
+        s = st.session("s")
+        _push_answered_later(s)
+        careless = s.compact(3, 7, resolved=[])
+        with pytest.raises(cs.MarkerInvalid) as info:
+            s.mark(careless)
+        assert _violations(info) == [("closure", 0), ("closure", 1), ("closure", 2)]
+        assert "push-1" in str(info.value) and "RESOLVED" in str(info.value)
+        partial = s.compact(0, 3, summary="called", resolved=[])  # opened and still open: nothing to list
+        assert s.mark(partial).conditions
+
+
+def test_an_l2_lists_what_its_whole_span_closed(target: str) -> None:
+    """An L2 over children lists the items opened before its span and closed anywhere in it; a forged one is refused."""
+    with cs.open(target, clock=cs.tick_clock()) as st:
+        s = st.session("s")
+        _push_answered_later(s)
+        a, b = s.compact(1, 4), s.compact(4, 7)  # ssh-1 and ship opened in a, closed in b
+        assert a.resolved == [ev.Item(0, "tool_call", "push-1")]
+        assert b.resolved == [ev.Item(1, "handle", "ssh-1"), ev.Item(2, "obligation", "ship")]
+        l2 = s.digest([a, b])
+        assert l2.resolved == [ev.Item(0, "tool_call", "push-1")]
+        assert s.resume(s.mark(l2)).mode == "certified"
+        top = s.read(l2.pos).event
+        assert isinstance(top, ev.Summary)
+        forged = s.append(msgspec.structs.replace(top, resolved=[]))  # an L2 written elsewhere, without them
+        with pytest.raises(cs.MarkerInvalid) as info:
+            s.mark(forged.pos)
+        assert _violations(info) == [("closure", 0)]
 
 
 def test_negative_facts_fail_when_the_summary_drops_them(session: cs.Session) -> None:

@@ -77,7 +77,10 @@ def sessions(draw: st.DrawFn) -> list[tuple[str, object]]:
             size += 1
         else:
             a = draw(st.integers(0, size - 1))
-            steps.append(("forge", (a, draw(st.integers(a + 1, size)))))
+            # Some forged nodes claim an item resolved: closed in the span or not.
+            lie = ev.Item(draw(st.integers(0, size - 1)), draw(st.sampled_from(["tool_call", "handle", "obligation"])),
+                          draw(st.sampled_from([f"{p}{i}" for p in "cho" for i in IDS])))
+            steps.append(("forge", (a, draw(st.integers(a + 1, size)), draw(st.sampled_from([[], [lie]])))))
             size += 1
     return steps
 
@@ -93,7 +96,8 @@ def _play(s: cs.Session, steps: list[tuple[str, object]]) -> None:
             a, b, risk, drop = arg  # type: ignore[misc]
             try:
                 if risk == "drop":
-                    s.compact(a, b, negative_facts=[], unresolved=[], summary="gist", on_risk="preserve") if drop \
+                    s.compact(a, b, negative_facts=[], unresolved=[], resolved=[], summary="gist",
+                              on_risk="preserve") if drop \
                         else s.compact(a, b, on_risk="preserve", summary="gist")
                 else:
                     s.compact(a, b, on_risk=risk, summary="gist")
@@ -110,10 +114,11 @@ def _play(s: cs.Session, steps: list[tuple[str, object]]) -> None:
                         pass
                     break
         else:
-            a, b = arg  # type: ignore[misc]
+            a, b, resolved = arg  # type: ignore[misc]
             b = min(b, s.size)
             if a < b:  # the script's sizes are estimates: some steps write nothing
-                s.append(ev.Summary(tier=1, start=a, stop=b, span_root=s.span_root(a, b).hex(), summary="forged"))
+                s.append(ev.Summary(tier=1, start=a, stop=b, span_root=s.span_root(a, b).hex(), summary="forged",
+                                    resolved=resolved))
 
 
 def _both(s: cs.Session, size: int, node: int) -> tuple[object, object]:
@@ -148,6 +153,44 @@ def test_indexed_checks_equal_the_full_pass(store: cs.Store, small_snapshots: No
         full, indexed = _both(s, size, data.draw(st.integers(0, size - 1)))
         assert indexed == full
         _verified(store, s)
+
+
+@pytest.mark.parametrize("snapshots", [4, structure.SNAPSHOT_EVERY])
+def test_items_opened_before_a_span_and_closed_in_it_are_checked_alike(
+    store: cs.Store, monkeypatch: pytest.MonkeyPatch, snapshots: int
+) -> None:
+    """Calls, handles and obligations opened before a node's span and closed in it: same violations either path."""
+    monkeypatch.setattr(structure, "SNAPSHOT_EVERY", snapshots)
+    s = store.session(f"s{next(_names)}")
+    s.append(cs.ToolCall("c1", "git push"))  # 0
+    s.append(ev.HandleOpened(handle="h1", resource="file"))  # 1
+    s.append(ev.Obligation(name="o1"))  # 2
+    s.append(cs.ToolCall("c2", "ls"))  # 3: closed before the span
+    s.append(cs.ToolResult("c2", "ok"))  # 4
+    for i in range(5):
+        s.append(cs.Turn("user", f"filler {i}"))  # 5..9
+    s.append(cs.ToolResult("c1", "pushed"))  # 10
+    s.append(ev.HandleClosed(handle="h1"))  # 11
+    s.append(cs.Turn("user", "more"))  # 12
+    s.append(ev.Fulfilment(name="o1"))  # 13
+    careful = s.compact(8, 14, summary="pushed, closed, fulfilled")
+    assert [(i.pos, i.kind) for i in careful.resolved] == [(0, "tool_call"), (1, "handle"), (2, "obligation")]
+    careless = s.compact(6, 8, summary="filler")
+    later = s.compact(5, 6, summary="one turn")
+    l2 = s.digest([later, careless, careful], summary="all")
+    assert l2.resolved == careful.resolved
+    forged = s.append(ev.Summary(tier=1, start=10, stop=12, span_root=s.span_root(10, 12).hex(), summary="done"))
+    liar = s.append(ev.Summary(tier=1, start=10, stop=12, span_root=s.span_root(10, 12).hex(), summary="done",
+                               resolved=[*careful.resolved, ev.Item(3, "tool_call", "c2")]))
+    seen = {}
+    for node in (careful.pos, careless.pos, later.pos, l2.pos, forged.pos, liar.pos):
+        full, indexed = _both(s, s.size, node)
+        assert indexed == full, node
+        seen[node] = [(v.condition, v.pos) for v in full[0]]  # type: ignore[index]
+    assert seen[careful.pos] == seen[l2.pos] == [] and seen[careless.pos] == seen[later.pos] == []
+    assert seen[forged.pos] == [("closure", 0), ("closure", 1)]
+    assert seen[liar.pos] == [("closure", 2), ("closure", 3)]  # o1 is closed at 13, c2 before the span
+    _verified(store, s)
 
 
 def _verified(store: cs.Store, s: cs.Session) -> None:
