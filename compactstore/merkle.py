@@ -335,11 +335,19 @@ def span_root(entries: Sequence[bytes], start: int, stop: int, algo: str = "blak
     return fold(roots, algo)
 
 
-def span_root_of_leaves(leaves: Sequence[bytes], start: int, stop: int, algo: str = "blake3") -> bytes:
-    """Return :func:`span_root` of ``[start, stop)`` given every leaf hash (not entries)."""
-    _check_size("stop", stop, 0, len(leaves))
-    _check_size("start", start, 0, stop)
-    return fold([root_of_leaves(leaves[i << lv : (i + 1) << lv], algo) for lv, i in cover(start, stop)], algo)
+def span_root_of_leaves(
+    leaves: Sequence[bytes], start: int, stop: int, algo: str = "blake3", *, first: int = 0
+) -> bytes:
+    """Return :func:`span_root` of ``[start, stop)`` given leaf hashes (not entries).
+
+    ``leaves[0]`` is the leaf of position ``first`` (default 0: every leaf from the
+    start of the log), so a span's own leaves will do with ``first=start``.
+    """
+    _check_size("stop", stop, first, first + len(leaves))
+    _check_size("start", start, first, stop)
+    return fold(
+        [root_of_leaves(leaves[(i << lv) - first : ((i + 1) << lv) - first], algo) for lv, i in cover(start, stop)], algo
+    )
 
 
 def inclusion_proof(entries: Sequence[bytes], index: int, algo: str = "blake3") -> list[bytes]:

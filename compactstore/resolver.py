@@ -26,7 +26,7 @@ from blake3 import blake3
 
 from . import events as ev
 from . import merkle
-from .compaction import Node, content_digest, span_root_of
+from .compaction import Node, content_digest
 from .errors import CompactStoreError, IntegrityError, InvalidArgument, ReconstructionUnsoundError
 from .events import JSON, LossClass
 from .backends.index import IndexSQL
@@ -555,7 +555,7 @@ def restore_span(session: Session, node: Node | int) -> RestoredSpan:
             ok = content_digest(got) == n.content_digest  # type: ignore[arg-type]
         else:
             by = "span_root"
-            ok = span_root_of([merkle.leaf_hash(b) for b in got], n.start, n.stop) == n.span_root  # type: ignore[arg-type]
+            ok = merkle.span_root_of_leaves(merkle.leaf_hashes(got), n.start, n.stop, first=n.start) == n.span_root  # type: ignore[arg-type]
     except TypeError:
         if None not in got:
             raise
