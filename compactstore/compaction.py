@@ -23,6 +23,7 @@ from blake3 import blake3
 
 from . import events as ev
 from . import merkle
+from .backends import chunked
 from .errors import CompactionInvariantError, IntegrityError, InvalidArgument, InvalidEvent
 from .events import Excerpt, Fact, Item, LossClass, SpillRef
 from .structure import Structure, build, text_of
@@ -297,17 +298,12 @@ _CHUNK = 2048
 
 def _span_rows(session: Session, start: int, stop: int) -> Iterator[list[Row]]:
     """Yield the stored rows of ``[start, stop)`` in chunks; raise if a position is missing or out of order."""
-    backend, nxt = session.store.backend, start
-    chunk: list[Row] = []
-    for row in backend.rows(session._require_sid(), start, stop, _CHUNK):
-        if row.pos != nxt:
-            raise IntegrityError(f"position {nxt} is missing", session=session.name, pos=nxt)
-        nxt += 1
-        chunk.append(row)
-        if len(chunk) == _CHUNK:
-            yield chunk
-            chunk = []
-    if chunk:
+    nxt = start
+    for chunk in chunked(session.store.backend.rows(session._require_sid(), start, stop, _CHUNK), _CHUNK):
+        for row in chunk:
+            if row.pos != nxt:
+                raise IntegrityError(f"position {nxt} is missing", session=session.name, pos=nxt)
+            nxt += 1
         yield chunk
     if nxt != stop:
         raise IntegrityError(f"position {nxt} is missing", session=session.name, pos=nxt)

@@ -29,7 +29,7 @@ from . import events as ev
 from . import index as structure_index
 from . import merkle
 from .backends.index import TABLE
-from .backends import Backend, HeadRow, Row, all_heads, open_backend
+from .backends import Backend, HeadRow, Row, all_heads, chunked, open_backend
 from .errors import InvalidEvent
 
 if TYPE_CHECKING:
@@ -380,7 +380,7 @@ def _session_parts(
     Chunks of ``_CHUNK`` positions from 0 on, until one is empty; then any rows past it
     (past a gap) and, first, any below 0: no row hides outside the chunks.
     """
-    for rows in _chunks(backend.rows(sid, _FLOOR, 0, _CHUNK)):  # rows no real append could write
+    for rows in chunked(backend.rows(sid, _FLOOR, 0, _CHUNK), _CHUNK):  # rows no real append could write
         yield _check_rows(rows)
     start = 0
     # The latest head's size is a hint only (a wrong one costs time, never a finding): a
@@ -410,7 +410,7 @@ def _session_parts(
                 for f in pending:
                     f.cancel()
                 break
-    for rows in _chunks(backend.rows(sid, start, None, _CHUNK)):  # rows past a gap of a whole chunk
+    for rows in chunked(backend.rows(sid, start, None, _CHUNK), _CHUNK):  # rows past a gap of a whole chunk
         yield _check_rows(rows)
 
 
@@ -595,17 +595,6 @@ def _check_head(store: Store, name: str, head: HeadRow, prev: int, root: bytes |
         found.add(name, "heads", head.size, "seal does not match (session name, size, root, prev)" + (" under the key" if store.mac_key else ""))
 
 
-def _chunks(rows: Iterator[Row]) -> Iterator[list[Row]]:
-    chunk: list[Row] = []
-    for r in rows:
-        chunk.append(r)
-        if len(chunk) == _CHUNK:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
-
-
 def _check_content_digests(backend: Backend, sid: int, name: str, found: _Problems) -> None:
     """Check each summary node's content digest against the bodies of the span it covers.
 
@@ -629,7 +618,7 @@ def _check_content_digests(backend: Backend, sid: int, name: str, found: _Proble
 
         def chunks() -> Iterator[list[bytes]]:
             nonlocal nxt, gapless, redacted
-            for chunk in _chunks(backend.rows(sid, node.start, node.stop, _CHUNK)):
+            for chunk in chunked(backend.rows(sid, node.start, node.stop, _CHUNK), _CHUNK):
                 for r in chunk:
                     gapless = gapless and r.pos == nxt
                     nxt += 1

@@ -23,7 +23,7 @@ Tables (the same in every backend):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, NamedTuple, Protocol
 
@@ -197,6 +197,18 @@ def keyset(
         if len(got) < chunk:
             return
         start = int(got[-1][2]) + 1
+
+
+def chunked(rows: Iterable[Row], size: int) -> Iterator[list[Row]]:
+    """Yield ``rows`` in lists of ``size`` (the last may be shorter)."""
+    chunk: list[Row] = []
+    for r in rows:
+        chunk.append(r)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
 
 
 def all_heads(backend: Backend, session_id: int, chunk: int = 2048) -> Iterator[HeadRow]:
