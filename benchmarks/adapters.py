@@ -30,9 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
 import os
-import random
 import shutil
 import sqlite3
 import sys
@@ -45,18 +43,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import harness  # noqa: E402
 from harness import Goal, Section, Stat, interleaved, rate, ratio, seconds  # noqa: E402
-from plain import TURN_BYTES  # noqa: E402
+from plain import messages as workload  # noqa: E402
 
 import compactstore as cs  # noqa: E402
 
 Item = dict[str, str]
-
-
-def workload(count: int, seed: int = 20240601) -> list[Item]:
-    """Return ``count`` chat items: 1,024 random bytes each, base64-encoded, users and assistants in turn."""
-    rng = random.Random(seed)
-    return [{"role": "assistant" if i % 2 else "user", "content": base64.b64encode(rng.randbytes(TURN_BYTES)).decode()}
-            for i in range(count)]
 
 
 class Side:

@@ -39,6 +39,13 @@ def turns(count: int, seed: int = 20240601, role: str = "user") -> list[cs.Turn]
     return [cs.Turn(role, base64.b64encode(rng.randbytes(TURN_BYTES)).decode()) for _ in range(count)]
 
 
+def messages(count: int, seed: int = 20240601) -> list[dict[str, str]]:
+    """Return ``count`` chat messages (what peers store): 1 KiB of random bytes each, base64-encoded, users and assistants in turn."""
+    rng = random.Random(seed)
+    return [{"role": "assistant" if i % 2 else "user", "content": base64.b64encode(rng.randbytes(TURN_BYTES)).decode()}
+            for i in range(count)]
+
+
 def rows_of(events: Sequence[cs.Turn], first_seq: int, first_pos: int, session_id: int = 1) -> list[tuple[Any, ...]]:
     """Return the rows compactstore stores for ``events`` (ts stamped from CLOCK_START), precomputed."""
     out = []
