@@ -14,12 +14,14 @@ plus the size of the answer:
 - the negative facts of a span: the ``negative`` rows of its positions;
 - the latest binding of a key before a position: one descending index probe.
 
-The index is complete up to its ``size`` rows. A store written before the index, or a
-session appended to by a version that did not write it, is derived again from the log
-by the next append; until then, and for a session with redactions (a redacted body no
-longer gives the facts it gave when appended), the checks take the full path over the
-events. ``verify()`` derives the whole index again from the bodies and reports every
-row that differs.
+The index of every session is complete: each append writes its rows in its own
+transaction, and a store of an earlier schema (written before the index, or with the
+``size`` rows that marked how far it went) is brought up to date, in one write
+transaction, when this version first opens it (:func:`upgrade`); the schema version it
+then records keeps earlier versions, which would append without the index, from
+writing to it. A session with redactions (a redacted body no longer gives the facts it
+gave when appended) takes the full path over the events. ``verify()`` derives the whole
+index again from the bodies and reports every row that differs.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ if TYPE_CHECKING:
 _STRUCTURAL_KINDS = frozenset(
     {"binding", "tool_call", "tool_result", "obligation", "fulfilment", "handle_opened", "handle_closed"}
 )
-_RELS = frozenset({"open", "close", "negative", "binding", "open_at", "size"})
+_RELS = frozenset({"open", "close", "negative", "binding", "open_at"})
 _PLAIN = ev.Checkpoint(id="-")  # stands for an event that gives no row
 _CHUNK = 2048
 
@@ -79,12 +81,9 @@ class Index:
         """Return the session's index if it answers for checkpoint ``size``, else None (take the full path)."""
         backend = session.store.backend
         sid = session._sid()
-        if sid is None:
+        if sid is None or backend.redactions(sid):
             return None
-        index = cls(backend.index_run, sid)
-        if index.sql.size() < size or backend.redactions(sid):
-            return None
-        return index
+        return cls(backend.index_run, sid)
 
     def open_at(self, at: int) -> dict[int, str]:
         """Return the items open at boundary ``at`` (position -> item)."""
@@ -147,51 +146,36 @@ class _Prior:
         return sorted(Index(self.sql.run, self.sql.sid).open_at(pos).items())
 
 
-def extend(
-    writer: _Runner, session_id: int, before: int, fresh: Sequence[tuple[int, ev.Event]], *, known: bool = False
-) -> None:
-    """Write the index rows of the events appended at ``before`` onwards, in their transaction (before their insert).
-
-    If the index stops short of ``before`` (a store written before it, or appended to by
-    a version without it), the missing positions are derived first from the log itself.
-    ``known``: the caller wrote the index up to ``before`` itself, so it is not read.
-    """
+def extend(writer: _Runner, session_id: int, before: int, fresh: Sequence[tuple[int, ev.Event]]) -> None:
+    """Write the index rows of the events appended at ``before`` onwards, in their transaction (before their insert)."""
+    if not fresh:
+        return
     sql = IndexSQL(writer.index_run, session_id)
-    done = before if known else sql.size()
-    if done > before or (done == before and not fresh):
-        return  # up to date (another process healed it), or claiming positions the log lacks: verify() says so
-    deriver = Deriver(done, _Prior(sql, fresh))
-    sizes: list[int] = []
-    if done < before:
-        for pos, event in _log(sql.run, session_id, done, before):
-            deriver.add(pos, event)
-        # A size row for every tree head the index missed, as if it had been written with them.
-        got = sql.run("SELECT size FROM heads WHERE session_id = ? AND size > ? AND size <= ?", (session_id, done, before))
-        sizes = [int(n) for (n,) in got]
+    deriver = Deriver(before, _Prior(sql, fresh))
     for pos, event in fresh:
         deriver.add(pos, event)
-    sql.insert(deriver.finish(sizes))
+    if deriver.rows:
+        sql.insert(deriver.rows)
 
 
-def heal(backend: Backend) -> None:
-    """Derive the index of every session it stops short of, from the log.
+def upgrade(backend: Backend, *, rederive: bool = False) -> bool:
+    """Bring a store of the earlier schema up to this one; say if it did.
 
-    Runs when opening a store has just created the index (a store written before it);
-    each session is brought up to date in a write transaction of its own. A session
-    left behind (a crash, a store that cannot be written now) takes the full path, and
-    its next append derives its index.
+    In one write transaction (no append runs meanwhile): the index of each session is
+    derived from its log up to its latest head and every row the table lacks is
+    inserted (all of them for a store written before the index; those of appends by a
+    writer without it otherwise), the ``size`` rows are dropped, and the new schema
+    version is recorded. ``rederive``: do it on a store of this schema too (its index
+    table was missing and has just been created).
     """
-    run: Run = backend.index_run
-    behind = run(
-        "SELECT s.name, (SELECT max(size) FROM heads h WHERE h.session_id = s.id), "
-        f"(SELECT max(pos) FROM {TABLE} i WHERE i.session_id = s.id AND i.rel = 'size') FROM sessions s", ()
-    )
-    for name, size, done in behind:
-        if size is not None and (done is None or int(done) < int(size)):
-            with backend.writer(str(name)) as w:
-                head = w.head()
-                if head is not None:
-                    extend(w, w.session_id, head.size, [])
+
+    def derive_missing(run: Run) -> None:
+        for sid, size in run("SELECT session_id, max(size) FROM heads GROUP BY session_id ORDER BY session_id", ()):
+            sql = IndexSQL(run, int(sid))
+            have = set(_stream(sql))
+            sql.insert([r for r in derive(run, int(sid), int(size)) if r not in have])
+
+    return backend.upgrade(derive_missing, force=rederive)
 
 
 def _log(run: Run, session_id: int, start: int, stop: int) -> Iterator[tuple[int, ev.Event]]:
@@ -239,35 +223,25 @@ def verify_session(
 ) -> None:
     """Derive the session's index again from its bodies and report every row that differs.
 
-    ``heads`` are the sizes of the session's stored tree heads, each of which must have
-    its ``size`` row (opening a store derives what is missing); ``add(pos, what)``
-    reports a problem. With ``full`` false (a session with redactions, whose erased
-    bodies no longer give their facts, and whose index is never read: see
-    :meth:`Index.of`) only the size rows are checked.
+    ``heads`` are the sizes of the session's stored tree heads: the index must hold
+    what the log up to the latest gives. ``add(pos, what)`` reports a problem. With
+    ``full`` false (a session with redactions, whose erased bodies no longer give their
+    facts, and whose index is never read: see :meth:`Index.of`) only the kinds of the
+    rows are checked.
     """
     sql = IndexSQL(run, session_id)
     stored = _stream(sql)
-    sizes = sorted(r.pos for r in stored if r.rel == "size")
-    heads = sorted(heads)
-    if sizes != heads:
-        extra, missing = sorted(set(sizes) - set(heads)), sorted(set(heads) - set(sizes))
-        what = [f"size rows at {extra[:5]} name no tree head"] if extra else []
-        what += [f"tree heads of sizes {missing[:5]} have no size row"] if missing else []
-        add(None, "; ".join(what) or "a size row is stored twice")
     if not full:
         for r in stored:
-            if r.rel != "size" or (r.key, r.num, r.text) != ("", 0, ""):
-                if r.rel not in _RELS or r.rel == "size":
-                    add(r.pos, f"row {tuple(r)} is not an index row")
-        return
-    if not sizes:
+            if r.rel not in _RELS:
+                add(r.pos, f"row {tuple(r)} is not an index row")
         return
     try:
-        want = sorted(derive(run, session_id, sizes), key=_order)
+        want = sorted(derive(run, session_id, max(heads, default=0)), key=_order)
     except (InvalidEvent, AssertionError):
         add(None, "the log cannot be read in order to derive the index again")  # the log's own checks say why
         return
-    got = sorted((r for r in stored), key=_order)
+    got = sorted(stored, key=_order)
     if want != got:
         wanted, have = set(want), set(got)
         for r in sorted(have - wanted, key=_order)[:20]:
@@ -278,16 +252,16 @@ def verify_session(
             add(None, "a row is stored twice")
 
 
-def derive(run: Run, session_id: int, sizes: Sequence[int]) -> list[IndexRow]:
-    """Return the index of a session derived from its stored log alone, with a size row at each of ``sizes``.
+def derive(run: Run, session_id: int, size: int) -> list[IndexRow]:
+    """Return the index of the first ``size`` positions of a session, derived from its stored log alone.
 
     Raises:
         InvalidEvent: a body is not a valid event.
     """
     deriver = Deriver(0, _Rebuilt(run, session_id))
-    for pos, event in _log(run, session_id, 0, max(sizes, default=0)):
+    for pos, event in _log(run, session_id, 0, size):
         deriver.add(pos, event)
-    return [*deriver.rows, *(IndexRow(s, "size", "", 0, "") for s in sorted(set(sizes)))]
+    return deriver.rows
 
 
 def _order(r: IndexRow) -> tuple[int, str, int, str, str]:

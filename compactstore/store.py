@@ -24,7 +24,7 @@ from .compaction import AUTO, Finding, Node, OnRisk, Summarizer, _as_list, _Auto
 from .events import LossClass
 from .markers import Marker
 from .resolver import Artifact, Resolution, RestoredSpan
-from .backends import SCHEMA_VERSION, Backend, HeadRow, Row, open_backend
+from .backends import SCHEMA_VERSION, UPGRADES_FROM, Backend, HeadRow, Row, open_backend
 from .errors import CompactStoreError, ConflictError, IntegrityError, InvalidArgument, InvalidEvent
 from .seal import derive_key, head_mac, key_check, seal
 
@@ -151,25 +151,18 @@ class Store:
         self.clock: ev.Clock = clock or ev.system_clock
         self.mac_key = derive_key(key) if key is not None else None
         self._frontiers: dict[int, merkle.Frontier] = {}
-        #: session id -> the size up to which this store last wrote the structural index
-        self._indexed: dict[int, int] = {}
         try:
             self._check_meta()
         except BaseException:
             backend.close()
             raise
-        if getattr(backend, "index_created", False):
-            try:
-                structure_index.heal(backend)
-            except CompactStoreError:
-                pass  # cannot write now: each session's next append derives its index
 
     def _check_meta(self) -> None:
         wanted = {"hash": HASH, "keyed": "1" if self.mac_key else "0"}
         if self.mac_key:
             wanted["key_check"] = key_check(self.mac_key)
         meta = self.backend.init_meta(wanted)
-        if meta.get("schema_version") != SCHEMA_VERSION:
+        if meta.get("schema_version") not in (SCHEMA_VERSION, UPGRADES_FROM):
             raise CompactStoreError(
                 f"unsupported schema version {meta.get('schema_version')!r}; this library reads {SCHEMA_VERSION!r}"
             )
@@ -182,6 +175,11 @@ class Store:
             raise IntegrityError("the store was created without a key", hint="open it without key=")
         if self.mac_key and meta.get("key_check") != wanted["key_check"]:
             raise IntegrityError("wrong key for this store")
+        created = getattr(self.backend, "index_created", False)  # a table found missing is derived whole
+        if meta.get("schema_version") != SCHEMA_VERSION or created:
+            structure_index.upgrade(self.backend, rederive=created)
+            if self.backend.meta().get("schema_version") != SCHEMA_VERSION:
+                raise CompactStoreError(f"the store's schema was not upgraded to {SCHEMA_VERSION!r}")
 
     def __enter__(self) -> Store:
         return self
@@ -366,10 +364,8 @@ class Session:
                 prev = head.size if head else 0
                 new_head = HeadRow(frontier.size, root, prev, store._seal(self.name, frontier.size, root, prev))
                 # The index first: an insert may be the transaction's last statement (it
-                # commits in the same message on PostgreSQL). It is complete up to ``prev``
-                # if this store wrote it there last.
-                indexed = store._indexed.get(sid) == prev
-                structure_index.extend(w, sid, prev, [(r.pos, p.event) for r, p in zip(rows, fresh)], known=indexed)
+                # commits in the same message on PostgreSQL).
+                structure_index.extend(w, sid, prev, [(r.pos, p.event) for r, p in zip(rows, fresh)])
                 seqs = w.insert(rows, nodes, new_head)
                 if seq is None:  # the database assigned them
                     rows = [r._replace(seq=s) for r, s in zip(rows, seqs)]
@@ -378,7 +374,6 @@ class Session:
                     w.erase(redaction.positions, by)
         if rows:
             self.store._frontiers[sid] = frontier
-            self.store._indexed[sid] = frontier.size  # committed: the index is complete up to here
         # The events are already decoded: build the records without decoding the bodies again.
         name = self.name
         new = [Record(name, r.seq, r.pos, r.kind, p.event, p.body, r.leaf) for r, p in zip(rows, fresh)]

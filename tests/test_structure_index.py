@@ -321,3 +321,62 @@ def test_two_stores_appending_in_turn_keep_the_index_whole(target: str) -> None:
         s = a.session("s")
         index = Index.of(s, s.size)
         assert index is not None and len(index.negatives(0, s.size)) == 6 + 5  # failed results, superseded bindings
+
+
+def _as_schema_1(target: str, lagging: int) -> None:
+    """Rewrite a store as the earlier schema left it: a ``size`` row per head, the last ``lagging`` appends unindexed.
+
+    (An earlier writer without the index appended those: no rows and no size row of theirs.)
+    """
+    # The last head at least ``lag`` positions before the latest: where the earlier writer took over.
+    cut = ("(SELECT max(size) FROM heads g WHERE g.session_id = {t}.session_id AND g.size <= "
+           "(SELECT max(size) FROM heads f WHERE f.session_id = {t}.session_id) - {lag})")
+    statements = [
+        "UPDATE meta SET value = '1' WHERE name = 'schema_version'",
+        "DELETE FROM structure_index WHERE rel <> 'size' AND "
+        f"(pos >= {cut.format(t='structure_index', lag='{lag}')} OR "
+        f"(rel = 'negative' AND num >= {cut.format(t='structure_index', lag='{lag}')}))",
+        "INSERT INTO structure_index SELECT session_id, size, 'size', '', 0, '' FROM heads h "
+        f"WHERE size <= {cut.format(t='h', lag='{lag}')}",
+    ]
+    if target.startswith("postgresql"):
+        import psycopg
+
+        with psycopg.connect(target, autocommit=True) as conn:
+            conn.execute("ALTER TABLE meta DISABLE TRIGGER USER")
+            conn.execute("ALTER TABLE structure_index DISABLE TRIGGER USER")
+            conn.execute("ALTER TABLE structure_index DROP CONSTRAINT structure_index_no_size")
+            for sql in statements:
+                conn.execute(sql.format(lag=lagging))  # type: ignore[arg-type]
+            conn.execute("ALTER TABLE meta ENABLE TRIGGER USER")
+            conn.execute("ALTER TABLE structure_index ENABLE TRIGGER USER")
+    else:
+        conn = _sqlite(target)
+        for sql in statements:
+            conn.execute(sql.format(lag=lagging))
+        conn.commit()
+        conn.close()
+
+
+@pytest.mark.parametrize("lagging", [0, 3])
+def test_a_store_of_the_earlier_schema_is_upgraded_on_open(target: str, lagging: int) -> None:
+    """Opening a schema-1 store derives what its index lacks, drops its size rows and refuses size rows after."""
+    with cs.open(target, clock=cs.tick_clock()) as st:
+        s = st.session("m")
+        migration(s)
+        node = s.compact(0, 8, on_risk="preserve")
+        s.extend([cs.ToolCall("c9", "run"), cs.ToolResult("c9", "ERROR", ok=False, status="failed")])
+        s.bind("rollback", "v2")
+        st.session("other").append(cs.Turn("user", "hi"))
+        before = s.resume(s.mark(node))
+        wanted = sorted(st.backend.index_run("SELECT session_id, pos, rel, key, num, text FROM structure_index", ()))
+    _as_schema_1(target, lagging)
+    with cs.open(target, clock=cs.tick_clock()) as st:
+        assert st.backend.meta()["schema_version"] == cs.backends.SCHEMA_VERSION
+        got = sorted(st.backend.index_run("SELECT session_id, pos, rel, key, num, text FROM structure_index", ()))
+        assert got == wanted and st.verify().ok
+        s = st.session("m")
+        assert s.resume(before.marker) == before
+        assert s.resume(s.mark(node)).context == before.context
+        with pytest.raises(cs.CompactStoreError):  # a writer of the earlier schema is refused
+            st.backend.index_run("INSERT INTO structure_index VALUES (1, 99, 'size', '', 0, '')", ())

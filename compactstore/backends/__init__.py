@@ -25,9 +25,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
-SCHEMA_VERSION = "1"
+if TYPE_CHECKING:
+    from .index import Run
+
+#: The schema this library writes. "1" stores (written before the structural index, or
+#: with one ``size`` row per append) are upgraded when first opened.
+SCHEMA_VERSION = "2"
+#: The earlier schema an open upgrades from.
+UPGRADES_FROM = "1"
 
 
 class Row(NamedTuple):
@@ -110,6 +117,16 @@ class Backend(Protocol):
 
     def init_meta(self, values: dict[str, str]) -> dict[str, str]:
         """Write ``values`` into an empty meta table; return what is stored either way."""
+        ...
+
+    def upgrade(self, derive: Callable[[Run], None], *, force: bool = False) -> bool:
+        """Upgrade a store of schema UPGRADES_FROM (or, with ``force``, of this schema) in one write transaction.
+
+        No append runs meanwhile. ``derive(run)`` writes the missing structural index
+        rows through ``run``; then the earlier schema's ``size`` rows are dropped, a
+        writer of that schema is refused from then on, and SCHEMA_VERSION is recorded.
+        Says whether it ran (another process may have upgraded the store first).
+        """
         ...
 
     def sessions(self) -> list[tuple[int, str]]:

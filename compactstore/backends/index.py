@@ -5,10 +5,12 @@ at a few positions, runs of stored subtree roots).
 
 ``structure_index(session_id, pos, rel, key, num, text)`` holds, per session, the rows
 :class:`compactstore.structure.Deriver` derives from the events: opens and closes of
-items, negative facts, bindings, snapshots of the open items and the size up to which
-the index is complete. It is written in the transaction that appends the events,
-insert-only (triggers refuse UPDATE, DELETE and TRUNCATE, as on the log), and
-``verify()`` derives it again from the bodies and compares.
+items, negative facts, bindings and snapshots of the open items. It is written in the
+transaction that appends the events, insert-only (triggers refuse UPDATE, DELETE and
+TRUNCATE, as on the log), and ``verify()`` derives it again from the bodies and
+compares. The ``size`` rows of the earlier schema (one per append, saying how far the
+index went) are refused: a writer of that schema fails loudly here rather than append
+without the index (see :func:`compactstore.index.upgrade`).
 
 A backend exposes ``index_run(sql, args)`` (and its writer the same, inside the write
 transaction); the SQL here uses ``?`` placeholders and ``IN`` lists, which the
@@ -27,12 +29,23 @@ Run = Callable[[str, Sequence[object]], list[tuple[Any, ...]]]
 #: One index row as stored: ``(pos, rel, key, num, text)``.
 IndexTuple = tuple[int, str, str, int, str]
 
+#: Refuses the earlier schema's ``size`` rows (SQLite cannot add a CHECK to a table).
+NO_SIZE_SQLITE = (
+    f"CREATE TRIGGER IF NOT EXISTS {TABLE}_no_size BEFORE INSERT ON {TABLE} WHEN NEW.rel = 'size' "
+    "BEGIN SELECT RAISE(ABORT, 'compactstore: this store has a newer schema than its writer'); END"
+)
+#: The same on PostgreSQL, for a table created by the earlier schema or this one.
+NO_SIZE_POSTGRES = (
+    f"ALTER TABLE {TABLE} DROP CONSTRAINT IF EXISTS {TABLE}_no_size, "
+    f"ADD CONSTRAINT {TABLE}_no_size CHECK (rel <> 'size')"
+)
+
 SQLITE_SCHEMA = (
     f"CREATE TABLE IF NOT EXISTS {TABLE} (session_id INTEGER NOT NULL, pos INTEGER NOT NULL, "
     "rel TEXT NOT NULL, key TEXT NOT NULL, num INTEGER NOT NULL, text TEXT NOT NULL, "
     # One B-tree keyed as it is read: a row per append costs fewer pages than a table and an index.
     "PRIMARY KEY (session_id, rel, pos, num)) STRICT, WITHOUT ROWID",
-    # Partial, so the size row of every append touches no page of them; covering, so the
+    # Partial, so an event without such facts touches no page of them; covering, so the
     # planner takes them over the primary key without statistics.
     f"CREATE INDEX IF NOT EXISTS idx_{TABLE}_key ON {TABLE} (session_id, rel, key, pos, num, text) "
     "WHERE rel = 'binding'",
@@ -43,6 +56,7 @@ SQLITE_SCHEMA = (
         f"BEGIN SELECT RAISE(ABORT, 'compactstore: {TABLE} is append-only'); END"
         for op in ("UPDATE", "DELETE")
     ),
+    NO_SIZE_SQLITE,
 )
 
 POSTGRES_SCHEMA = (
@@ -57,6 +71,7 @@ POSTGRES_SCHEMA = (
         f"FOR EACH {'STATEMENT' if op == 'truncate' else 'ROW'} EXECUTE FUNCTION compactstore_append_only()"
         for op, spec in (("update", "UPDATE"), ("delete", "DELETE"), ("truncate", "TRUNCATE"))
     ),
+    NO_SIZE_POSTGRES,
 )
 
 _COLS = "pos, rel, key, num, text"
@@ -81,11 +96,6 @@ class IndexSQL:
     def __init__(self, run: Run, session_id: int) -> None:
         self.run = run
         self.sid = session_id
-
-    def size(self) -> int:
-        """Return the size up to which the index is complete (0 when it holds nothing)."""
-        got = self.run(f"SELECT max(pos) FROM {TABLE} WHERE session_id = ? AND rel = 'size'", (self.sid,))
-        return int(got[0][0]) if got and got[0][0] is not None else 0
 
     def rows(self, rels: Sequence[str], lo: int, hi: int) -> list[IndexTuple]:
         """Return the rows of kinds ``rels`` at positions ``[lo, hi)``, by position."""

@@ -34,7 +34,7 @@ from psycopg import pq
 from psycopg_pool import ConnectionPool
 
 from ..errors import CompactStoreError, ConflictError, IntegrityError, InvalidEvent
-from . import SCHEMA_VERSION, HeadRow, Row, keyset
+from . import SCHEMA_VERSION, UPGRADES_FROM, HeadRow, Row, keyset
 from . import index as _index
 
 if TYPE_CHECKING:
@@ -206,7 +206,7 @@ class PostgresBackend:
     """A store in one PostgreSQL database, reached through a pool of connections."""
 
     gapless_seq = False
-    #: Whether opening created the structural index (the store above derives it for the log there is).
+    #: Whether opening created the structural index in a store with a log (the store above derives it).
     index_created = False
 
     def __init__(self, url: str, *, durable: bool = False, min_size: int = 1, max_size: int = 4) -> None:
@@ -290,6 +290,35 @@ class PostgresBackend:
 
         self._run("initialise meta", go)
         return self.meta()
+
+    def upgrade(self, derive: Callable[[_index.Run], None], *, force: bool = False) -> bool:
+        def go(cur: psycopg.Cursor[tuple[Any, ...]]) -> bool:
+            with cur.connection.transaction():
+                cur.execute("SELECT pg_advisory_xact_lock(%s, 0)", (_LOCK_SCHEMA,))
+                cur.execute("SELECT value FROM meta WHERE name = 'schema_version'")
+                got = cur.fetchone()
+                version = None if got is None else str(got[0])
+                if not (version == UPGRADES_FROM or (force and version == SCHEMA_VERSION)):
+                    return False  # upgraded meanwhile, or a version the store reports
+                # No append (of this schema or the earlier one) while the index is derived.
+                cur.execute("LOCK TABLE events IN EXCLUSIVE MODE")
+
+                def run(sql: str, args: Sequence[object]) -> list[tuple[Any, ...]]:
+                    cur.execute(_pg_sql(sql), args)
+                    return cur.fetchall() if cur.description else []
+
+                derive(run)
+                table = _index.TABLE
+                cur.execute(f"ALTER TABLE {table} DISABLE TRIGGER {table}_no_delete")
+                cur.execute(f"DELETE FROM {table} WHERE rel = 'size'")
+                cur.execute(f"ALTER TABLE {table} ENABLE TRIGGER {table}_no_delete")
+                cur.execute(_index.NO_SIZE_POSTGRES)
+                cur.execute("ALTER TABLE meta DISABLE TRIGGER meta_no_update")
+                cur.execute("UPDATE meta SET value = %s WHERE name = 'schema_version'", (SCHEMA_VERSION,))
+                cur.execute("ALTER TABLE meta ENABLE TRIGGER meta_no_update")
+                return True
+
+        return self._run(f"upgrade the store to schema {SCHEMA_VERSION}", go)
 
     def sessions(self) -> list[tuple[int, str]]:
         return [(int(i), str(n)) for i, n in self._all("SELECT id, name FROM sessions ORDER BY name")]
@@ -399,7 +428,8 @@ def _ensure_schema(conn: psycopg.Connection[tuple[Any, ...]]) -> bool:
         row = cur.fetchone()
         if not (row and row[0]):
             cur.execute(";\n".join((*_SCHEMA, *_FUNCTIONS.values())))  # one round trip, one transaction
-            return _index_schema(cur)
+            _index_schema(cur)
+            return False  # a new store: no log to derive an index from
         cur.execute("SELECT value FROM meta WHERE name = 'schema_version'")
         got = cur.fetchone()
         version = None if got is None else str(got[0])

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import sqlite_utils
 
 from ..errors import CompactStoreError, ConflictError, IntegrityError
-from . import SCHEMA_VERSION, HeadRow, Row, keyset
+from . import SCHEMA_VERSION, UPGRADES_FROM, HeadRow, Row, keyset
 from . import index as _index
 
 if TYPE_CHECKING:
@@ -25,6 +25,23 @@ if TYPE_CHECKING:
 
 BUSY_TIMEOUT_MS = 60_000
 LOG_TABLES = ("meta", "sessions", "events", "nodes", "heads", "redactions")
+
+
+def _append_only(table: str, op: str) -> str:
+    """Return the trigger that refuses ``op`` (UPDATE or DELETE) on a log table."""
+    # One change is allowed: erasing the body of a position already recorded as redacted.
+    allowed = (
+        " WHEN NOT (NEW.body IS NULL AND OLD.body IS NOT NULL AND NEW.seq = OLD.seq"
+        " AND NEW.session_id = OLD.session_id AND NEW.pos = OLD.pos AND NEW.kind = 'redacted'"
+        " AND NEW.idem_key IS NULL AND NEW.leaf = OLD.leaf AND EXISTS (SELECT 1 FROM redactions r"
+        " WHERE r.session_id = OLD.session_id AND r.pos = OLD.pos))"
+        if (table, op) == ("events", "UPDATE")
+        else ""
+    )
+    return (
+        f"CREATE TRIGGER {table}_no_{op.lower()} BEFORE {op} ON {table}{allowed} "
+        f"BEGIN SELECT RAISE(ABORT, 'compactstore: {table} is append-only'); END"
+    )
 
 
 def _schema(db: sqlite_utils.Database) -> None:
@@ -58,19 +75,7 @@ def _schema(db: sqlite_utils.Database) -> None:
     )
     for table in LOG_TABLES:
         for op in ("UPDATE", "DELETE"):
-            # One change is allowed: erasing the body of a position already recorded as redacted.
-            allowed = (
-                " WHEN NOT (NEW.body IS NULL AND OLD.body IS NOT NULL AND NEW.seq = OLD.seq"
-                " AND NEW.session_id = OLD.session_id AND NEW.pos = OLD.pos AND NEW.kind = 'redacted'"
-                " AND NEW.idem_key IS NULL AND NEW.leaf = OLD.leaf AND EXISTS (SELECT 1 FROM redactions r"
-                " WHERE r.session_id = OLD.session_id AND r.pos = OLD.pos))"
-                if (table, op) == ("events", "UPDATE")
-                else ""
-            )
-            db.execute(
-                f"CREATE TRIGGER {table}_no_{op.lower()} BEFORE {op} ON {table}{allowed} "
-                f"BEGIN SELECT RAISE(ABORT, 'compactstore: {table} is append-only'); END"
-            )
+            db.execute(_append_only(table, op))
     # A readable view for people browsing the file with sqlite-utils or Datasette.
     db.execute(
         "CREATE VIEW events_readable AS SELECT e.seq, s.name AS session, e.pos, e.kind, "
@@ -87,7 +92,7 @@ class SQLiteBackend:
     """
 
     gapless_seq = True
-    #: Whether opening created the structural index (the store above derives it for the log there is).
+    #: Whether opening created the structural index in a store with a log (the store above derives it).
     index_created = False
 
     def __init__(self, path: str, *, durable: bool = False) -> None:
@@ -118,9 +123,11 @@ class SQLiteBackend:
                 conn.execute("PRAGMA journal_mode = WAL")
             conn.execute(f"PRAGMA synchronous = {'FULL' if durable else 'NORMAL'}")
             with self._write():
-                if not conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'meta'").fetchone():
+                existed = conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'meta'").fetchone() is not None
+                if not existed:
                     _schema(sqlite_utils.Database(conn, execute_plugins=False))
-                self.index_created = _index_schema(conn)
+                # Only a store with a log before it needs its new index derived.
+                self.index_created = _index_schema(conn) and existed
         except (sqlite3.Error, UnicodeDecodeError) as exc:
             conn.close()
             raise _error(exc, f"open {path!r} as a compactstore store") from exc
@@ -169,6 +176,27 @@ class SQLiteBackend:
         except (sqlite3.Error, UnicodeDecodeError) as exc:
             raise _error(exc, "read the meta table") from exc
         return self.meta()
+
+    def upgrade(self, derive: Callable[[_index.Run], None], *, force: bool = False) -> bool:
+        try:
+            with self._lock, self._write() as conn:  # BEGIN IMMEDIATE: no other writer until it commits
+                got = conn.execute("SELECT value FROM meta WHERE name = 'schema_version'").fetchone()
+                version = None if got is None else got[0]
+                if not (version == UPGRADES_FROM or (force and version == SCHEMA_VERSION)):
+                    return False  # upgraded meanwhile, or a version the store reports
+                derive(lambda sql, args: conn.execute(sql, args).fetchall())
+                # The append-only triggers step aside for these two statements only.
+                conn.execute(f"DROP TRIGGER IF EXISTS {_index.TABLE}_no_delete")
+                conn.execute(f"DELETE FROM {_index.TABLE} WHERE rel = 'size'")
+                conn.execute("DROP TRIGGER IF EXISTS meta_no_update")
+                conn.execute("UPDATE meta SET value = ? WHERE name = 'schema_version'", (SCHEMA_VERSION,))
+                conn.execute(_append_only("meta", "UPDATE"))
+                for sql in _index.SQLITE_SCHEMA:
+                    conn.execute(sql)
+        except (sqlite3.Error, UnicodeDecodeError) as exc:
+            raise _error(exc, f"upgrade the store to schema {SCHEMA_VERSION}") from exc
+        self._heads.clear()
+        return True
 
     def sessions(self) -> list[tuple[int, str]]:
         return [(int(i), str(n)) for i, n in self._all("SELECT id, name FROM sessions ORDER BY name")]
