@@ -22,6 +22,11 @@ TEXT_LIMIT = 160
 #: Opening and closing kinds, by the kind of item they open.
 _OPENS = {"tool_call": "tool_call", "handle_opened": "handle", "obligation": "obligation"}
 _CLOSES = {"tool_result": "tool_call", "handle_closed": "handle", "fulfilment": "obligation"}
+#: Event types that give an index row only through ``status`` or ``supersedes``.
+_INERT = frozenset(
+    t for t in ev.EVENT_TYPES
+    if t.__struct_config__.tag not in {*_OPENS, *_CLOSES, "binding"}
+)
 
 
 def text_of(event: ev.Event) -> str:
@@ -202,7 +207,7 @@ class IndexRow(NamedTuple):
     """One row of the structural index of a session.
 
     ``rel`` says what the row records (``open``, ``close``, ``negative``, ``binding``,
-    ``open_at``, ``size``); ``key``, ``num`` and ``text`` are its fields:
+    ``open_at``); ``key``, ``num`` and ``text`` are its fields:
 
     - ``open`` / ``close`` at ``pos``: ``key`` is the item (``kind/id``); an obligation's
       ``text`` is the JSON list of the bindings it needs.
@@ -211,7 +216,6 @@ class IndexRow(NamedTuple):
     - ``binding`` at ``pos``: ``key`` the binding key, ``num`` 1 when regenerable.
     - ``open_at`` at a multiple ``pos`` of SNAPSHOT_EVERY: the item ``key`` opened at
       ``num`` and open at that boundary.
-    - ``size`` at ``pos``: the index holds every row of positions ``[0, pos)``.
     """
 
     pos: int
@@ -291,6 +295,11 @@ class Deriver:
         """Take in the event at ``pos`` (positions must come in order, from ``start``)."""
         assert pos == self.size, (pos, self.size)
         self.size = pos + 1
+        if type(event) in _INERT and event.supersedes is None and event.status in (None, "ok"):
+            # Most of a log (turns, checkpoints): nothing to record but a snapshot boundary.
+            if self.size % SNAPSHOT_EVERY == 0:
+                self._snapshot(self.size)
+            return
         rows = self.rows
         derived = event.kind in ev.DERIVED_KINDS
         status = None if derived else _negative_status(event)
@@ -323,9 +332,9 @@ class Deriver:
         if self.size % SNAPSHOT_EVERY == 0:
             self._snapshot(self.size)
 
-    def finish(self, sizes: Iterable[int] = ()) -> list[IndexRow]:
-        """Return the rows derived so far, with a ``size`` row at each of ``sizes`` and at the end."""
-        return [*self.rows, *(IndexRow(n, "size", "", 0, "") for n in sorted({*sizes, self.size}))]
+    def finish(self) -> list[IndexRow]:
+        """Return the rows derived so far."""
+        return self.rows
 
     def _supersede(self, old: int, by: int) -> None:
         if old in self._negative or (old < self.start and self.prior.is_negative(old)):
