@@ -70,6 +70,8 @@ class Bar(msgspec.Struct, frozen=True):
     contract: str | None
     anchored: bool
     violations: list[str]
+    #: the items opened before its span and closed inside it
+    resolved: list[ev.Item] = []
 
 
 class Pin(msgspec.Struct, frozen=True):
@@ -136,7 +138,7 @@ def picture(session: Session) -> Picture:
         violations, _ = check(events, leaves, n.pos, structure)
         bars.append(Bar(
             n.pos, n.tier, n.start, n.stop, n.loss.value, n.summary, n.children, n.negative_facts, n.unresolved,
-            n.kept, n.spills, n.contract, anchored, [str(v) for v in violations],
+            n.kept, n.spills, n.contract, anchored, [str(v) for v in violations], n.resolved,
         ))
     pins = []
     for r in records:

@@ -187,3 +187,16 @@ def test_the_html_page_renders_in_headless_chromium(demo_store: str, tmp_path: P
     red = sum(n for px, n in counts.items() if px[0] > 200 and px[1] < 80 and px[2] < 80)
     amber = sum(n for px, n in counts.items() if px[0] > 200 and 130 < px[1] < 190 and px[2] < 60)
     assert red > 50 and amber > 500, "the negative facts (red) and LOSSY_GIST bars (amber) are not drawn"
+
+
+def test_a_node_lists_the_earlier_items_its_span_closes(tmp_path: Path) -> None:
+    """A call opened before a node's span and answered inside it is the node's ``resolved``, and show counts it."""
+    with cs.open(str(tmp_path / "r.db"), clock=cs.tick_clock()) as store:
+        s = store.session("r")
+        s.extend([cs.ToolCall("c1", "run"), cs.Turn("user", "wait"), cs.ToolResult("c1", "done")])
+        s.compact(1, 3)
+        got = picture(s)
+    assert [[i.id for i in b.resolved] for b in got.nodes] == [["c1"]]
+    console = Console(width=120, record=True, color_system=None)
+    console.print(render(got, 120))
+    assert "1 closed" in console.export_text()

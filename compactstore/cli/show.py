@@ -186,6 +186,7 @@ def _nodes_table(p: Picture) -> Table:
         t.add_column(name, width=width, no_wrap=width is not None)
     for b in p.nodes:
         retains = [f"{len(b.negative_facts)} facts", f"{len(b.unresolved)} open"]
+        retains += [f"{len(b.resolved)} closed"] if b.resolved else []
         retains += [f"kept {e.pos}:{e.path}" for e in b.kept] + [f"spill {r.key}" for r in b.spills]
         t.add_row(str(b.pos), f"L{b.tier}", f"[{b.start}, {b.stop})", Text(b.loss, style=LOSS_STYLE.get(b.loss, "")),
                   " · ".join(retains), _verdict(b))
