@@ -316,9 +316,12 @@ class PostgresBackend:
         try:
             with self._pool.connection() as conn:
                 try:
-                    with conn.cursor(binary=True) as cur:
-                        w = _open_writer(conn, cur, name)
-                        yield w
+                    with conn.cursor() as text:
+                        w = _open_writer(conn, text, name)
+                        try:
+                            yield w
+                        finally:
+                            w.close()
                     if not w.committed:
                         w.flush()
                         conn.execute("COMMIT")
@@ -567,15 +570,16 @@ _UNREAD = _Unread()
 
 
 def _open_writer(
-    conn: psycopg.Connection[tuple[Any, ...]], cur: psycopg.Cursor[tuple[Any, ...]], name: str
+    conn: psycopg.Connection[tuple[Any, ...]], text: psycopg.Cursor[tuple[Any, ...]], name: str
 ) -> _PGWriter:
     """Begin a transaction on ``conn`` holding session ``name``'s lock, creating the session.
 
     One round trip: the simple query protocol (which alone carries several statements in
     one message) sends BEGIN and the call of ``compactstore_open`` together. READ
     COMMITTED is named because the head must be read with a snapshot newer than the lock.
+    ``text`` is a text cursor of ``conn``, which the writer keeps for its other messages.
     """
-    with _unprepared(conn), conn.cursor() as text:
+    with _unprepared(conn):
         text.execute(
             "BEGIN ISOLATION LEVEL READ COMMITTED; "
             f"SELECT sid, head_size, head_root, head_prev, head_seal FROM compactstore_open({_quote(name)})"
@@ -586,7 +590,7 @@ def _open_writer(
         raise ConflictError(f"session {name!r} was neither found nor created", session=name)
     sid, size, root, prev, seal = got
     head = None if size is None else HeadRow(int(size), bytes(root), int(prev), bytes(seal))
-    return _PGWriter(cur, int(sid), head)
+    return _PGWriter(text, int(sid), head)
 
 
 @contextmanager
@@ -614,10 +618,12 @@ def _rollback(conn: psycopg.Connection[tuple[Any, ...]]) -> None:
 
 
 class _PGWriter:
-    __slots__ = ("_cur", "_deferred", "_head", "_index", "committed", "session_id")
+    __slots__ = ("_bin", "_deferred", "_head", "_index", "_text", "committed", "session_id")
 
-    def __init__(self, cur: psycopg.Cursor[tuple[Any, ...]], session_id: int, head: HeadRow | None | _Unread) -> None:
-        self._cur = cur
+    def __init__(self, text: psycopg.Cursor[tuple[Any, ...]], session_id: int, head: HeadRow | None | _Unread) -> None:
+        #: For messages of literal SQL (the simple query protocol); parameters go through _cur.
+        self._text = text
+        self._bin: psycopg.Cursor[tuple[Any, ...]] | None = None
         self._head = head
         self.session_id = session_id
         #: Whether insert() has already committed the transaction.
@@ -626,6 +632,18 @@ class _PGWriter:
         self._deferred: list[str] = []
         #: Index rows not sent yet: arguments of the insert's call, or literal SQL if another statement comes first.
         self._index: list[_IndexRow] = []
+
+    @property
+    def _cur(self) -> psycopg.Cursor[tuple[Any, ...]]:
+        """The binary cursor for statements with parameters, made at first use: most appends send none."""
+        if self._bin is None:
+            self._bin = self._text.connection.cursor(binary=True)
+        return self._bin
+
+    def close(self) -> None:
+        """Close the binary cursor, if one was made."""
+        if self._bin is not None:
+            self._bin.close()
 
     def _spell_index(self) -> None:
         """Turn the index rows held as values into a deferred literal INSERT (another statement must see them)."""
@@ -644,10 +662,9 @@ class _PGWriter:
         """Send the index inserts deferred as literal SQL."""
         if self._deferred:
             statements, self._deferred = self._deferred, []
-            conn = self._cur.connection
             try:
-                with _unprepared(conn), conn.cursor() as text:
-                    text.execute("; ".join(statements))
+                with _unprepared(self._text.connection):
+                    self._text.execute("; ".join(statements))
             except psycopg.Error as exc:
                 raise _error(exc, "write the structural index") from exc
 
@@ -702,7 +719,7 @@ class _PGWriter:
         # protocol's promise), so the insert may commit.
         self._open()
         final = not any(r.kind == _ERASING_KIND for r in rows)
-        conn = self._cur.connection
+        conn, text = self._text.connection, self._text
         index, self._index = self._index, []
         args = _insert_args(self.session_id, rows, nodes, head, index)
         try:
@@ -711,7 +728,7 @@ class _PGWriter:
                 # several statements, but no parameters.
                 call = ", ".join(_inline(v, t) for v, t in zip(args, _INSERT_TYPES))
                 before, self._deferred = self._deferred, []
-                with _unprepared(conn), conn.cursor() as text:
+                with _unprepared(conn):
                     text.execute("".join(f"{sql}; " for sql in before)
                                  + f"SELECT compactstore_insert_indexed({call}){'; COMMIT' if final else ''}")
                     for _ in before:  # past the index inserts' results to the call's
