@@ -275,12 +275,34 @@ def postgres_rows(repeat: int, url: str, singles: int) -> Section:
             for e in ones:
                 ss.append(e)
 
+        # What a single commit costs besides its wait for the disk: this process's CPU
+        # and the WAL it writes (a CPU-bound machine turns CPU into latency).
+        costs: dict[str, list[tuple[float, float]]] = {"plain": [], "compactstore": []}
+
+        def costed(side: str, fn: Callable[[], float | None]) -> Callable[[], float]:
+            def run() -> float:
+                lsn = admin.execute("SELECT pg_current_wal_lsn()").fetchone()
+                c0, t0 = time.process_time(), time.perf_counter()
+                got = fn()
+                elapsed = got if isinstance(got, float) else time.perf_counter() - t0
+                cpu = time.process_time() - c0
+                wal = admin.execute("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), %s)", lsn).fetchone()
+                costs[side].append((cpu / singles, float(wal[0]) / singles if wal else 0.0))
+                return elapsed
+            return run
+
         _matrix(section, [
             ("batched 1,000 per transaction", BATCH, [("plain psycopg executemany", plain_batch),
                                                       ("compactstore Session.extend", lambda: sb.extend(work))]),
-            ("one per transaction", singles, [("plain psycopg single-row commit", plain_single),
-                                              ("compactstore Session.append", cs_single)]),
+            ("one per transaction", singles, [("plain psycopg single-row commit", costed("plain", plain_single)),
+                                              ("compactstore Session.append", costed("compactstore", cs_single))]),
         ], repeat, {"batched 1,000 per transaction", "one per transaction"})
+        per = {side: (Stat.of([c for c, _ in got]).median, Stat.of([w for _, w in got]).median)
+               for side, got in costs.items()}
+        section.notes.append(
+            "one per transaction, per commit (medians, warm-up included): client CPU "
+            f"{per['plain'][0] * 1e3:.2f} ms plain, {per['compactstore'][0] * 1e3:.2f} ms compactstore; "
+            f"WAL {per['plain'][1]:,.0f} B plain, {per['compactstore'][1]:,.0f} B compactstore")
         section.notes.append(f"server {server[0] if server else '?'}, fsync={fsync[0] if fsync else '?'}, "
                              f"synchronous_commit={sync[0] if sync else '?'} (the same for both sides)")
     finally:

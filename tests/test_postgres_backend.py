@@ -326,3 +326,45 @@ def test_nothing_runs_in_a_writer_after_its_insert_committed(pg_url: str) -> Non
                 assert st.backend.head(sid) == HeadRow(2, head.root, 1, head.seal)  # visible: committed
                 w.find_idempotent("k")
         assert st.backend.head(sid) == HeadRow(2, head.root, 1, head.seal)  # and not rolled back
+
+
+@pytest.mark.parametrize("read_first", [False, True])
+def test_a_writers_index_rows_reach_the_index_exactly(pg_url: str, owner: psycopg.Connection[Any], read_first: bool) -> None:
+    """Index rows travel as arguments of the insert's call, or as literal SQL when a read comes first; either way exactly."""
+    from compactstore.backends import HeadRow
+
+    odd = ["a,b", "{x}", '"q"', "back\\slash", "NULL", "it's", "ключ ✓", ""]
+    rows = [(5, "binding", k, i, t) for i, (k, t) in enumerate(zip(odd, reversed(odd)))] + [(5, "size", "", 0, "")]
+    insert = f"INSERT INTO {INDEX_TABLE} (session_id, pos, rel, key, num, text) VALUES "
+    with cs.open(pg_url) as st:
+        st.session("s").append(cs.Turn("user", "x"))
+        sid = st.backend.session_id("s")
+        assert sid is not None
+        head, row = st.backend.head(sid), st.backend.row(sid, 0)
+        assert head is not None and row is not None
+        with st.backend.writer("s") as w:
+            w.index_run(insert + ", ".join(["(?, ?, ?, ?, ?, ?)"] * len(rows)), [v for r in rows for v in (sid, *r)])
+            if read_first:
+                got = w.index_run(f"SELECT count(*) FROM {INDEX_TABLE} WHERE session_id = ? AND pos = 5", (sid,))
+                assert got == [(len(rows),)]
+            w.insert([row._replace(pos=1)], [], HeadRow(2, head.root, 1, head.seal))
+    stored = owner.execute(f"SELECT pos, rel, key, num, text FROM {INDEX_TABLE} WHERE pos = 5 ORDER BY rel, num").fetchall()
+    assert stored == sorted(rows, key=lambda r: (r[1], r[3]))
+
+
+def test_a_nul_in_an_index_row_is_refused_before_the_server(pg_url: str) -> None:
+    """Text the index cannot store is refused in the writer, and nothing is written."""
+    from compactstore.backends import HeadRow
+
+    with cs.open(pg_url) as st:
+        st.session("s").append(cs.Turn("user", "x"))
+        sid = st.backend.session_id("s")
+        assert sid is not None
+        head, row = st.backend.head(sid), st.backend.row(sid, 0)
+        assert head is not None and row is not None
+        with pytest.raises(cs.CompactStoreError, match="NUL"):
+            with st.backend.writer("s") as w:
+                w.index_run(f"INSERT INTO {INDEX_TABLE} (session_id, pos, rel, key, num, text) VALUES (?, ?, ?, ?, ?, ?)",
+                            (sid, 1, "binding", "a\x00b", 0, ""))
+                w.insert([row._replace(pos=1)], [], HeadRow(2, head.root, 1, head.seal))
+        assert st.session("s").size == 1

@@ -13,7 +13,8 @@ identity column: unique and increasing within a session, but with gaps.
 
 An append costs two round trips, each one message: BEGIN with a call of the
 ``compactstore_open`` function (find or create the session, lock it, read its head),
-then a call of ``compactstore_insert`` (the events, subtree roots and head) with COMMIT.
+then a call of ``compactstore_insert_indexed`` (the structural index's rows, the events,
+subtree roots and head) with COMMIT.
 A redaction commits after its erasures instead, and a batch of more than
 :data:`INLINE_BYTES` of bodies commits in a third. Both functions are created with the
 schema and added on open to stores made before them.
@@ -125,18 +126,29 @@ _OPEN_FUNCTION = (
     "END $$"
 )
 
-#: Insert a batch in one call: the events (seqs assigned in position order, returned in
-#: that order), the completed subtree roots and the head. Leaves, bodies and subtree
-#: roots arrive as one byte string each, sliced here (a body's offset is the sum of the
-#: lengths before it; length -1 is NULL): a long string literal costs the client one C
-#: call to write and the server one pass to read, where an array of byte strings costs a
-#: step per element on both sides. Rows are put in position order (so seqs follow it)
-#: before their bodies are cut out: a sort of wide rows would spill to disk past work_mem.
+#: Insert a batch in one call: the structural index's rows, the events (seqs assigned in
+#: position order, returned in that order), the completed subtree roots and the head.
+#: Leaves, bodies and subtree roots arrive as one byte string each, sliced here (a body's
+#: offset is the sum of the lengths before it; length -1 is NULL): a long string literal
+#: costs the client one C call to write and the server one pass to read, where an array
+#: of byte strings costs a step per element on both sides. Rows are put in position order
+#: (so seqs follow it) before their bodies are cut out: a sort of wide rows would spill to
+#: disk past work_mem. The index rows come as arrays because a statement of their own,
+#: sent as text, is parsed and planned on every append, where the plans here are cached.
+#: It succeeds ``compactstore_insert``, which took no index rows.
 _INSERT_FUNCTION = (
-    "CREATE FUNCTION compactstore_insert(p_sid bigint, p_pos bigint[], p_kind text[], p_key text[], p_len int4[], "
-    "p_width int4, p_leaves bytea, p_bodies bytea, p_level bigint[], p_idx bigint[], p_hashes bytea, "
-    "p_size bigint, p_root bytea, p_prev bigint, p_seal bytea) RETURNS bigint[] LANGUAGE plpgsql VOLATILE AS $$ "
+    "CREATE FUNCTION compactstore_insert_indexed(p_sid bigint, p_pos bigint[], p_kind text[], p_key text[], "
+    "p_len int4[], p_width int4, p_leaves bytea, p_bodies bytea, p_level bigint[], p_idx bigint[], p_hashes bytea, "
+    "p_size bigint, p_root bytea, p_prev bigint, p_seal bytea, "
+    "p_ix_pos bigint[], p_ix_rel text[], p_ix_key text[], p_ix_num bigint[], p_ix_text text[]) "
+    "RETURNS bigint[] LANGUAGE plpgsql VOLATILE AS $$ "
     "DECLARE seqs bigint[]; BEGIN "
+    # One index row (the size row of an append with no structure) takes the short way.
+    f"IF cardinality(p_ix_pos) = 1 THEN INSERT INTO {_index.TABLE} (session_id, pos, rel, key, num, text) "
+    "VALUES (p_sid, p_ix_pos[1], p_ix_rel[1], p_ix_key[1], p_ix_num[1], p_ix_text[1]); "
+    f"ELSIF cardinality(p_ix_pos) > 1 THEN INSERT INTO {_index.TABLE} (session_id, pos, rel, key, num, text) "
+    "SELECT p_sid, x.pos, x.rel, x.key, x.num, x.text "
+    "FROM unnest(p_ix_pos, p_ix_rel, p_ix_key, p_ix_num, p_ix_text) AS x(pos, rel, key, num, text); END IF; "
     # One event, the common append, takes the short way: no unnest, window or slicing.
     "IF cardinality(p_pos) = 1 THEN "
     "INSERT INTO events (session_id, pos, kind, idem_key, leaf, body) VALUES (p_sid, p_pos[1], p_kind[1], p_key[1], "
@@ -162,8 +174,8 @@ _INSERT_FUNCTION = (
 #: to a store whose schema predates them (they change no table, so the version stays).
 _FUNCTIONS = {
     "compactstore_open(text)": _OPEN_FUNCTION,
-    "compactstore_insert(bigint, bigint[], text[], text[], int4[], int4, bytea, bytea, bigint[], bigint[], bytea, "
-    "bigint, bytea, bigint, bytea)": _INSERT_FUNCTION,
+    "compactstore_insert_indexed(bigint, bigint[], text[], text[], int4[], int4, bytea, bytea, bigint[], bigint[], "
+    "bytea, bigint, bytea, bigint, bytea, bigint[], text[], text[], bigint[], text[])": _INSERT_FUNCTION,
 }
 
 #: Migrations: from a schema version to the next, as ``(next version, statements)``.
@@ -333,9 +345,12 @@ class PostgresBackend:
         try:
             with self._pool.connection() as conn:
                 try:
-                    with conn.cursor(binary=True) as cur:
-                        w = _open_writer(conn, cur, name)
-                        yield w
+                    with conn.cursor() as text:
+                        w = _open_writer(conn, text, name)
+                        try:
+                            yield w
+                        finally:
+                            w.close()
                     if not w.committed:
                         w.flush()
                         conn.execute("COMMIT")
@@ -486,9 +501,16 @@ def _hashes(cur: psycopg.Cursor[tuple[Any, ...]], session_id: int, coords: Seque
 #: The kind of the event whose erasures follow its insert in the same transaction.
 _ERASING_KIND = "redaction"
 
-#: The SQL types of ``compactstore_insert``'s arguments, in order.
+#: The SQL types of ``compactstore_insert_indexed``'s arguments, in order.
 _INSERT_TYPES = ("bigint", "bigint[]", "text[]", "text[]", "int4[]", "int4", "bytea", "bytea",
-                 "bigint[]", "bigint[]", "bytea", "bigint", "bytea", "bigint", "bytea")
+                 "bigint[]", "bigint[]", "bytea", "bigint", "bytea", "bigint", "bytea",
+                 "bigint[]", "text[]", "text[]", "bigint[]", "text[]")
+#: The one statement of :mod:`compactstore.backends.index` a writer sends as arguments of
+#: ``compactstore_insert_indexed``: its rows of six values (the session's id first).
+_INDEX_INSERT = f"INSERT INTO {_index.TABLE} (session_id, pos, rel, key, num, text) VALUES "
+_INDEX_ROW = "(?, ?, ?, ?, ?, ?)"
+#: One structural index row as the writer keeps it: ``(pos, rel, key, num, text)``.
+_IndexRow = tuple[int, str, str, int, str]
 #: Up to this many bytes of bodies an insert is written inline, in the message that
 #: commits it; beyond, its arguments travel in binary and COMMIT follows on its own
 #: (one round trip more, against a server that would otherwise read the bytes as text).
@@ -496,9 +518,10 @@ INLINE_BYTES = 64 * 1024
 
 
 def _insert_args(
-    session_id: int, rows: Sequence[Row], nodes: Sequence[tuple[int, int, bytes]], head: HeadRow
+    session_id: int, rows: Sequence[Row], nodes: Sequence[tuple[int, int, bytes]], head: HeadRow,
+    index: Sequence[_IndexRow] = (),
 ) -> tuple[object, ...]:
-    """Return the arguments of ``compactstore_insert``, arrays as array literals.
+    """Return the arguments of ``compactstore_insert_indexed``, arrays as array literals.
 
     Every leaf and subtree root must have the width of the first.
     """
@@ -521,14 +544,24 @@ def _insert_args(
         head.root,
         head.prev,
         head.seal,
+        _array([r[0] for r in index]),
+        _array([_plain_text(r[1]) for r in index]),
+        _array([_plain_text(r[2]) for r in index]),
+        _array([r[3] for r in index]),
+        _array([_plain_text(r[4]) for r in index]),
     )
+
+
+def _plain_text(text: str) -> str:
+    """Return ``text``, refusing NUL characters: a query is a C string, a NUL would cut it short."""
+    if "\x00" in text:
+        raise CompactStoreError("PostgreSQL text cannot hold NUL characters")
+    return text
 
 
 def _quote(text: str) -> str:
     """Return ``text`` as an escape-string literal, read the same whatever ``standard_conforming_strings`` says."""
-    if "\x00" in text:  # a query is a C string: a NUL would cut it short
-        raise CompactStoreError("PostgreSQL text cannot hold NUL characters")
-    return "E'" + text.replace("\\", "\\\\").replace("'", "''") + "'"
+    return "E'" + _plain_text(text).replace("\\", "\\\\").replace("'", "''") + "'"
 
 
 def _array(values: Sequence[int] | Sequence[str | None]) -> str:
@@ -545,7 +578,7 @@ def _array(values: Sequence[int] | Sequence[str | None]) -> str:
 
 
 def _inline(value: object, kind: str) -> str:
-    """Return an argument of ``compactstore_insert`` as an SQL literal of type ``kind``."""
+    """Return an argument of ``compactstore_insert_indexed`` as an SQL literal of type ``kind``."""
     if isinstance(value, bytes):
         return f"E'\\\\x{value.hex()}'::bytea"
     if isinstance(value, int):
@@ -555,7 +588,7 @@ def _inline(value: object, kind: str) -> str:
 
 
 def _placeholder(value: object, kind: str) -> str:
-    """Return the placeholder of an argument of ``compactstore_insert``: arrays as text, the rest in binary."""
+    """Return the placeholder of an argument of ``compactstore_insert_indexed``: arrays as text, the rest in binary."""
     return f"%t::{kind}" if isinstance(value, str) else f"%b::{kind}"
 
 
@@ -567,15 +600,16 @@ _UNREAD = _Unread()
 
 
 def _open_writer(
-    conn: psycopg.Connection[tuple[Any, ...]], cur: psycopg.Cursor[tuple[Any, ...]], name: str
+    conn: psycopg.Connection[tuple[Any, ...]], text: psycopg.Cursor[tuple[Any, ...]], name: str
 ) -> _PGWriter:
     """Begin a transaction on ``conn`` holding session ``name``'s lock, creating the session.
 
     One round trip: the simple query protocol (which alone carries several statements in
     one message) sends BEGIN and the call of ``compactstore_open`` together. READ
     COMMITTED is named because the head must be read with a snapshot newer than the lock.
+    ``text`` is a text cursor of ``conn``, which the writer keeps for its other messages.
     """
-    with _unprepared(conn), conn.cursor() as text:
+    with _unprepared(conn):
         text.execute(
             "BEGIN ISOLATION LEVEL READ COMMITTED; "
             f"SELECT sid, head_size, head_root, head_prev, head_seal FROM compactstore_open({_quote(name)})"
@@ -586,7 +620,7 @@ def _open_writer(
         raise ConflictError(f"session {name!r} was neither found nor created", session=name)
     sid, size, root, prev, seal = got
     head = None if size is None else HeadRow(int(size), bytes(root), int(prev), bytes(seal))
-    return _PGWriter(cur, int(sid), head)
+    return _PGWriter(text, int(sid), head)
 
 
 @contextmanager
@@ -614,25 +648,53 @@ def _rollback(conn: psycopg.Connection[tuple[Any, ...]]) -> None:
 
 
 class _PGWriter:
-    __slots__ = ("_cur", "_deferred", "_head", "committed", "session_id")
+    __slots__ = ("_bin", "_deferred", "_head", "_index", "_text", "committed", "session_id")
 
-    def __init__(self, cur: psycopg.Cursor[tuple[Any, ...]], session_id: int, head: HeadRow | None | _Unread) -> None:
-        self._cur = cur
+    def __init__(self, text: psycopg.Cursor[tuple[Any, ...]], session_id: int, head: HeadRow | None | _Unread) -> None:
+        #: For messages of literal SQL (the simple query protocol); parameters go through _cur.
+        self._text = text
+        self._bin: psycopg.Cursor[tuple[Any, ...]] | None = None
         self._head = head
         self.session_id = session_id
         #: Whether insert() has already committed the transaction.
         self.committed = False
         #: Index inserts as literal SQL, sent with the next statement instead of a round trip each.
         self._deferred: list[str] = []
+        #: Index rows not sent yet: arguments of the insert's call, or literal SQL if another statement comes first.
+        self._index: list[_IndexRow] = []
+
+    @property
+    def _cur(self) -> psycopg.Cursor[tuple[Any, ...]]:
+        """The binary cursor for statements with parameters, made at first use: most appends send none."""
+        if self._bin is None:
+            self._bin = self._text.connection.cursor(binary=True)
+        return self._bin
+
+    def close(self) -> None:
+        """Close the binary cursor, if one was made."""
+        if self._bin is not None:
+            self._bin.close()
+
+    def _spell_index(self) -> None:
+        """Turn the index rows held as values into a deferred literal INSERT (another statement must see them)."""
+        if self._index:
+            rows, self._index = self._index, []
+            self._deferred.append(_INDEX_INSERT + ", ".join(
+                f"({self.session_id}, {int(p)}, {_quote(r)}, {_quote(k)}, {int(n)}, {_quote(t)})"
+                for p, r, k, n, t in rows))
 
     def flush(self) -> None:
         """Send the deferred index inserts now (before any other statement reads or commits)."""
+        self._spell_index()
+        self._send_deferred()
+
+    def _send_deferred(self) -> None:
+        """Send the index inserts deferred as literal SQL."""
         if self._deferred:
             statements, self._deferred = self._deferred, []
-            conn = self._cur.connection
             try:
-                with _unprepared(conn), conn.cursor() as text:
-                    text.execute("; ".join(statements))
+                with _unprepared(self._text.connection):
+                    self._text.execute("; ".join(statements))
             except psycopg.Error as exc:
                 raise _error(exc, "write the structural index") from exc
 
@@ -687,24 +749,25 @@ class _PGWriter:
         # protocol's promise), so the insert may commit.
         self._open()
         final = not any(r.kind == _ERASING_KIND for r in rows)
-        conn = self._cur.connection
-        args = _insert_args(self.session_id, rows, nodes, head)
+        conn, text = self._text.connection, self._text
+        index, self._index = self._index, []
+        args = _insert_args(self.session_id, rows, nodes, head, index)
         try:
             if sum(len(r.body or b"") for r in rows) <= INLINE_BYTES:
                 # One message, so one round trip: the simple query protocol carries
                 # several statements, but no parameters.
                 call = ", ".join(_inline(v, t) for v, t in zip(args, _INSERT_TYPES))
                 before, self._deferred = self._deferred, []
-                with _unprepared(conn), conn.cursor() as text:
+                with _unprepared(conn):
                     text.execute("".join(f"{sql}; " for sql in before)
-                                 + f"SELECT compactstore_insert({call}){'; COMMIT' if final else ''}")
+                                 + f"SELECT compactstore_insert_indexed({call}){'; COMMIT' if final else ''}")
                     for _ in before:  # past the index inserts' results to the call's
                         text.nextset()
                     got = text.fetchone()
             else:
-                self.flush()
+                self._send_deferred()
                 marks = ", ".join(_placeholder(v, t) for v, t in zip(args, _INSERT_TYPES))
-                self._cur.execute(f"SELECT compactstore_insert({marks})", args)
+                self._cur.execute(f"SELECT compactstore_insert_indexed({marks})", args)
                 got = self._cur.fetchone()
                 if final:
                     conn.execute("COMMIT")
@@ -719,11 +782,21 @@ class _PGWriter:
     def index_run(self, sql: str, args: Sequence[object]) -> list[tuple[Any, ...]]:
         """Run one statement of :mod:`compactstore.backends.index` inside the write transaction.
 
-        An INSERT is deferred as literal SQL and travels with the next statement (usually
-        the insert's message): an append costs no round trip for its index rows.
+        An INSERT is deferred and travels with the next statement: its rows as arguments
+        of the insert's call, or as literal SQL if another statement comes first. An
+        append costs no round trip and no statement of its own for its index rows.
         """
+        n = len(args) // 6
+        if (sql.startswith(_INDEX_INSERT) and len(args) == 6 * n and sql == _INDEX_INSERT + ", ".join([_INDEX_ROW] * n)
+                and all(args[i] == self.session_id for i in range(0, len(args), 6))):
+            self._open()
+            values = [v if isinstance(v, int) else str(v) for v in args]
+            self._index += [(int(p), str(r), str(k), int(num), str(t))
+                            for p, r, k, num, t in zip(*(values[i::6] for i in range(1, 6)))]
+            return []
         if sql.startswith("INSERT"):
             self._open()
+            self._spell_index()  # rows held earlier go first, as they came
             parts = sql.split("?")
             if len(parts) != len(args) + 1:
                 raise CompactStoreError(f"structural index statement takes {len(parts) - 1} values, got {len(args)}")
