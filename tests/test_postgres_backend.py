@@ -334,7 +334,7 @@ def test_a_writers_index_rows_reach_the_index_exactly(pg_url: str, owner: psycop
     from compactstore.backends import HeadRow
 
     odd = ["a,b", "{x}", '"q"', "back\\slash", "NULL", "it's", "ключ ✓", ""]
-    rows = [(5, "binding", k, i, t) for i, (k, t) in enumerate(zip(odd, reversed(odd)))] + [(5, "size", "", 0, "")]
+    rows = [(5, "binding", k, i, t) for i, (k, t) in enumerate(zip(odd, reversed(odd)))] + [(5, "open_at", "tool_call/c1", 4, "")]
     insert = f"INSERT INTO {INDEX_TABLE} (session_id, pos, rel, key, num, text) VALUES "
     with cs.open(pg_url) as st:
         st.session("s").append(cs.Turn("user", "x"))
