@@ -24,7 +24,7 @@ from .compaction import AUTO, Finding, Node, OnRisk, Summarizer, _as_list, _Auto
 from .events import LossClass
 from .markers import Marker
 from .resolver import Artifact, Resolution, RestoredSpan
-from .backends import SCHEMA_VERSION, UPGRADES_FROM, Backend, HeadRow, Row, open_backend
+from .backends import SCHEMA_VERSION, UPGRADES_FROM, Backend, HeadRow, Row, StaleHead, open_backend
 from .errors import CompactStoreError, ConflictError, IntegrityError, InvalidArgument, InvalidEvent
 from .seal import derive_key, head_mac, key_check, seal
 
@@ -265,7 +265,7 @@ class Session:
             prepared = self._prepare_plain([event])
         else:
             prepared = [self._prepare(0, event, idempotency_key, False)]
-        return self._commit(lambda _pos: prepared)[0]
+        return self._commit(lambda _pos: prepared, speculate=True)[0]
 
     def extend(
         self, events: Sequence[ev.Event], *, idempotency_keys: Sequence[str | None] | None = None
@@ -291,7 +291,7 @@ class Session:
             prepared = [self._prepare(i, e, idempotency_keys[i], len(events) > 1) for i, e in enumerate(events)]
         if not prepared:
             return []
-        return self._commit(lambda _pos: prepared)
+        return self._commit(lambda _pos: prepared, speculate=True)
 
     def _prepare_plain(self, events: list[ev.Event]) -> list[_Prepared]:
         """Return what ``_prepare`` returns for each of ``events`` appended without idempotency keys."""
@@ -312,16 +312,30 @@ class Session:
             append(_Prepared(canon, body, None, True))
         return out
 
-    def _commit(self, build: Callable[[int], Sequence[_Prepared | tuple[ev.Event, str | None]]]) -> list[Record]:
+    def _commit(self, build: Callable[[int], Sequence[_Prepared | tuple[ev.Event, str | None]]], *,
+                speculate: bool = False) -> list[Record]:
         """Append what ``build(first_position)`` returns, in one transaction under the session's lock.
 
         ``build`` runs inside the transaction, so checks it makes against the session
         (overlaps, open obligations) cannot be invalidated by a concurrent writer.
+        ``speculate`` (events prepared already, a ``build`` that reads nothing): the
+        backend may build on the head it committed last and take the lock with the
+        insert; if another writer appended meanwhile, nothing is written and the append
+        is built again under the lock.
         """
-        store, backend = self.store, self.store.backend
-        if store.keyed and store.mac_key is None:
+        if self.store.keyed and self.store.mac_key is None:
             raise CompactStoreError("this store is keyed", hint="open it with its key to append")
-        with backend.writer(self.name) as w:
+        if speculate:
+            try:
+                return self._commit_with(build, True)
+            except StaleHead:
+                pass
+        return self._commit_with(build, False)
+
+    def _commit_with(self, build: Callable[[int], Sequence[_Prepared | tuple[ev.Event, str | None]]],
+                     speculate: bool) -> list[Record]:
+        store, backend = self.store, self.store.backend
+        with backend.writer(self.name, speculate=speculate) as w:
             sid = w.session_id
             head = w.head()
             frontier = self._frontier(sid, head, w.hashes)
@@ -342,6 +356,7 @@ class Session:
                         continue
                 pos = first + len(fresh)
                 if event.supersedes is not None and event.supersedes >= pos:
+                    w.confirm()  # the position counts only if the head is the latest
                     where = f"events[{i}].supersedes" if len(prepared) > 1 else "supersedes"
                     raise InvalidEvent(where, f"must name an earlier position (< {pos}), got {event.supersedes}")
                 fresh.append(p)
@@ -359,6 +374,7 @@ class Session:
                         for j, (p, leaf) in enumerate(zip(fresh, leaves))]
                 for j, p in enumerate(fresh):
                     if isinstance(p.event, ev.Summary) and p.event.content_digest is not None:
+                        w.confirm()  # the check reads the log as it stands at this head
                         compaction.check_content_digest(self, p.event, first + j, rows[:j])
                 root = frontier.root()
                 prev = head.size if head else 0

@@ -368,3 +368,20 @@ def test_a_nul_in_an_index_row_is_refused_before_the_server(pg_url: str) -> None
                             (sid, 1, "binding", "a\x00b", 0, ""))
                 w.insert([row._replace(pos=1)], [], HeadRow(2, head.root, 1, head.seal))
         assert st.session("s").size == 1
+
+
+def test_an_append_built_on_a_head_another_writer_moved_is_built_again(pg_url: str) -> None:
+    """A store appends on the head it committed last in one round trip; when another store moved it, the append
+    is built again under the lock: positions stay gapless, a reference to the other's event holds, verify is clean."""
+    with cs.open(pg_url, clock=cs.tick_clock()) as a, cs.open(pg_url, clock=cs.tick_clock()) as b:
+        a.session("s").append(cs.Turn("user", "a0"))
+        assert a.session("s").append(cs.Turn("user", "a1")).pos == 1  # on the remembered head
+        assert b.session("s").append(cs.Turn("user", "b2")).pos == 2
+        assert a.session("s").append(cs.Turn("user", "a3")).pos == 3  # stale: built again
+        b.session("s").append(cs.Turn("user", "b4"))
+        got = a.session("s").append(cs.Turn("user", "not b4", supersedes=4))  # a position only b knew of
+        assert got.pos == 5 and got.event.supersedes == 4
+        recs = a.session("s").extend([cs.Turn("user", "a6"), cs.Turn("user", "a7")])
+        assert [r.pos for r in recs] == [6, 7]
+        assert [r.event.content for r in b.session("s").scan()] == ["a0", "a1", "b2", "a3", "b4", "not b4", "a6", "a7"]
+        assert a.verify().ok

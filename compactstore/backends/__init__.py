@@ -27,6 +27,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
+from ..errors import ConflictError
+
 if TYPE_CHECKING:
     from .index import Run
 
@@ -35,6 +37,14 @@ if TYPE_CHECKING:
 SCHEMA_VERSION = "2"
 #: The earlier schema an open upgrades from.
 UPGRADES_FROM = "1"
+
+
+class StaleHead(ConflictError):
+    """A writer that built on a remembered head found the session moved on; nothing was written.
+
+    Raised only by a writer opened with ``speculate=True``; the store then builds the
+    append again under the lock, so it never reaches a caller.
+    """
 
 
 class Row(NamedTuple):
@@ -73,6 +83,14 @@ class Writer(Protocol):
 
     def find_idempotent(self, key: str) -> Row | None:
         """Return the session's event appended with idempotency key ``key``, if any."""
+        ...
+
+    def confirm(self) -> None:
+        """Make sure the head this writer builds on is the latest (a speculating writer locks and checks now).
+
+        Raises:
+            StaleHead: it is not; nothing was written.
+        """
         ...
 
     def next_seq(self) -> int | None:
@@ -137,8 +155,13 @@ class Backend(Protocol):
         """Return the id of session ``name``, or None when it has no events."""
         ...
 
-    def writer(self, name: str) -> AbstractContextManager[Writer]:
-        """Open a write transaction on session ``name``, creating it; commit on success."""
+    def writer(self, name: str, *, speculate: bool = False) -> AbstractContextManager[Writer]:
+        """Open a write transaction on session ``name``, creating it; commit on success.
+
+        ``speculate``: the writer may start from the head this backend committed last,
+        without taking the lock first; it takes the lock before any read or write, or in
+        the insert itself, and raises :class:`StaleHead` if the head moved meanwhile.
+        """
         ...
 
     def row(self, session_id: int, pos: int) -> Row | None:

@@ -35,7 +35,7 @@ from psycopg import pq
 from psycopg_pool import ConnectionPool
 
 from ..errors import CompactStoreError, ConflictError, IntegrityError, InvalidEvent
-from . import SCHEMA_VERSION, UPGRADES_FROM, HeadRow, Row, keyset
+from . import SCHEMA_VERSION, UPGRADES_FROM, HeadRow, Row, StaleHead, keyset
 from . import index as _index
 
 if TYPE_CHECKING:
@@ -143,7 +143,7 @@ _INSERT_FUNCTION = (
     "p_ix_pos bigint[], p_ix_rel text[], p_ix_key text[], p_ix_num bigint[], p_ix_text text[]) "
     "RETURNS bigint[] LANGUAGE plpgsql VOLATILE AS $$ "
     "DECLARE seqs bigint[]; BEGIN "
-    # One index row (the size row of an append with no structure) takes the short way.
+    # One index row (a binding, an opened call) takes the short way.
     f"IF cardinality(p_ix_pos) = 1 THEN INSERT INTO {_index.TABLE} (session_id, pos, rel, key, num, text) "
     "VALUES (p_sid, p_ix_pos[1], p_ix_rel[1], p_ix_key[1], p_ix_num[1], p_ix_text[1]); "
     f"ELSIF cardinality(p_ix_pos) > 1 THEN INSERT INTO {_index.TABLE} (session_id, pos, rel, key, num, text) "
@@ -170,12 +170,34 @@ _INSERT_FUNCTION = (
     "RETURN seqs; END $$"
 )
 
+#: An append in one round trip: lock the session, check that its latest head is still the
+#: one the writer built on (the one this backend committed last), and insert. A head that
+#: moved raises SQLSTATE CSH01 and nothing is written: the store builds the append again
+#: under the lock (see :class:`compactstore.backends.StaleHead`). The sizes alone decide:
+#: heads are unique per size, and a session's size only grows.
+_APPEND_FUNCTION = (
+    "CREATE FUNCTION compactstore_append(p_expect bigint, p_sid bigint, p_pos bigint[], p_kind text[], "
+    "p_key text[], p_len int4[], p_width int4, p_leaves bytea, p_bodies bytea, p_level bigint[], p_idx bigint[], "
+    "p_hashes bytea, p_size bigint, p_root bytea, p_prev bigint, p_seal bytea, "
+    "p_ix_pos bigint[], p_ix_rel text[], p_ix_key text[], p_ix_num bigint[], p_ix_text text[]) "
+    "RETURNS bigint[] LANGUAGE plpgsql VOLATILE AS $$ DECLARE got bigint; BEGIN "
+    f"PERFORM pg_advisory_xact_lock({_LOCK_SESSION}, {_fold_sql('p_sid')}); "
+    "SELECT h.size INTO got FROM heads h WHERE h.session_id = p_sid ORDER BY h.size DESC LIMIT 1; "
+    "IF coalesce(got, 0) <> p_expect THEN "
+    "RAISE EXCEPTION 'compactstore: the head moved on' USING ERRCODE = 'CSH01'; END IF; "
+    "RETURN compactstore_insert_indexed(p_sid, p_pos, p_kind, p_key, p_len, p_width, p_leaves, p_bodies, "
+    "p_level, p_idx, p_hashes, p_size, p_root, p_prev, p_seal, p_ix_pos, p_ix_rel, p_ix_key, p_ix_num, p_ix_text); "
+    "END $$"
+)
+
 #: Functions the backend calls, by signature: created with the schema, and added on open
 #: to a store whose schema predates them (they change no table, so the version stays).
 _FUNCTIONS = {
     "compactstore_open(text)": _OPEN_FUNCTION,
     "compactstore_insert_indexed(bigint, bigint[], text[], text[], int4[], int4, bytea, bytea, bigint[], bigint[], "
     "bytea, bigint, bytea, bigint, bytea, bigint[], text[], text[], bigint[], text[])": _INSERT_FUNCTION,
+    "compactstore_append(bigint, bigint, bigint[], text[], text[], int4[], int4, bytea, bytea, bigint[], bigint[], "
+    "bytea, bigint, bytea, bigint, bytea, bigint[], text[], text[], bigint[], text[])": _APPEND_FUNCTION,
 }
 
 #: Migrations: from a schema version to the next, as ``(next version, statements)``.
@@ -238,6 +260,8 @@ class PostgresBackend:
         """
         self._where = redact_url(url)
         self._durable = durable
+        #: session name -> (id, head) of the append this backend committed last, for speculation
+        self._last: dict[str, tuple[int, HeadRow]] = {}
         try:
             with psycopg.connect(url, autocommit=True, client_encoding="UTF8") as conn:
                 encoding = conn.info.parameter_status("server_encoding")
@@ -340,13 +364,16 @@ class PostgresBackend:
         return int(got[0][0]) if got else None
 
     @contextmanager
-    def writer(self, name: str) -> Iterator[_PGWriter]:
+    def writer(self, name: str, *, speculate: bool = False) -> Iterator[_PGWriter]:
         doing = f"append to session {name!r}"
+        last = self._last.pop(name, None) if speculate else None
         try:
             with self._pool.connection() as conn:
                 try:
                     with conn.cursor() as text:
-                        w = _open_writer(conn, text, name)
+                        # Speculating, the writer starts from the head this backend committed
+                        # last, with no round trip; it locks and checks before any statement.
+                        w = _PGWriter(text, last[0], last[1], speculative=name) if last else _open_writer(conn, text, name)
                         try:
                             yield w
                         finally:
@@ -359,6 +386,8 @@ class PostgresBackend:
                     raise
         except psycopg.Error as exc:
             raise _error(exc, doing) from exc
+        if w.written is not None:
+            self._last[name] = (w.session_id, w.written)
 
     def row(self, session_id: int, pos: int) -> Row | None:
         got = self._all(f"SELECT {_ROW} FROM events WHERE session_id = %s AND pos = %s", (session_id, pos))
@@ -599,6 +628,14 @@ class _Unread:
 _UNREAD = _Unread()
 
 
+def _seqs(rows: Sequence[Row], got: tuple[Any, ...] | None) -> list[int]:
+    """Return the seqs of ``rows`` from the insert's answer (the seqs in position order)."""
+    if got is None or got[0] is None or len(got[0]) != len(rows):
+        raise IntegrityError(f"inserted {len(rows)} events, got {got and got[0] and len(got[0])} seqs back")
+    by_pos = dict(zip(sorted(r.pos for r in rows), got[0]))
+    return [int(by_pos[r.pos]) for r in rows]
+
+
 def _open_writer(
     conn: psycopg.Connection[tuple[Any, ...]], text: psycopg.Cursor[tuple[Any, ...]], name: str
 ) -> _PGWriter:
@@ -648,14 +685,19 @@ def _rollback(conn: psycopg.Connection[tuple[Any, ...]]) -> None:
 
 
 class _PGWriter:
-    __slots__ = ("_bin", "_deferred", "_head", "_index", "_text", "committed", "session_id")
+    __slots__ = ("_bin", "_deferred", "_head", "_index", "_spec", "_text", "committed", "session_id", "written")
 
-    def __init__(self, text: psycopg.Cursor[tuple[Any, ...]], session_id: int, head: HeadRow | None | _Unread) -> None:
+    def __init__(self, text: psycopg.Cursor[tuple[Any, ...]], session_id: int, head: HeadRow | None | _Unread,
+                 *, speculative: str | None = None) -> None:
         #: For messages of literal SQL (the simple query protocol); parameters go through _cur.
         self._text = text
         self._bin: psycopg.Cursor[tuple[Any, ...]] | None = None
         self._head = head
         self.session_id = session_id
+        #: The session's name while the writer builds on a remembered head without the lock.
+        self._spec = speculative
+        #: The head insert() wrote, once its transaction committed.
+        self.written: HeadRow | None = None
         #: Whether insert() has already committed the transaction.
         self.committed = False
         #: Index inserts as literal SQL, sent with the next statement instead of a round trip each.
@@ -688,8 +730,24 @@ class _PGWriter:
         self._spell_index()
         self._send_deferred()
 
+    def confirm(self) -> None:
+        """Take the session's lock now and check the remembered head is the latest (speculating only).
+
+        Raises:
+            StaleHead: another writer appended since; nothing was written.
+        """
+        if self._spec is None:
+            return
+        name, self._spec = self._spec, None
+        expect = self._head.size if isinstance(self._head, HeadRow) else 0
+        real = _open_writer(self._text.connection, self._text, name)
+        got = real._head.size if isinstance(real._head, HeadRow) else 0
+        if real.session_id != self.session_id or got != expect:
+            raise StaleHead(f"session {name!r} moved on to size {got} from {expect}", session=name)
+
     def _send_deferred(self) -> None:
         """Send the index inserts deferred as literal SQL."""
+        self.confirm()
         if self._deferred:
             statements, self._deferred = self._deferred, []
             try:
@@ -708,6 +766,7 @@ class _PGWriter:
 
     def _do(self, doing: str, sql: str, args: Sequence[object] | Mapping[str, object], fetch: bool = True) -> list[tuple[Any, ...]]:
         self._open()
+        self.confirm()
         self.flush()
         try:
             self._cur.execute(sql, args)
@@ -728,6 +787,7 @@ class _PGWriter:
 
     def hashes(self, coords: Sequence[tuple[int, int]]) -> list[bytes]:
         self._open()
+        self.confirm()
         try:
             return _hashes(self._cur, self.session_id, coords)
         except psycopg.Error as exc:
@@ -752,8 +812,12 @@ class _PGWriter:
         conn, text = self._text.connection, self._text
         index, self._index = self._index, []
         args = _insert_args(self.session_id, rows, nodes, head, index)
+        inline = sum(len(r.body or b"") for r in rows) <= INLINE_BYTES
+        if self._spec is not None and final and inline and not self._deferred:
+            return self._append(rows, head, args)
+        self.confirm()
         try:
-            if sum(len(r.body or b"") for r in rows) <= INLINE_BYTES:
+            if inline:
                 # One message, so one round trip: the simple query protocol carries
                 # several statements, but no parameters.
                 call = ", ".join(_inline(v, t) for v, t in zip(args, _INSERT_TYPES))
@@ -774,10 +838,29 @@ class _PGWriter:
         except psycopg.Error as exc:
             raise _error(exc, "insert events, subtree roots and the head") from exc
         self.committed = final
-        if got is None or got[0] is None or len(got[0]) != len(rows):
-            raise IntegrityError(f"inserted {len(rows)} events, got {got and got[0] and len(got[0])} seqs back")
-        by_pos = dict(zip(sorted(r.pos for r in rows), got[0]))
-        return [int(by_pos[r.pos]) for r in rows]
+        if final:
+            self.written = head
+        return _seqs(rows, got)
+
+    def _append(self, rows: Sequence[Row], head: HeadRow, args: Sequence[object]) -> list[int]:
+        """Lock, check the remembered head, insert and commit: one message, one round trip."""
+        expect = self._head.size if isinstance(self._head, HeadRow) else 0
+        call = ", ".join(_inline(v, t) for v, t in zip(args, _INSERT_TYPES))
+        conn, text = self._text.connection, self._text
+        try:
+            with _unprepared(conn):
+                text.execute(f"BEGIN ISOLATION LEVEL READ COMMITTED; SELECT compactstore_append({int(expect)}, {call}); "
+                             "COMMIT")
+                text.nextset()
+                got = text.fetchone()
+        except psycopg.Error as exc:
+            if getattr(exc, "sqlstate", None) == "CSH01":
+                raise StaleHead(f"session {self._spec!r} moved on from size {expect}", session=self._spec) from None
+            raise _error(exc, "append events, subtree roots and the head") from exc
+        self._spec = None
+        self.committed = True
+        self.written = head
+        return _seqs(rows, got)
 
     def index_run(self, sql: str, args: Sequence[object]) -> list[tuple[Any, ...]]:
         """Run one statement of :mod:`compactstore.backends.index` inside the write transaction.

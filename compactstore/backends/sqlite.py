@@ -205,7 +205,8 @@ class SQLiteBackend:
         got = self._all("SELECT id FROM sessions WHERE name = ?", (name,))
         return int(got[0][0]) if got else None
 
-    def writer(self, name: str) -> _SQLiteWriter:
+    def writer(self, name: str, *, speculate: bool = False) -> _SQLiteWriter:
+        # The lock is one local BEGIN IMMEDIATE: nothing to gain by speculating.
         return _SQLiteWriter(self, name)
 
     def _remember(self, version: int, name: str, w: _SQLiteWriter) -> None:
@@ -468,6 +469,9 @@ class _SQLiteWriter:
 
     def hashes(self, coords: Sequence[tuple[int, int]]) -> list[bytes]:
         return _hashes(self._conn, self.session_id, coords)
+
+    def confirm(self) -> None:
+        pass  # the writer holds the lock from the start
 
     def find_idempotent(self, key: str) -> Row | None:
         got = self._conn.execute(
