@@ -290,6 +290,8 @@ class CompactStoreSaver(StoreUser, BaseCheckpointSaver[str]):
         self._use(store)
         self.prefix = prefix
         self._threads: dict[str, _Thread] = {}
+        #: thread id -> its entry in ``_threads``
+        self._by_id: dict[str, _Thread] = {}
         self._lock = threading.Lock()
 
     # --- the log ---------------------------------------------------------------------
@@ -317,6 +319,10 @@ class CompactStoreSaver(StoreUser, BaseCheckpointSaver[str]):
         return record if isinstance(record.event, ev.Checkpoint) else None
 
     def _thread(self, thread_id: str, *, create: bool = True) -> _Thread | None:
+        # By id first: every call names its thread, and the name costs a check of the id.
+        thread = self._by_id.get(thread_id)
+        if thread is not None:
+            return thread
         name = session_name(self.prefix, thread_id)
         with self._lock:
             thread = self._threads.get(name)
@@ -325,6 +331,7 @@ class CompactStoreSaver(StoreUser, BaseCheckpointSaver[str]):
                 if not create and session.size == 0:
                     return None
                 thread = self._threads[name] = _Thread(session, self)
+            self._by_id[thread_id] = thread
         return thread
 
     def _all_threads(self) -> list[_Thread]:
