@@ -5,8 +5,11 @@
 
 The peers are optional (``pip install -e '.[bench]'``); a peer that is not installed is
 skipped with a line saying so. Every store writes to its own fresh SQLite file in WAL
-mode at ``synchronous=FULL`` (SQLite's default, which the peers keep; compactstore with
-``durable=True``), so every acknowledged turn survives power loss on every side:
+mode at ``synchronous=FULL`` (set on langgraph's and the Agents SDK's connections;
+eventsourcing keeps SQLite's default; compactstore with ``durable=True``), so every
+acknowledged turn survives power loss on every side: each round reads the setting back
+from the connection that wrote, and a store at another one fails the run. Every call is
+one transaction (one fsync) on every side:
 
 * compactstore: ``Session.append`` (one turn per call) and ``Session.extend`` (100);
 * langgraph ``SqliteSaver.put_writes``: one pending write per turn (one per call, and
@@ -35,14 +38,10 @@ Writes benchmarks/results/peers.json.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import importlib.util
-import os
 import shutil
-import sqlite3
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -50,32 +49,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import harness  # noqa: E402
 from harness import Goal, Section, Stat, interleaved, rate, ratio, seconds  # noqa: E402
+from plain import (  # noqa: E402
+    AdapterLangGraphWrites,
+    AdapterOpenAI,
+    LangGraphWrites,
+    OpenAISession,
+    Run,
+    Store,
+    sqlite_saver,
+)
 from plain import messages as workload  # noqa: E402
 
 import compactstore as cs  # noqa: E402
 
 Turn = dict[str, str]
-
-
-class Store:
-    """One peer's store in one SQLite file: append calls, read-back, close."""
-
-    name = ""
-
-    def __init__(self, path: str) -> None:
-        """Open a fresh store at ``path``."""
-        self.path = path
-
-    def append(self, turns: list[Turn]) -> None:
-        """Append ``turns`` in one call."""
-        raise NotImplementedError
-
-    def read_back(self) -> int:
-        """Read every turn back; return how many."""
-        raise NotImplementedError
-
-    def close(self) -> None:
-        """Close the store (SQLite then folds the WAL into the file)."""
 
 
 class Compactstore(Store):
@@ -101,36 +88,6 @@ class Compactstore(Store):
         self.store.close()
 
 
-class LangGraphWrites(Store):
-    """langgraph SqliteSaver.put_writes: each turn a pending write of one task."""
-
-    name = "langgraph put_writes"
-
-    def __init__(self, path: str) -> None:
-        super().__init__(path)
-        from langgraph.checkpoint.base import empty_checkpoint
-        from langgraph.checkpoint.sqlite import SqliteSaver
-
-        self.conn = sqlite3.connect(path, check_same_thread=False)
-        self.conn.execute("PRAGMA synchronous = FULL")
-        self.saver = SqliteSaver(self.conn)
-        self.saver.setup()
-        base = {"configurable": {"thread_id": "chat", "checkpoint_ns": ""}}
-        self.config = self.saver.put(base, empty_checkpoint(), {"source": "input", "step": -1, "parents": {}}, {})
-        self.n = 0
-
-    def append(self, turns: list[Turn]) -> None:
-        self.n += 1
-        self.saver.put_writes(self.config, [("messages", t) for t in turns], task_id=f"task-{self.n}")
-
-    def read_back(self) -> int:
-        got = self.saver.get_tuple(self.config)
-        return len(got.pending_writes or []) if got else 0
-
-    def close(self) -> None:
-        self.conn.close()
-
-
 class LangGraphState(Store):
     """langgraph SqliteSaver.put: a checkpoint of the whole message list after every turn."""
 
@@ -138,12 +95,7 @@ class LangGraphState(Store):
 
     def __init__(self, path: str) -> None:
         super().__init__(path)
-        from langgraph.checkpoint.sqlite import SqliteSaver
-
-        self.conn = sqlite3.connect(path, check_same_thread=False)
-        self.conn.execute("PRAGMA synchronous = FULL")
-        self.saver = SqliteSaver(self.conn)
-        self.saver.setup()
+        self.conn, self.saver = sqlite_saver(path)
         self.config: dict[str, Any] = {"configurable": {"thread_id": "chat", "checkpoint_ns": ""}}
         self.messages: list[Turn] = []
 
@@ -165,29 +117,6 @@ class LangGraphState(Store):
         self.conn.close()
 
 
-class OpenAISession(Store):
-    """OpenAI Agents SQLiteSession.add_items."""
-
-    name = "openai-agents SQLiteSession"
-
-    def __init__(self, path: str) -> None:
-        super().__init__(path)
-        from agents import SQLiteSession
-
-        self.loop = asyncio.new_event_loop()
-        self.session = SQLiteSession("chat", path)
-
-    def append(self, turns: list[Turn]) -> None:
-        self.loop.run_until_complete(self.session.add_items(list(turns)))  # type: ignore[arg-type]
-
-    def read_back(self) -> int:
-        return len(self.loop.run_until_complete(self.session.get_items()))
-
-    def close(self) -> None:
-        self.session.close()
-        self.loop.close()
-
-
 class EventSourcing(Store):
     """eventsourcing on SQLite: a Conversation aggregate, one TurnAdded event per turn."""
 
@@ -199,7 +128,7 @@ class EventSourcing(Store):
 
         conversation = _conversation_class()
 
-        class Chat(Application):  # type: ignore[misc, type-arg]
+        class Chat(Application):  # type: ignore[type-arg]
             pass
 
         self.app = Chat(env={"PERSISTENCE_MODULE": "eventsourcing.sqlite", "SQLITE_DBNAME": path})
@@ -218,45 +147,6 @@ class EventSourcing(Store):
         self.app.close()
 
 
-class AdapterOpenAI(OpenAISession):
-    """compactstore through its OpenAI Agents adapter: CompactStoreSession.add_items, durable=True."""
-
-    name = "compactstore via openai adapter"
-
-    def __init__(self, path: str) -> None:
-        Store.__init__(self, path)
-        from compactstore.adapters.openai_agents import CompactStoreSession
-
-        self.loop = asyncio.new_event_loop()
-        self.store = cs.open(path, durable=True)
-        self.session = CompactStoreSession("chat", self.store)  # type: ignore[assignment]
-
-    def close(self) -> None:
-        self.store.close()
-        self.loop.close()
-
-
-class AdapterLangGraphWrites(LangGraphWrites):
-    """compactstore through its LangGraph adapter: CompactStoreSaver.put_writes, durable=True."""
-
-    name = "compactstore via langgraph adapter"
-
-    def __init__(self, path: str) -> None:
-        Store.__init__(self, path)
-        from langgraph.checkpoint.base import empty_checkpoint
-
-        from compactstore.adapters.langgraph import CompactStoreSaver
-
-        self.store = cs.open(path, durable=True)
-        self.saver = CompactStoreSaver(self.store)  # type: ignore[assignment]
-        base = {"configurable": {"thread_id": "chat", "checkpoint_ns": ""}}
-        self.config = self.saver.put(base, empty_checkpoint(), {"source": "input", "step": -1, "parents": {}}, {})
-        self.n = 0
-
-    def close(self) -> None:
-        self.store.close()
-
-
 class AdapterLangGraphState(LangGraphState):
     """compactstore through its LangGraph adapter: CompactStoreSaver.put with the whole state, durable=True."""
 
@@ -267,7 +157,7 @@ class AdapterLangGraphState(LangGraphState):
         from compactstore.adapters.langgraph import CompactStoreSaver
 
         self.store = cs.open(path, durable=True)
-        self.saver = CompactStoreSaver(self.store)  # type: ignore[assignment]
+        self.saver = CompactStoreSaver(self.store)
         self.config = {"configurable": {"thread_id": "chat", "checkpoint_ns": ""}}
         self.messages = []
 
@@ -283,7 +173,7 @@ def _conversation_class() -> Any:
     if _CONVERSATION is None:
         from eventsourcing.domain import Aggregate, event
 
-        class Conversation(Aggregate):  # type: ignore[misc]
+        class Conversation(Aggregate):
             @event("Started")
             def __init__(self) -> None:
                 self.turns: list[tuple[str, str]] = []
@@ -326,37 +216,6 @@ def _works(cls: type[Store], tmp: str) -> str | None:
     except Exception as exc:  # noqa: BLE001 - an optional peer that fails is skipped, not fatal
         return f"{type(exc).__name__}: {exc}"
     return None
-
-
-class Run:
-    """One measured run of a store: a fresh file, its appends timed, then read-back and size."""
-
-    def __init__(self, cls: type[Store], turns: list[Turn], per_call: int, tmp: str) -> None:
-        """Prepare runs of ``cls`` over ``turns``, ``per_call`` turns per append call."""
-        self.cls, self.turns, self.per_call, self.tmp = cls, turns, per_call, tmp
-        self.read: list[float] = []
-        self.bytes: list[int] = []
-        self.k = 0
-
-    def __call__(self) -> float:
-        self.k += 1
-        path = os.path.join(self.tmp, f"{self.cls.__name__}-{self.per_call}-{self.k}.db")
-        store = self.cls(path)
-        turns, step = self.turns, self.per_call
-        chunks = [turns[i : i + step] for i in range(0, len(turns), step)]
-        t0 = time.perf_counter()
-        for chunk in chunks:
-            store.append(chunk)
-        elapsed = time.perf_counter() - t0
-        t1 = time.perf_counter()
-        n = store.read_back()
-        self.read.append(time.perf_counter() - t1)
-        assert n == len(turns), f"{self.cls.name} read back {n} of {len(turns)} turns"
-        store.close()
-        self.bytes.append(harness.disk_bytes(path))
-        for suffix in ("", "-wal", "-shm"):
-            Path(path + suffix).unlink(missing_ok=True)
-        return elapsed
 
 
 def peer_rows(repeat: int, one_turns: int, batch_turns: int, state_turns: int) -> Section:
@@ -416,18 +275,9 @@ def peer_rows(repeat: int, one_turns: int, batch_turns: int, state_turns: int) -
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     section.notes.append("vs compactstore: the peer's turns/s over compactstore's in the same mode (above 1: faster "
-                         "than compactstore); compactstore runs with durable=True, the peers with SQLite's default "
-                         f"synchronous (FULL here: {_default_synchronous()})")
+                         "than compactstore); every store ran in WAL at synchronous=FULL, as read back from the "
+                         "connection that wrote (compactstore with durable=True)")
     return section
-
-
-def _default_synchronous() -> str:
-    conn = sqlite3.connect(":memory:")
-    try:
-        value = conn.execute("PRAGMA synchronous").fetchone()[0]
-    finally:
-        conn.close()
-    return {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}.get(value, str(value))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,4 +1,4 @@
-"""The references the benchmarks divide by: the workload, plain inserts and a plain Merkle tree.
+"""The references the benchmarks divide by: the workload, plain inserts, a plain Merkle tree and the peers' stores.
 
 * ``turns``: the workload every append benchmark uses, 1 KiB turns: 1,024 random bytes,
   base64-encoded (1,368 characters), so a stored row is about 1.4 KB.
@@ -9,13 +9,21 @@
 * ``plain_tree_root``: the tightest plain RFC 9162 tree in Python over the ``blake3``
   package: one call per leaf and one per node, neighbours paired bottom-up, an odd last
   node carried up unchanged.
+* ``Store`` and its subclasses: one store of chat messages on one SQLite file, as an
+  agent framework keeps it (langgraph ``SqliteSaver.put_writes``, OpenAI Agents
+  ``SQLiteSession.add_items``) and as compactstore's adapters keep it in their place;
+  ``Run``: one timed round of one of them. ``peers.py`` and ``adapters.py`` both
+  measure these, so the two compare the same calls.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import os
 import random
 import sqlite3
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -159,3 +167,219 @@ def plain_tree_root(entries: Sequence[bytes]) -> bytes:
             paired.append(level[-1])
         level = paired
     return level[0]
+
+
+# --- the stores of chat messages the peers' benchmarks compare ----------------------
+
+#: What every store must run at for its time to count: WAL, and an fsync per commit
+#: (an acknowledged message survives power loss).
+DURABILITY = ("wal", "FULL")
+_SYNCHRONOUS = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}
+
+
+def settings_of(conn: sqlite3.Connection) -> tuple[str, str]:
+    """Return ``(journal_mode, synchronous)`` as ``conn`` writes."""
+    mode = str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower()
+    sync = conn.execute("PRAGMA synchronous").fetchone()[0]
+    return mode, _SYNCHRONOUS.get(sync, str(sync))
+
+
+class Store:
+    """One store of chat messages in one fresh SQLite file: append calls, read-back, close.
+
+    ``name`` labels it among the peers, ``call`` by the call measured.
+    """
+
+    name = ""
+    call = ""
+
+    def __init__(self, path: str) -> None:
+        """Open a fresh store at ``path``."""
+        self.path = path
+
+    def append(self, turns: list[dict[str, str]]) -> None:
+        """Append ``turns`` in one call."""
+        raise NotImplementedError
+
+    def read_back(self) -> int:
+        """Read every turn back; return how many."""
+        raise NotImplementedError
+
+    def settings(self) -> tuple[str, str]:
+        """Return ``(journal_mode, synchronous)`` of the connection that wrote.
+
+        That is ``self.conn`` when the store keeps one, a compactstore store's own, else
+        what a connection that sets nothing gets (the file's journal mode, SQLite's
+        default ``synchronous``); a store whose connections are elsewhere overrides this.
+        """
+        store = getattr(self, "store", None)
+        conn = getattr(store.backend, "_conn", None) if isinstance(store, cs.Store) else getattr(self, "conn", None)
+        if isinstance(conn, sqlite3.Connection):
+            return settings_of(conn)
+        conn = sqlite3.connect(self.path)
+        try:
+            return settings_of(conn)
+        finally:
+            conn.close()
+
+    def close(self) -> None:
+        """Close the store (SQLite then folds the WAL into the file)."""
+
+
+def sqlite_saver(path: str) -> tuple[sqlite3.Connection, Any]:
+    """Return a connection at ``synchronous=FULL`` and langgraph's ``SqliteSaver`` on it, set up (WAL)."""
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    conn = sqlite3.connect(path, check_same_thread=False)
+    conn.execute("PRAGMA synchronous = FULL")
+    saver = SqliteSaver(conn)
+    saver.setup()
+    return conn, saver
+
+
+class LangGraphWrites(Store):
+    """langgraph ``SqliteSaver.put_writes``: each turn a pending write of one task, against one checkpoint."""
+
+    name = "langgraph put_writes"
+    call = "SqliteSaver.put_writes"
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path)
+        self.conn, saver = sqlite_saver(path)
+        self._start(saver)
+
+    def _start(self, saver: Any) -> None:
+        from langgraph.checkpoint.base import empty_checkpoint
+
+        self.saver = saver
+        base = {"configurable": {"thread_id": "chat", "checkpoint_ns": ""}}
+        self.config = saver.put(base, empty_checkpoint(), {"source": "input", "step": -1, "parents": {}}, {})
+        self.n = 0
+
+    def append(self, turns: list[dict[str, str]]) -> None:
+        self.n += 1
+        self.saver.put_writes(self.config, [("messages", t) for t in turns], task_id=f"task-{self.n}")
+
+    def read_back(self) -> int:
+        got = self.saver.get_tuple(self.config)
+        return len(got.pending_writes or []) if got else 0
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+class AdapterLangGraphWrites(LangGraphWrites):
+    """compactstore through its LangGraph adapter: ``CompactStoreSaver.put_writes``, durable=True."""
+
+    name = "compactstore via langgraph adapter"
+    call = "CompactStoreSaver.put_writes"
+
+    def __init__(self, path: str) -> None:
+        Store.__init__(self, path)
+        from compactstore.adapters.langgraph import CompactStoreSaver
+
+        self.store = cs.open(path, durable=True)
+        self._start(CompactStoreSaver(self.store))
+
+    def close(self) -> None:
+        self.store.close()
+
+
+class OpenAISession(Store):
+    """OpenAI Agents ``SQLiteSession.add_items``, at ``synchronous=FULL``."""
+
+    name = "openai-agents SQLiteSession"
+    call = "SQLiteSession.add_items"
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path)
+        from agents import SQLiteSession
+
+        self.loop = asyncio.new_event_loop()
+        self.session = SQLiteSession("chat", path)
+        # Its connections (one per worker thread) keep SQLite's default synchronous: set
+        # FULL on the one its calls use (the worker that ran this one is reused while idle).
+        self._in_worker(lambda conn: conn.execute("PRAGMA synchronous = FULL"))
+
+    def _in_worker(self, fn: Any) -> Any:
+        """Return ``fn(connection)`` run in a worker thread on the connection the session uses there."""
+        async def run() -> Any:
+            return await asyncio.to_thread(lambda: fn(self.session._get_connection()))
+
+        return self.loop.run_until_complete(run())
+
+    def append(self, turns: list[dict[str, str]]) -> None:
+        self.loop.run_until_complete(self.session.add_items(list(turns)))  # type: ignore[arg-type]
+
+    def read_back(self) -> int:
+        return len(self.loop.run_until_complete(self.session.get_items()))
+
+    def settings(self) -> tuple[str, str]:
+        got: tuple[str, str] = self._in_worker(settings_of)
+        return got
+
+    def close(self) -> None:
+        self.session.close()
+        self.loop.close()
+
+
+class AdapterOpenAI(OpenAISession):
+    """compactstore through its OpenAI Agents adapter: ``CompactStoreSession.add_items``, durable=True."""
+
+    name = "compactstore via openai adapter"
+    call = "CompactStoreSession.add_items"
+
+    def __init__(self, path: str) -> None:
+        Store.__init__(self, path)
+        from compactstore.adapters.openai_agents import CompactStoreSession
+
+        self.loop = asyncio.new_event_loop()
+        self.store = cs.open(path, durable=True)
+        self.session = CompactStoreSession("chat", self.store)  # type: ignore[assignment]
+
+    #: the store's own connection, not the SDK session's
+    settings = Store.settings
+
+    def close(self) -> None:
+        self.store.close()
+        self.loop.close()
+
+
+class Run:
+    """One timed round of a store: a fresh file, its appends timed, then read-back, durability and size.
+
+    Each call returns the seconds the appends took, and keeps the read-back time and
+    the bytes on disk. A store not at :data:`DURABILITY` fails the round: its time
+    would not compare.
+    """
+
+    def __init__(self, cls: type[Store], turns: list[dict[str, str]], per_call: int, tmp: str) -> None:
+        """Prepare rounds of ``cls`` over ``turns``, ``per_call`` turns per call, in files under ``tmp``."""
+        self.cls, self.turns, self.per_call, self.tmp = cls, turns, per_call, tmp
+        self.read: list[float] = []
+        self.bytes: list[int] = []
+        self.k = 0
+
+    def __call__(self) -> float:
+        self.k += 1
+        path = os.path.join(self.tmp, f"{self.cls.__name__}-{self.per_call}-{self.k}.db")
+        store = self.cls(path)
+        turns, step = self.turns, self.per_call
+        chunks = [turns[i : i + step] for i in range(0, len(turns), step)]
+        t0 = time.perf_counter()
+        for chunk in chunks:
+            store.append(chunk)
+        elapsed = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        n = store.read_back()
+        self.read.append(time.perf_counter() - t1)
+        assert n == len(turns), f"{self.cls.name} read back {n} of {len(turns)} turns"
+        settings = store.settings()
+        if settings != DURABILITY:
+            raise RuntimeError(f"{self.cls.name} ran at journal_mode, synchronous = {settings}, "
+                               f"not {DURABILITY}: its time would not compare")
+        store.close()
+        self.bytes.append(harness.disk_bytes(path))
+        for suffix in ("", "-wal", "-shm"):
+            Path(path + suffix).unlink(missing_ok=True)
+        return elapsed

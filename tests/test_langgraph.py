@@ -255,6 +255,34 @@ def test_put_writes_is_idempotent_per_task_and_index(store: cs.Store) -> None:
     assert got is not None and got.metadata["step"] == 2
 
 
+def test_writers_deciding_from_stale_indexes_write_nothing_twice(target: str) -> None:
+    """Two stores on one log: each writes without reading first, yet a write or checkpoint another stored is not repeated."""
+    with cs.open(target) as store_a, cs.open(target) as store_b:
+        a, b = CompactStoreSaver(store_a), CompactStoreSaver(store_b)
+        c1 = _put(a, "t", {"n": 1}, {"n": 1}, {"n": 1})
+        b.put_writes(c1, [("a", 1)], "task")  # b has read nothing of the thread yet
+        size = a.session("t").size
+        a.put_writes(c1, [("a", 1)], "task")  # a's index predates b's write
+        a.put_writes(c1, [("a", 2)], "task")
+        b.put_writes(c1, [("a", 1)], "task")
+        assert a.session("t").size == size
+        a.put_writes(c1, [("b", 3)], "other")
+        b.put_writes(c1, [("c", 4)], "third")  # b's index predates a's write of "other"
+        writes = [r.event for r in b.session("t").scan() if isinstance(r.event, cs.Write)]
+        assert [(w.task, w.value) for w in writes] == [("task", [1]), ("other", [3]), ("third", [4])]
+        a.delete_thread("t")
+        b.put_writes(c1, [("c", 4)], "third")  # b's index still holds it: b reads the redaction, then writes
+        last = b.session("t").read(b.session("t").size - 1).event
+        assert isinstance(last, cs.Write) and last.task == "third"
+        # The same for checkpoints: putting again what the other store put writes nothing.
+        c2 = _put(b, "u", {"n": 1}, {"n": 1}, {"n": 1})
+        before = b.session("u").size
+        cp = a.get_tuple(c2)
+        assert cp is not None
+        a.put({"configurable": {"thread_id": "u", "checkpoint_ns": ""}}, cp.checkpoint, cp.metadata, {"n": 1})
+        assert a.session("u").size == before
+
+
 def test_plain_values_are_stored_as_json_and_another_serializer_sees_every_value(store: cs.Store) -> None:
     """With the default serializer a plain value is stored as itself; a tuple, or any value under another one, is packed."""
     from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer

@@ -290,6 +290,8 @@ class CompactStoreSaver(StoreUser, BaseCheckpointSaver[str]):
         self._use(store)
         self.prefix = prefix
         self._threads: dict[str, _Thread] = {}
+        #: thread id -> its entry in ``_threads``
+        self._by_id: dict[str, _Thread] = {}
         self._lock = threading.Lock()
 
     # --- the log ---------------------------------------------------------------------
@@ -317,6 +319,10 @@ class CompactStoreSaver(StoreUser, BaseCheckpointSaver[str]):
         return record if isinstance(record.event, ev.Checkpoint) else None
 
     def _thread(self, thread_id: str, *, create: bool = True) -> _Thread | None:
+        # By id first: every call names its thread, and the name costs a check of the id.
+        thread = self._by_id.get(thread_id)
+        if thread is not None:
+            return thread
         name = session_name(self.prefix, thread_id)
         with self._lock:
             thread = self._threads.get(name)
@@ -325,6 +331,7 @@ class CompactStoreSaver(StoreUser, BaseCheckpointSaver[str]):
                 if not create and session.size == 0:
                     return None
                 thread = self._threads[name] = _Thread(session, self)
+            self._by_id[thread_id] = thread
         return thread
 
     def _all_threads(self) -> list[_Thread]:
@@ -561,8 +568,10 @@ class CompactStoreSaver(StoreUser, BaseCheckpointSaver[str]):
         thread = self._thread(str(thread_id))
         assert thread is not None
         with thread.lock:
+            # As in put_writes: decided from the index as it stands, refreshed only when the
+            # commit finds the log moved on, or before deciding to write nothing.
+            fresh = False
             for _ in range(RETRIES):
-                thread.refresh()
                 old = self._holder(thread, ident)
                 blobs: dict[str, list[Any]] = {}
                 deltas: dict[str, list[int]] = {}
@@ -589,10 +598,16 @@ class CompactStoreSaver(StoreUser, BaseCheckpointSaver[str]):
                 value = {**base, "blobs": blobs, **({"deltas": deltas} if deltas else {})}
                 event = ev.Checkpoint(id=cid, ns=ns, parent=conf.get("checkpoint_id"), value=value, meta=meta)
                 if old is not None and self._same(thread.session.read(old).event, event):
-                    break
-                records = thread.commit(lambda: [msgspec.structs.replace(event, supersedes=old)])
+                    if fresh:
+                        break
+                    records = None
+                else:
+                    records = thread.commit([msgspec.structs.replace(event, supersedes=old)])
                 if records is None:
-                    continue  # another writer appended meanwhile: read what it wrote, then decide again
+                    # Another writer appended meanwhile, or nothing to write: read what is new, decide again.
+                    thread.refresh()
+                    fresh = True
+                    continue
                 at = records[0].pos
                 for ch in new_versions:
                     if ch in tips:
@@ -624,7 +639,7 @@ class CompactStoreSaver(StoreUser, BaseCheckpointSaver[str]):
             old = self._holder(thread, ident)
             if old is not None and self._same(thread.session.read(old).event, event):
                 return
-            if thread.commit(lambda: [msgspec.structs.replace(event, supersedes=old)]) is not None:
+            if thread.commit([msgspec.structs.replace(event, supersedes=old)]) is not None:
                 return
             # another writer appended meanwhile: read what it wrote, then decide again
         raise ConflictError(f"gave up writing {ident!r} to {thread.session.name!r} after {RETRIES} conflicts",
@@ -675,8 +690,11 @@ class CompactStoreSaver(StoreUser, BaseCheckpointSaver[str]):
         thread = self._thread(thread_id)
         assert thread is not None
         with thread.lock:
+            # Decide from the index as it stands, without reading the log first: the commit
+            # writes only if no other writer appended since (else read what it did and decide
+            # again). Writing nothing is decided only on an index just brought up to date.
+            fresh = False
             for _ in range(RETRIES):
-                thread.refresh()
                 new: list[ev.Event] = []
                 special = []
                 for i, event in events.items():
@@ -685,8 +703,10 @@ class CompactStoreSaver(StoreUser, BaseCheckpointSaver[str]):
                         new.append(event)
                     elif i < 0:
                         special.append(event)
-                if new and thread.commit(lambda: new) is None:
-                    continue  # another writer appended meanwhile: read what it wrote, then decide again
+                if (thread.commit(new) is None) if new else not fresh:
+                    thread.refresh()
+                    fresh = True
+                    continue
                 for event in special:
                     self._append_replacing(thread, event, ("w", ns, cid, task_id, event.idx))
                 return

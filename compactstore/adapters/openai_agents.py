@@ -84,6 +84,11 @@ def event_of(item: Item) -> ev.Event:
     text ``content``, a result's ``output``), which ``meta["moved"]`` names; so nothing
     is stored twice, and :func:`item_of` puts the item back together exactly.
     """
+    return _event_of(item, owned=False)
+
+
+def _event_of(item: Item, *, owned: bool) -> ev.Event:
+    """Return :func:`event_of` of ``item``; ``owned``: no one else holds it, so it may go into the event as it is."""
     kind = item.get("type")
     call_id = item.get("call_id")
     if isinstance(call_id, str) and call_id:
@@ -94,11 +99,13 @@ def event_of(item: Item) -> ev.Event:
         if kind in OUTPUTS:
             if "output" not in item:
                 return ev.ToolResult(call_id=call_id, meta={"item": item})
-            return ev.ToolResult(call_id=call_id, output=item["output"], meta=_moved(item, "output"))
+            output = item["output"]
+            return ev.ToolResult(call_id=call_id, output=output, meta=_moved(item, "output", owned))
     role = item.get("role")
     role = role if isinstance(role, str) and role else kind if isinstance(kind, str) and kind else "item"
-    if isinstance(item.get("content"), str):
-        return ev.Turn(role=role, content=item["content"], meta=_moved(item, "content"))
+    content = item.get("content")
+    if isinstance(content, str):
+        return ev.Turn(role=role, content=content, meta=_moved(item, "content", owned))
     return ev.Turn(role=role, content=_text(item), meta={"item": item})
 
 
@@ -118,7 +125,10 @@ def item_of(event: ev.Event) -> Item | None:
     return out
 
 
-def _moved(item: Item, name: str) -> dict[str, Any]:
+def _moved(item: Item, name: str, owned: bool) -> dict[str, Any]:
+    if owned:  # a private copy: drop the field rather than copy the rest
+        del item[name]
+        return {"item": item, "moved": [name]}
     return {"item": {k: v for k, v in item.items() if k != name}, "moved": [name]}
 
 
@@ -196,7 +206,7 @@ class CompactStoreSession(StoreUser):
             return
         # What SQLiteSession's JSON round trip gives, taken now (as it does) so that the
         # caller changing an item later changes nothing stored.
-        events = [event_of(_round_trip(item)) for item in items]
+        events = [_event_of(_round_trip(item), owned=True) for item in items]
         await asyncio.to_thread(self._add, events)
 
     def _add(self, events: list[ev.Event]) -> None:

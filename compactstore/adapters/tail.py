@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from types import TracebackType
-from typing import Self
+from typing import Any, Self
 from urllib.parse import quote
 
 from blake3 import blake3
@@ -140,20 +140,26 @@ class Tail:
                 if record.pos >= self.size:
                     self._take(record)
 
-    def commit(self, build: Callable[[], Sequence[ev.Event]]) -> list[Record] | None:
-        """Append what ``build()`` returns in one transaction, if the log still ends where the index does.
+    def commit(self, events: Sequence[ev.Event]) -> list[Record] | None:
+        """Append ``events`` in one transaction, if the log still ends where the index does.
 
-        ``build`` decides from the index (what is new, what it replaces) and runs under the
-        session's write lock, only once the log is known to hold nothing the index has
-        not seen: no other writer can make that decision stale before the commit, so the
-        events need no idempotency keys and the store looks none up. Returns the records
+        The caller decided them from the index (what is new, what it replaces) without
+        reading the log first: the check runs under the session's write lock, so when it
+        passes no other writer can have made that decision stale before the commit, the
+        events need no idempotency keys and the store looks none up. They are validated
+        and encoded before the transaction, which then only writes. Returns the records
         (applied to the index), or None, writing nothing, when another writer appended
-        since the last :meth:`refresh`: refresh and try again.
+        since the index was last brought up to date: :meth:`refresh` and decide again.
+
+        Raises:
+            InvalidEvent: an event is not valid; nothing is written.
         """
-        def checked(size: int) -> list[tuple[ev.Event, str | None]]:
+        prepared = self.session._prepare_plain(list(events))
+
+        def checked(size: int) -> Sequence[Any]:
             if size != self.size:
                 raise _Moved
-            return [(event, None) for event in build()]
+            return prepared
 
         with self.lock:
             try:
