@@ -730,11 +730,10 @@ class Session:
 
     def _roots(self, spans: Sequence[merkle.Span], sid: int | None) -> list[bytes]:
         """Return the root of each span from stored roots, all read in one ``hashes`` call."""
-        coords = {c for a, b in spans for c in merkle.cover(a, b)}
-        if sid is None or not coords:
+        if sid is None:
             return merkle.spans_root(spans, {}, HASH)
         backend = self.store.backend
-        return merkle.spans_root(spans, merkle.resolve(coords, lambda c: backend.hashes(sid, c), HASH), HASH)
+        return merkle.serve(spans, lambda c: backend.hashes(sid, c), HASH)
 
     def head(self, size: int | None = None) -> TreeHead:
         """Return the tree head at ``size`` (default: now), with a MAC when the store is keyed."""
