@@ -630,10 +630,11 @@ class Session:
         """Return the raw events ``node`` replaced, exactly as logged, certified against the tree.
 
         The node is read from the log, its leaf re-hashed and proven in the latest
-        sealed tree head, and the span root it records checked against the tree, in
-        O(log n). The span's bodies are then read in one query and certified by one
-        BLAKE3 over them against the node's content digest; a node written without one
-        is certified by rebuilding the span's Merkle root instead. Bodies are not
+        sealed tree head, in O(log n); the span root and content digest it records were
+        checked against the log when it was appended. The span's bodies are then read in
+        one query and certified by one BLAKE3 over them against the node's content
+        digest; a node written without one is certified by rebuilding its span root
+        from them instead. Bodies are not
         decoded until :meth:`RestoredSpan.events` is called. Any loss class: the raw
         log, not the summary, is the source.
 
