@@ -26,7 +26,7 @@ from blake3 import blake3
 
 from . import events as ev
 from . import merkle
-from .compaction import Node, _unhex, content_digest
+from .compaction import Node, _unhex, content_digest_of
 from .errors import CompactStoreError, IntegrityError, InvalidArgument, ReconstructionUnsoundError
 from .events import JSON, LossClass
 from .backends.index import IndexSQL
@@ -523,6 +523,12 @@ class _NodeSpan(msgspec.Struct, frozen=True, tag="node", tag_field="kind"):
 
 _node_span = msgspec.json.Decoder(_NodeSpan)
 
+#: Bodies joined per BLAKE3 update when a span is certified (the digest is the same for
+#: any split). A join of about a hundred KiB is reused from the heap and hashed while
+#: in cache; one join of a whole 1 MB span is a fresh allocation, paged in on each call,
+#: and costs about a quarter more CPU (1,000 bodies of 1.15 KB).
+_DIGEST_ROWS = 128
+
 
 def restore_span(session: Session, node: Node | int) -> RestoredSpan:
     """Return the raw events a node covers, certified; see :meth:`Session.restore_span`.
@@ -569,7 +575,7 @@ def restore_span(session: Session, node: Node | int) -> RestoredSpan:
         # Hashing refuses a None (redacted) body by itself: no separate pass over the span.
         if digest is not None:
             by: Literal["content_digest", "span_root"] = "content_digest"
-            ok = content_digest(got) == digest  # type: ignore[arg-type]
+            ok = content_digest_of(got[i : i + _DIGEST_ROWS] for i in range(0, len(got), _DIGEST_ROWS)) == digest  # type: ignore[misc]
         else:
             by = "span_root"
             want = _unhex(n.span_root)
