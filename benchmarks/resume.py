@@ -23,7 +23,9 @@ same small context whatever n is. Then it times, interleaved across the sizes:
   by one BLAKE3 against the node's content digest), against raw BLAKE3 over the same
   bytes in memory; and, for context, what it replaces: ``Session.scan`` of the span and
   ``merkle.span_root`` of its bodies (a Merkle rehash: one BLAKE3 call per leaf and per
-  node). A note splits restore_span into its steps, each timed alone (medians, us).
+  node). A note splits restore_span into its steps, each timed alone (medians, us) and,
+  like every row, after a ``gc.collect()``: from cold CPU caches, so they add up to more
+  than the whole; read them as shares.
 
 The growth column is the median at n over the median at the smallest size (O(log n) would
 keep it near 1; the goal is 1M / 10k <= 1.5). The 1,000,000-event session takes minutes to
@@ -324,7 +326,7 @@ def resume_rows(repeat: int, sizes: list[int]) -> Section:
             steps = log.restore_parts()
             got = interleaved(list(steps.items()), repeat * 5)
             raw = medians[("restore 1,000-event span", "raw BLAKE3 over its bytes (reference)")][n]
-            section.notes.append(f"at {n:,}: restore_span's steps alone, medians: " + ", ".join(
+            section.notes.append(f"at {n:,}: restore_span's steps alone (cold caches: shares, not a sum), medians: " + ", ".join(
                 f"{k} {Stat.of(v).median * 1e6:,.0f} us" for k, v in got.items()) + f"; raw BLAKE3 {raw * 1e6:,.0f} us")
         span_mb = len(logs[0].span_buf) / 1e6
         section.notes.append(f"the restored span is {SPAN:,} events (mostly 1 KiB turns), {span_mb:.2f} MB of bodies; "
