@@ -19,11 +19,13 @@ same small context whatever n is. Then it times, interleaved across the sizes:
 * a consistency proof from about n/3 to now, with both tree heads, verified by
   ``merkle.verify_consistency``;
 * certified restoration of the 1,000-event span: ``Session.restore_span(node)`` (the node
-  proven in the sealed head and its span root checked against the tree, O(log n); the
-  span's bodies read in one query and certified by one BLAKE3 against the node's content
-  digest), against raw BLAKE3 over the same bytes in memory; and, for context, what it
-  replaces: ``Session.scan`` of the span and ``merkle.span_root`` of its bodies (a Merkle
-  rehash: one BLAKE3 call per leaf and per node).
+  proven in the sealed head, O(log n); the span's bodies read in one query and certified
+  by one BLAKE3 against the node's content digest), against raw BLAKE3 over the same
+  bytes in memory; and, for context, what it replaces: ``Session.scan`` of the span and
+  ``merkle.span_root`` of its bodies (a Merkle rehash: one BLAKE3 call per leaf and per
+  node). A note splits restore_span into its steps, each timed alone (medians, us) and,
+  like every row, after a ``gc.collect()``: from cold CPU caches, so they add up to more
+  than the whole; read them as shares.
 
 The growth column is the median at n over the median at the smallest size (O(log n) would
 keep it near 1; the goal is 1M / 10k <= 1.5). The 1,000,000-event session takes minutes to
@@ -57,6 +59,14 @@ import blake3  # noqa: E402
 
 import compactstore as cs  # noqa: E402
 from compactstore import merkle  # noqa: E402
+from compactstore.compaction import content_digest  # noqa: E402
+from compactstore.resolver import _node_span  # noqa: E402
+
+restore_fields = _node_span.decode
+
+
+def void(_: object) -> None:
+    """Drop a result: a timed method that returned a float would be taken as timing itself."""
 
 SPAN = 1000
 BLOCK = 1000
@@ -204,6 +214,38 @@ class Log:
         got = self.session.restore_span(self.node)
         assert got.certified_by == "content_digest" and len(got.bodies) == SPAN
 
+    def restore_parts(self) -> dict[str, Callable[[], None]]:
+        """Return restore_span's steps, each callable alone, to split its time."""
+        s, store = self.session, self.store
+        backend, sid, pos = store.backend, s._sid(), self.node.pos
+        assert sid is not None
+        head = backend.head(sid)
+        assert head is not None
+        row = backend.row(sid, pos)
+        assert row is not None and row.body is not None
+        bodies = backend.bodies(sid, self.start, self.stop)
+        spans = merkle.inclusion_spans(pos, head.size)
+        body: bytes = row.body
+
+        def node_fields() -> None:
+            merkle.leaf_hash(body)
+            restore_fields(body)
+
+        def head_seal() -> None:
+            backend.head(sid)
+            store._seal(s.name, head.size, head.root, head.prev)
+
+        return {
+            "node row": lambda: void(backend.row(sid, pos)),
+            "node leaf + fields": node_fields,
+            "head + seal": head_seal,
+            "inclusion of the node": lambda: void(merkle.root_from_inclusion(
+                row.leaf, pos, head.size, merkle.serve(spans, lambda c: backend.hashes(sid, c))
+            )),
+            "bodies (one query)": lambda: void(backend.bodies(sid, self.start, self.stop)),
+            "content digest": lambda: void(content_digest(bodies)),  # type: ignore[arg-type]
+        }
+
     def rehash(self) -> None:
         """Read the 1,000-turn span back and certify it by rebuilding its span root (the Merkle path)."""
         bodies = [r.body for r in self.session.scan(self.start, self.stop)]
@@ -280,6 +322,12 @@ def resume_rows(repeat: int, sizes: list[int]) -> Section:
             raw = medians[("restore 1,000-event span", "raw BLAKE3 over its bytes (reference)")][n]
             section.goals.append(Goal(f"certified restoration / raw BLAKE3 at {n:,}", raw / ours, 0.5))
             section.notes.append(f"at {n:,}: the Merkle rehash path (scan + span_root) / raw BLAKE3 = {raw / rehash:.3f}")
+        for n, log in zip(sizes, logs):
+            steps = log.restore_parts()
+            got = interleaved(list(steps.items()), repeat * 5)
+            raw = medians[("restore 1,000-event span", "raw BLAKE3 over its bytes (reference)")][n]
+            section.notes.append(f"at {n:,}: restore_span's steps alone (cold caches: shares, not a sum), medians: " + ", ".join(
+                f"{k} {Stat.of(v).median * 1e6:,.0f} us" for k, v in got.items()) + f"; raw BLAKE3 {raw * 1e6:,.0f} us")
         span_mb = len(logs[0].span_buf) / 1e6
         section.notes.append(f"the restored span is {SPAN:,} events (mostly 1 KiB turns), {span_mb:.2f} MB of bodies; "
                              "markers appended by the emission rows grow each session by one event per call")

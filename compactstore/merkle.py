@@ -90,6 +90,25 @@ _HASHERS: dict[str, tuple[Callable[[bytes], bytes], Callable[[bytes, bytes], byt
 }
 
 
+def _node_fn(algo: str) -> Callable[[bytes, bytes], bytes]:
+    """Return a node hasher for one caller's loop: for BLAKE3, one hasher reset per node.
+
+    Cheaper than a copy of a prefixed hasher per node; local to the caller, so calls
+    from several threads share nothing.
+    """
+    if algo != "blake3":
+        return _hasher(algo)[1]
+    h = blake3()
+    reset, update, digest, prefix = h.reset, h.update, h.digest, NODE_PREFIX
+
+    def node(left: bytes, right: bytes) -> bytes:
+        reset()
+        update(prefix + left + right)
+        return digest()
+
+    return node
+
+
 def _hasher(algo: str) -> tuple[Callable[[bytes], bytes], Callable[[bytes, bytes], bytes], bytes]:
     try:
         return _HASHERS[algo]
@@ -132,11 +151,15 @@ def cover(start: int, stop: int) -> list[Coord]:
     They are listed left to right; at most ``2 * log2(stop - start)`` of them.
     """
     out: list[Coord] = []
+    append = out.append
     while start < stop:
-        level = (start & -start).bit_length() - 1 if start else (stop - start).bit_length() - 1
-        while (1 << level) > stop - start:
-            level -= 1
-        out.append((level, start >> level))
+        # The largest subtree aligned at ``start`` (its trailing zero bits) that fits.
+        level = (stop - start).bit_length() - 1
+        if start:
+            low = (start & -start).bit_length() - 1
+            if low < level:
+                level = low
+        append((level, start >> level))
         start += 1 << level
     return out
 
@@ -194,8 +217,17 @@ def fold(hashes: Sequence[bytes], algo: str = "blake3") -> bytes:
     if not hashes:
         return empty_root(algo)
     acc = hashes[-1]
-    for h in reversed(hashes[:-1]):
-        acc = node(h, acc)
+    if len(hashes) > 2 and algo == "blake3":
+        # One hasher reset per node, as in _pairs.
+        h = blake3()
+        reset, update, digest, prefix = h.reset, h.update, h.digest, NODE_PREFIX
+        for left in reversed(hashes[:-1]):
+            reset()
+            update(prefix + left + acc)
+            acc = digest()
+        return acc
+    for left in reversed(hashes[:-1]):
+        acc = node(left, acc)
     return acc
 
 
@@ -209,25 +241,37 @@ def resolve(
 ) -> dict[Coord, bytes]:
     """Return the roots at ``coords``, fetching only stored levels and hashing up the rest.
 
-    ``fetch`` returns the roots of a list of stored coordinates, in order.
+    ``fetch`` returns the roots of a list of distinct stored coordinates, in order; it
+    is called once (not at all when ``coords`` is empty).
     """
-    node = _hasher(algo)[1]
-    wanted = sorted(set(coords))
-    need: set[Coord] = set()
-    for level, idx in wanted:
-        base = level - level % TILE_HEIGHT
-        span = 1 << (level - base)
-        need.update((base, j) for j in range(idx * span, (idx + 1) * span))
-    order = sorted(need)
-    got = dict(zip(order, fetch(order))) if order else {}
+    node = _node_fn(algo)
+    wanted = list(dict.fromkeys(coords))
+    # Each coordinate's stored descendants: a run at the stored level at or below it,
+    # each stored coordinate fetched once even when two runs share it.
+    slot: dict[Coord, int] = {}
+    runs: list[tuple[Coord, int, int]] = []
+    for c in wanted:
+        level, idx = c
+        up = level % TILE_HEIGHT
+        base, lo = level - up, idx << up
+        first = slot.setdefault((base, lo), len(slot))
+        for j in range(lo + 1, lo + (1 << up)):
+            slot.setdefault((base, j), len(slot))
+        runs.append((c, first, 1 << up))
+    got = fetch(list(slot)) if slot else []
     out: dict[Coord, bytes] = {}
-    for level, idx in wanted:
-        base = level - level % TILE_HEIGHT
-        span = 1 << (level - base)
-        row = [got[(base, j)] for j in range(idx * span, (idx + 1) * span)]
-        while len(row) > 1:
-            row = [node(row[k], row[k + 1]) for k in range(0, len(row), 2)]
-        out[(level, idx)] = row[0]
+    for c, first, n in runs:
+        if n == 1:
+            out[c] = got[first]
+            continue
+        level, idx = c
+        base, lo = level - level % TILE_HEIGHT, idx << (level % TILE_HEIGHT)
+        # The run's slots are consecutive unless an earlier run listed part of it first.
+        row = got[first : first + n] if slot[(base, lo + n - 1)] == first + n - 1 else [got[slot[(base, j)]] for j in range(lo, lo + n)]
+        while n > 1:
+            row = [node(row[k], row[k + 1]) for k in range(0, n, 2)]
+            n >>= 1
+        out[c] = row[0]
     return out
 
 
@@ -236,6 +280,19 @@ def spans_root(
 ) -> list[bytes]:
     """Return the root of each span from stored subtree roots (``lookup`` by coordinate)."""
     return [fold([lookup[c] for c in cover(a, b)], algo) for a, b in spans]
+
+
+def serve(
+    spans: Sequence[Span], fetch: Callable[[list[Coord]], list[bytes]], algo: str = "blake3"
+) -> list[bytes]:
+    """Return the root of each span from stored subtree roots, all fetched by one ``fetch`` call.
+
+    The same as ``spans_root(spans, resolve(covers, fetch))`` with each span's compact
+    range computed once: how a store serves proofs and span roots.
+    """
+    covers = [cover(a, b) for a, b in spans]
+    lookup = resolve([c for cs in covers for c in cs], fetch, algo)
+    return [fold([lookup[c] for c in cs], algo) for cs in covers]
 
 
 # --- roots and proofs over in-memory entries ---------------------------------------

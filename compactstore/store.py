@@ -641,10 +641,11 @@ class Session:
         """Return the raw events ``node`` replaced, exactly as logged, certified against the tree.
 
         The node is read from the log, its leaf re-hashed and proven in the latest
-        sealed tree head, and the span root it records checked against the tree, in
-        O(log n). The span's bodies are then read in one query and certified by one
-        BLAKE3 over them against the node's content digest; a node written without one
-        is certified by rebuilding the span's Merkle root instead. Bodies are not
+        sealed tree head, in O(log n); the span root and content digest it records were
+        checked against the log when it was appended. The span's bodies are then read in
+        one query and certified by one BLAKE3 over them against the node's content
+        digest; a node written without one is certified by rebuilding its span root
+        from them instead. Bodies are not
         decoded until :meth:`RestoredSpan.events` is called. Any loss class: the raw
         log, not the summary, is the source.
 
@@ -741,11 +742,10 @@ class Session:
 
     def _roots(self, spans: Sequence[merkle.Span], sid: int | None) -> list[bytes]:
         """Return the root of each span from stored roots, all read in one ``hashes`` call."""
-        coords = {c for a, b in spans for c in merkle.cover(a, b)}
-        if sid is None or not coords:
+        if sid is None:
             return merkle.spans_root(spans, {}, HASH)
         backend = self.store.backend
-        return merkle.spans_root(spans, merkle.resolve(coords, lambda c: backend.hashes(sid, c), HASH), HASH)
+        return merkle.serve(spans, lambda c: backend.hashes(sid, c), HASH)
 
     def head(self, size: int | None = None) -> TreeHead:
         """Return the tree head at ``size`` (default: now), with a MAC when the store is keyed."""

@@ -621,6 +621,70 @@ def test_proof_spans_roots_served_from_stored_subtrees_equal_the_proofs() -> Non
             assert got == merkle.consistency_proof(entries[:n], m), (m, n)
 
 
+def _stored_fetch(lookup: dict[tuple[int, int], bytes], calls: list[list[tuple[int, int]]]) -> Callable[
+    [list[tuple[int, int]]], list[bytes]
+]:
+    """A store's ``fetch``: answers stored levels only, and records each call."""
+
+    def fetch(coords: list[tuple[int, int]]) -> list[bytes]:
+        calls.append(list(coords))
+        assert all(merkle.is_stored(lv) for lv, _ in coords), coords
+        return [lookup[c] for c in coords]
+
+    return fetch
+
+
+@FEW
+@given(entries=sts.any_entry_lists(300), data=st.data(), algo=sts.algos)
+def test_resolve_hashes_up_from_stored_levels_with_one_fetch_of_distinct_coords(
+    entries: list[bytes], data: st.DataObject, algo: str
+) -> None:
+    """resolve gives every complete subtree's root, fetching each stored coordinate once, in one call."""
+    assume(entries)
+    lookup = naive.complete_subtrees(entries, algo)
+    coords = data.draw(st.lists(st.sampled_from(sorted(lookup)), max_size=30))
+    calls: list[list[tuple[int, int]]] = []
+    got = merkle.resolve(coords, _stored_fetch(lookup, calls), algo)
+    assert got == {c: lookup[c] for c in coords}
+    assert len(calls) == (1 if coords else 0)
+    if calls:
+        assert len(set(calls[0])) == len(calls[0])
+
+
+@FEW
+@given(entries=sts.any_entry_lists(300), data=st.data(), algo=sts.algos)
+def test_served_proofs_and_span_roots_equal_the_in_memory_ones(
+    entries: list[bytes], data: st.DataObject, algo: str
+) -> None:
+    """serve answers inclusion, consistency and span spans from stored levels alone, in one fetch."""
+    n = len(entries)
+    assume(n)
+    lookup = naive.complete_subtrees(entries, algo)
+    i = data.draw(st.integers(0, n - 1))
+    m = data.draw(st.integers(0, n))
+    start = data.draw(st.integers(0, n))
+    stop = data.draw(st.integers(start, n))
+    for spans, want in [
+        (merkle.inclusion_spans(i, n), merkle.inclusion_proof(entries, i, algo)),
+        (merkle.consistency_spans(m, n), merkle.consistency_proof(entries, m, algo)),
+        ([(start, stop), (0, n)], [merkle.span_root(entries, start, stop, algo), merkle.tree_root(entries, algo)]),
+    ]:
+        calls: list[list[tuple[int, int]]] = []
+        assert merkle.serve(spans, _stored_fetch(lookup, calls), algo) == want
+        assert len(calls) <= 1
+
+
+def test_fold_equals_the_naive_right_to_left_merge_at_every_length() -> None:
+    """fold's BLAKE3 loop and the generic one merge right to left alike, for 0 to 40 hashes."""
+    hs = [merkle.leaf_hash(e) for e in ENTRIES[:40]]
+    for k in range(41):
+        for algo in ALGOS:
+            acc = merkle.empty_root(algo) if k == 0 else hs[k - 1]
+            for h in reversed(hs[: max(k - 1, 0)]):
+                acc = merkle.node_hash(h, acc, algo)
+            assert merkle.fold(hs[:k], algo) == acc, (k, algo)
+
+
 # --- published RFC 6962 / RFC 9162 vectors -------------------------------------------
 
 

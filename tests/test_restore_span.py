@@ -108,6 +108,7 @@ def test_the_content_digest_changes_with_any_missing_extra_reordered_or_altered_
         "two events swapped",
         "the node's digest, leaf kept",
         "the node's digest and its leaf",
+        "a body, with the node's digest and leaf recomputed to match",
     ],
 )
 def test_a_tampered_span_or_node_is_refused(
@@ -121,6 +122,9 @@ def test_a_tampered_span_or_node_is_refused(
     other = s.read(21)
     node_body = s.read(node.pos).body
     forged = node_body.replace(node.content_digest.hex().encode(), content_digest([bad]).hex().encode())
+    # A node that certifies the altered span: only its inclusion in the sealed head refuses it.
+    span = [bad if r.pos == 20 else r.body for r in s.scan(3, 35)]
+    matching = node_body.replace(node.content_digest.hex().encode(), content_digest(span).hex().encode())
     where = "WHERE session_id = ? AND pos = ?"
     attacks: dict[str, list[tuple[str, tuple[Any, ...]]]] = {
         "a body byte, leaf kept": [(f"UPDATE events SET body = ? {where}", (bad, sid, 20))],
@@ -137,6 +141,10 @@ def test_a_tampered_span_or_node_is_refused(
         "the node's digest, leaf kept": [(f"UPDATE events SET body = ? {where}", (forged, sid, node.pos))],
         "the node's digest and its leaf": [
             (f"UPDATE events SET body = ?, leaf = ? {where}", (forged, merkle.leaf_hash(forged), sid, node.pos))
+        ],
+        "a body, with the node's digest and leaf recomputed to match": [
+            (f"UPDATE events SET body = ? {where}", (bad, sid, 20)),
+            (f"UPDATE events SET body = ?, leaf = ? {where}", (matching, merkle.leaf_hash(matching), sid, node.pos)),
         ],
     }
     store.close()
