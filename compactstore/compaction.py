@@ -328,9 +328,9 @@ def check_content_digest(session: Session, node: ev.Summary, pos: int, pending: 
 
     A node is trusted with its content digest only because nothing else can enter the
     log: each body it digests must match its leaf, the leaves must give the span root
-    it records (which restoration checks against the tree again), and the bodies must
-    be the stored ones, or those of ``pending`` (the rows of the same batch before it).
-    Then a restoration that matches the digest has the very bodies the tree holds,
+    it records, and the bodies must be the stored ones, or those of ``pending`` (the
+    rows of the same batch before it). Then a restoration that proves the node's leaf
+    in a sealed head and matches the digest has the very bodies the tree holds,
     without rehashing the tree.
 
     Raises:
