@@ -370,9 +370,42 @@ def test_a_nul_in_an_index_row_is_refused_before_the_server(pg_url: str) -> None
         assert st.session("s").size == 1
 
 
-def test_an_append_built_on_a_head_another_writer_moved_is_built_again(pg_url: str) -> None:
+def _count_rebuilds(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Record each append the server refused because the head it was built on had moved."""
+    from compactstore import store as store_module
+
+    rebuilt: list[str] = []
+    commit_with = store_module.Session._commit_with
+
+    def counting(self: cs.Session, build: Any, speculate: bool) -> Any:
+        try:
+            return commit_with(self, build, speculate)
+        except store_module.StaleHead:
+            rebuilt.append(self.name)
+            raise
+
+    monkeypatch.setattr(store_module.Session, "_commit_with", counting)
+    return rebuilt
+
+
+def test_a_store_appending_alone_is_never_refused_for_a_moved_head(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Appends, batches and a redaction from the one store writing a session: each builds on the head it remembers."""
+    rebuilt = _count_rebuilds(monkeypatch)
+    with cs.open(pg_url, clock=cs.tick_clock()) as st:
+        s = st.session("s")
+        for i in range(5):
+            s.append(cs.Turn("user", f"t{i}"))
+        s.extend([cs.Turn("user", "b0"), cs.Turn("user", "b1")])
+        s.redact([0], "test")
+        s.append(cs.Turn("user", "after"))
+        assert s.size == 9 and st.verify().ok
+    assert rebuilt == []
+
+
+def test_an_append_built_on_a_head_another_writer_moved_is_built_again(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A store appends on the head it committed last in one round trip; when another store moved it, the append
     is built again under the lock: positions stay gapless, a reference to the other's event holds, verify is clean."""
+    rebuilt = _count_rebuilds(monkeypatch)
     with cs.open(pg_url, clock=cs.tick_clock()) as a, cs.open(pg_url, clock=cs.tick_clock()) as b:
         a.session("s").append(cs.Turn("user", "a0"))
         assert a.session("s").append(cs.Turn("user", "a1")).pos == 1  # on the remembered head
@@ -385,3 +418,4 @@ def test_an_append_built_on_a_head_another_writer_moved_is_built_again(pg_url: s
         assert [r.pos for r in recs] == [6, 7]
         assert [r.event.content for r in b.session("s").scan()] == ["a0", "a1", "b2", "a3", "b4", "not b4", "a6", "a7"]
         assert a.verify().ok
+    assert rebuilt == ["s", "s", "s"]  # a3, b4 and "not b4" were built on a head the other store had moved

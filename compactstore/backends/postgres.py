@@ -685,7 +685,8 @@ def _rollback(conn: psycopg.Connection[tuple[Any, ...]]) -> None:
 
 
 class _PGWriter:
-    __slots__ = ("_bin", "_deferred", "_head", "_index", "_spec", "_text", "committed", "session_id", "written")
+    __slots__ = ("_bin", "_deferred", "_expect", "_head", "_index", "_spec", "_text", "committed", "session_id",
+                 "written")
 
     def __init__(self, text: psycopg.Cursor[tuple[Any, ...]], session_id: int, head: HeadRow | None | _Unread,
                  *, speculative: str | None = None) -> None:
@@ -696,6 +697,8 @@ class _PGWriter:
         self.session_id = session_id
         #: The session's name while the writer builds on a remembered head without the lock.
         self._spec = speculative
+        #: The size of that head (head() hands the head over only once).
+        self._expect = head.size if isinstance(head, HeadRow) else 0
         #: The head insert() wrote, once its transaction committed.
         self.written: HeadRow | None = None
         #: Whether insert() has already committed the transaction.
@@ -738,8 +741,7 @@ class _PGWriter:
         """
         if self._spec is None:
             return
-        name, self._spec = self._spec, None
-        expect = self._head.size if isinstance(self._head, HeadRow) else 0
+        name, self._spec, expect = self._spec, None, self._expect
         real = _open_writer(self._text.connection, self._text, name)
         got = real._head.size if isinstance(real._head, HeadRow) else 0
         if real.session_id != self.session_id or got != expect:
@@ -844,7 +846,7 @@ class _PGWriter:
 
     def _append(self, rows: Sequence[Row], head: HeadRow, args: Sequence[object]) -> list[int]:
         """Lock, check the remembered head, insert and commit: one message, one round trip."""
-        expect = self._head.size if isinstance(self._head, HeadRow) else 0
+        expect = self._expect
         call = ", ".join(_inline(v, t) for v, t in zip(args, _INSERT_TYPES))
         conn, text = self._text.connection, self._text
         try:
