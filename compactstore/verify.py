@@ -113,9 +113,9 @@ class _Checked(NamedTuple):
     #: the positions each redaction event lists, by its position
     redacts: dict[int, list[int]]
     problems: list[tuple[int, str, str]]
-    #: (pos, event) of the rows that may give structural index rows, as the index's
-    #: derivation reads them (None: a body it cannot read); the other rows give none
-    indexed: list[tuple[int, ev.Event | None]]
+    #: (pos, kind, body) of the rows that may give structural index rows (the others give
+    #: none): decoded where the index is derived, as bytes cross processes cheaper than events
+    indexed: list[tuple[int, str, bytes | None]]
     #: (pos, what) for the summary nodes whose content digest does not match their span
     digests: list[tuple[int, str]]
 
@@ -127,17 +127,18 @@ def _check_rows(rows: list[Row], spans: tuple[Backend, int] | None) -> _Checked:
     erased: dict[int, tuple[str, str | None]] = {}
     redacts: dict[int, list[int]] = {}
     problems: list[tuple[int, str, str]] = []
-    indexed: list[tuple[int, ev.Event | None]] = []
+    indexed: list[tuple[int, str, bytes | None]] = []
     digests: list[tuple[int, str]] = []
     event_of = structure_index.event_of
     for row in rows:
         # Read here for the index's derivation too: the parent then derives it without
         # reading the log again, from the few rows that give index rows.
         try:
-            if (structural := event_of(row.body, row.kind)) is not None:
-                indexed.append((row.pos, structural))
+            structural = event_of(row.body, row.kind) is not None
         except InvalidEvent:
-            indexed.append((row.pos, None))
+            structural = True  # the derivation fails on it: the parent finds that out again
+        if structural:
+            indexed.append((row.pos, row.kind, row.body))
         if row.body is None:
             # Erased by a redaction: only the tree can vouch for the stored leaf.
             erased[row.pos] = (row.kind, row.idem_key)
@@ -202,7 +203,7 @@ class _Chunk(NamedTuple):
     #: the positions of redaction events whose erased positions were checked here
     redactions_checked: list[int]
     #: what the rows give the structural index's derivation (see ``_Checked``)
-    indexed: list[tuple[int, ev.Event | None]]
+    indexed: list[tuple[int, str, bytes | None]]
     #: the summary nodes among the rows whose content digest does not match (see ``_Checked``)
     digests: list[tuple[int, str]]
     rows: _Checked | None
@@ -289,6 +290,15 @@ def _worker_chunks(sid: int, start: int) -> list[_Chunk]:
     return out
 
 
+def _index_events(rows: list[tuple[int, str, bytes | None]]) -> Iterator[tuple[int, ev.Event | None]]:
+    """Yield (pos, event) of rows that give index rows as the derivation reads them; None: unreadable."""
+    for pos, kind, body in rows:
+        try:
+            yield pos, structure_index.event_of(body, kind)
+        except InvalidEvent:
+            yield pos, None
+
+
 def _usable_cpus() -> int:
     if hasattr(os, "sched_getaffinity"):
         return len(os.sched_getaffinity(0))  # a process pinned to some cores gets no more workers
@@ -342,7 +352,7 @@ def verify_store(
                         assert part.rows is not None  # a chunk that is not clean carries its rows
                         positions = part.rows.positions
                 if derived is not None:
-                    derived.take(positions, part.indexed)
+                    derived.take(positions, _index_events(part.indexed))
                 digests += part.digests
                 done += n
                 if progress is not None:
