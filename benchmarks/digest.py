@@ -265,6 +265,12 @@ def _cpu_seconds() -> float:
     own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
+
+def _own_cpu_seconds() -> float:
+    """Return the CPU seconds of this process alone (with workers: what does not run in parallel)."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    return own.ru_utime + own.ru_stime
+
 #: Bytes of bodies hashed by the raw BLAKE3 reference (a sample: the store may not fit in memory).
 RAW_SAMPLE = 16_000_000
 
@@ -292,12 +298,13 @@ def verify_rows(repeat: int = 7, count: int = PARALLEL_FROM) -> Section:
             total += len(r.body)
         buf = b"".join(sample)
         cpu: dict[str, list[float]] = {"one CPU": [], "every CPU": []}
+        caller: list[float] = []  # with workers: CPU seconds of the calling process per second of wall time
 
         def run(pinned: bool) -> Callable[[], float]:
             def fn() -> float:
                 if allowed and pinned:
                     os.sched_setaffinity(0, {min(allowed)})
-                c0, t0 = _cpu_seconds(), time.perf_counter()
+                c0, o0, t0 = _cpu_seconds(), _own_cpu_seconds(), time.perf_counter()
                 try:
                     report = store.verify()
                 finally:
@@ -306,6 +313,8 @@ def verify_rows(repeat: int = 7, count: int = PARALLEL_FROM) -> Section:
                         os.sched_setaffinity(0, allowed)
                 assert report.ok, report.problems[:3]
                 cpu["one CPU" if pinned else "every CPU"].append((_cpu_seconds() - c0) / wall)
+                if not pinned:
+                    caller.append((_own_cpu_seconds() - o0) / wall)
                 return wall
             return fn
 
@@ -336,9 +345,15 @@ def verify_rows(repeat: int = 7, count: int = PARALLEL_FROM) -> Section:
                                   note=f"{cpus} CPUs, load average {load_before[0]:.1f} before, "
                                        f"{load_after[0]:.1f} after"))
         section.notes.append(f"one CPU: verify checks every chunk in its own process; every CPU: {cpus} worker "
-                             f"processes check chunks, the calling one folds them in order (from {PARALLEL_FROM:,} "
-                             f"events on); 1-minute load average {load_before[0]:.1f} before the timed rounds, "
+                             f"processes check chunks, the calling one folds them in order and derives the "
+                             f"structural index from the events they hand over (from {PARALLEL_FROM:,} events on); "
+                             f"1-minute load average {load_before[0]:.1f} before the timed rounds, "
                              f"{load_after[0]:.1f} after, on {os.cpu_count()} logical CPUs")
+        if caller:
+            own = sorted(caller)[len(caller) // 2]
+            section.notes.append(f"every CPU: the calling process's own CPU seconds per second of wall time, median "
+                                 f"{own:.2f}: the work not spread over the workers")
+            section.data.append({"method": "Store.verify(), every CPU: calling process CPU/wall", "cpu_per_wall": own})
         store.close()
         child = subprocess.run([sys.executable, "-c", _RSS_CHILD, path], capture_output=True, text=True, check=True,
                                env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})

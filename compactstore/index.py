@@ -219,7 +219,8 @@ class _Rebuilt:
 
 
 def verify_session(
-    run: Run, session_id: int, heads: Iterable[int], add: Callable[[int | None, str], None], *, full: bool = True
+    run: Run, session_id: int, heads: Iterable[int], add: Callable[[int | None, str], None], *, full: bool = True,
+    derived: Rederivation | None = None,
 ) -> None:
     """Derive the session's index again from its bodies and report every row that differs.
 
@@ -227,7 +228,8 @@ def verify_session(
     what the log up to the latest gives. ``add(pos, what)`` reports a problem. With
     ``full`` false (a session with redactions, whose erased bodies no longer give their
     facts, and whose index is never read: see :meth:`Index.of`) only the kinds of the
-    rows are checked.
+    rows are checked. ``derived``: the index already derived from the log by a pass
+    that read it (else it is read here).
     """
     sql = IndexSQL(run, session_id)
     stored = _stream(sql)
@@ -237,10 +239,15 @@ def verify_session(
                 add(r.pos, f"row {tuple(r)} is not an index row")
         return
     try:
-        want = sorted(derive(run, session_id, max(heads, default=0)), key=_order)
+        # A derivation up to another size (rows written since it started) is done again here.
+        size = max(heads, default=0)
+        rows = derived.rows() if derived is not None and derived.stop == size else derive(run, session_id, size)
     except (InvalidEvent, AssertionError):
+        rows = None
+    if rows is None:
         add(None, "the log cannot be read in order to derive the index again")  # the log's own checks say why
         return
+    want = sorted(rows, key=_order)
     got = sorted(stored, key=_order)
     if want != got:
         wanted, have = set(want), set(got)
@@ -262,6 +269,80 @@ def derive(run: Run, session_id: int, size: int) -> list[IndexRow]:
     for pos, event in _log(run, session_id, 0, size):
         deriver.add(pos, event)
     return deriver.rows
+
+
+def event_of(body: bytes | None, kind: str) -> ev.Event | None:
+    """Return a stored row's event as :func:`derive` reads it, or None for one that gives no index row.
+
+    Raises:
+        InvalidEvent: the body is one to decode and is not a valid event.
+    """
+    event = _event(body, kind)
+    return None if event is _PLAIN else event
+
+
+class Rederivation:
+    """The index of a session derived again from rows read elsewhere, in position order (verify's pass).
+
+    It takes what :func:`derive` would read of positions ``[0, stop)``: the positions of
+    the rows, and the events of those that may give index rows (:func:`event_of`, None
+    for a body that cannot be read). The rows in between give no row of their own and
+    are only counted, so a plain log costs O(1) per batch of rows, not a pass over it.
+    """
+
+    def __init__(self, run: Run, session_id: int, stop: int) -> None:
+        #: the position past the last one derived: the size of the session's latest head
+        self.stop = stop
+        self._deriver = Deriver(0, _Rebuilt(run, session_id))
+        self._next = 0  # the position the next row must have
+        self._failed = False
+
+    def take(self, positions: Sequence[int], events: Iterable[tuple[int, ev.Event | None]]) -> None:
+        """Take the next rows: their positions in order (a ``range`` when consecutive) and the events among them."""
+        if self._failed:
+            return
+        stop, nxt = self.stop, self._next
+        if isinstance(positions, range) and positions.step == 1:
+            lo, hi = max(positions.start, 0), min(positions.stop, stop)
+            ok = lo >= hi or lo == nxt
+            nxt = max(nxt, hi)
+        else:
+            kept = [p for p in positions if 0 <= p < stop]
+            ok = kept == list(range(nxt, nxt + len(kept)))
+            nxt += len(kept)
+        if not ok:
+            self._failed = True  # derive() stops at the first position out of order: its outcome is the same
+            return
+        for pos, event in events:
+            if 0 <= pos < stop:
+                if event is None:
+                    self._failed = True
+                    return
+                self._plain_upto(pos)
+                self._deriver.add(pos, event)
+        self._next = nxt
+
+    def rows(self) -> list[IndexRow] | None:
+        """Return what :func:`derive` gives up to ``stop``.
+
+        None where :func:`derive` raises: a body is not a valid event, or the positions
+        are not 0, 1, 2, ...
+        """
+        if self._failed:
+            return None
+        self._plain_upto(self._next)
+        return list(self._deriver.rows)
+
+    def _plain_upto(self, pos: int) -> None:
+        """Take plain events at the positions up to ``pos``: only the last before a snapshot does more than count."""
+        d, every = self._deriver, structure.SNAPSHOT_EVERY
+        while d.size < pos:
+            boundary = (d.size // every + 1) * every
+            if boundary > pos:
+                d.size = pos
+            else:
+                d.size = boundary - 1
+                d.add(boundary - 1, _PLAIN)
 
 
 def _order(r: IndexRow) -> tuple[int, str, int, str, str]:
@@ -289,13 +370,20 @@ def verify_store(backend: Backend, sessions: Sequence[tuple[int, str]], add: Cal
 
     Called by :meth:`Store.verify` once the log itself is checked.
     """
-    run: Run = backend.index_run
-    redacted = backend.redactions
-    for sid in orphans(run):
-        add(None, None, f"rows name session id {sid}, which does not exist")
+    verify_orphans(backend.index_run, lambda pos, what: add(None, pos, what))
     for sid, name in sessions:
-        heads = [h.size for h in all_heads(backend, sid, _CHUNK)]
-        verify_session(run, sid, heads, lambda pos, what, name=name: add(name, pos, what),  # type: ignore[misc]
-                       full=not redacted(sid))
+        verify_stored_session(backend, sid, lambda pos, what, name=name: add(name, pos, what))  # type: ignore[misc]
 
 
+def verify_orphans(run: Run, add: Callable[[int | None, str], None]) -> None:
+    """Report the index's rows of sessions that do not exist; ``add(pos, what)``."""
+    for sid in orphans(run):
+        add(None, f"rows name session id {sid}, which does not exist")
+
+
+def verify_stored_session(
+    backend: Backend, sid: int, add: Callable[[int | None, str], None], derived: Rederivation | None = None
+) -> None:
+    """Check the structural index of one session of ``backend``, against ``derived`` if given (see :func:`verify_session`)."""
+    heads = [h.size for h in all_heads(backend, sid, _CHUNK)]
+    verify_session(backend.index_run, sid, heads, add, full=not backend.redactions(sid), derived=derived)

@@ -16,7 +16,6 @@ in order, which is what a summary stands for: the report is the same either way.
 from __future__ import annotations
 
 import os
-import threading
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -114,15 +113,32 @@ class _Checked(NamedTuple):
     #: the positions each redaction event lists, by its position
     redacts: dict[int, list[int]]
     problems: list[tuple[int, str, str]]
+    #: (pos, kind, body) of the rows that may give structural index rows (the others give
+    #: none): decoded where the index is derived, as bytes cross processes cheaper than events
+    indexed: list[tuple[int, str, bytes | None]]
+    #: (pos, what) for the summary nodes whose content digest does not match their span
+    digests: list[tuple[int, str]]
 
 
-def _check_rows(rows: list[Row]) -> _Checked:
+def _check_rows(rows: list[Row], spans: tuple[Backend, int] | None) -> _Checked:
+    """Check rows' bodies; ``spans``: the backend and session id to check summary nodes' content digests in."""
     hashed = iter(merkle.leaf_hashes([r.body for r in rows if r.body is not None]))
     leaves: list[bytes] = []
     erased: dict[int, tuple[str, str | None]] = {}
     redacts: dict[int, list[int]] = {}
     problems: list[tuple[int, str, str]] = []
+    indexed: list[tuple[int, str, bytes | None]] = []
+    digests: list[tuple[int, str]] = []
+    event_of = structure_index.event_of
     for row in rows:
+        # Read here for the index's derivation too: the parent then derives it without
+        # reading the log again, from the few rows that give index rows.
+        try:
+            structural = event_of(row.body, row.kind) is not None
+        except InvalidEvent:
+            structural = True  # the derivation fails on it: the parent finds that out again
+        if structural:
+            indexed.append((row.pos, row.kind, row.body))
         if row.body is None:
             # Erased by a redaction: only the tree can vouch for the stored leaf.
             erased[row.pos] = (row.kind, row.idem_key)
@@ -135,7 +151,10 @@ def _check_rows(rows: list[Row]) -> _Checked:
         event = _check_body(row.body, row.kind, row.idem_key, row.pos, problems)
         if isinstance(event, ev.Redaction):
             redacts[row.pos] = list(event.positions)
-    return _Checked([r.pos for r in rows], [r.seq for r in rows], leaves, erased, redacts, problems)
+        elif spans is not None and row.kind == "node" and isinstance(event, ev.Summary) and event.content_digest is not None:
+            if (what := _content_digest_problem(*spans, row.pos, event)) is not None:
+                digests.append((row.pos, what))
+    return _Checked([r.pos for r in rows], [r.seq for r in rows], leaves, erased, redacts, problems, indexed, digests)
 
 
 class _Redactions(NamedTuple):
@@ -183,13 +202,17 @@ class _Chunk(NamedTuple):
     redacted: int
     #: the positions of redaction events whose erased positions were checked here
     redactions_checked: list[int]
+    #: what the rows give the structural index's derivation (see ``_Checked``)
+    indexed: list[tuple[int, str, bytes | None]]
+    #: the summary nodes among the rows whose content digest does not match (see ``_Checked``)
+    digests: list[tuple[int, str]]
     rows: _Checked | None
 
 
 def _check_chunk(backend: Backend, sid: int, start: int, reds: _Redactions, keep_rows: bool) -> _Chunk:
     """Check positions ``[start, start + _CHUNK)``; ``keep_rows``: return the rows' findings even when clean."""
     rows = list(backend.rows(sid, start, start + _CHUNK, _CHUNK))
-    checked = _check_rows(rows)
+    checked = _check_rows(rows, (backend, sid))
     n = len(rows)
     seqs = checked.seqs
     clean = (
@@ -214,7 +237,7 @@ def _check_chunk(backend: Backend, sid: int, start: int, reds: _Redactions, keep
             if p in reds.by:
                 done.append(p)
     if not clean:
-        return _Chunk(start, n, False, 0, 0, [], {}, [], 0, [], checked)
+        return _Chunk(start, n, False, 0, 0, [], {}, [], 0, [], checked.indexed, checked.digests, checked)
     levels = merkle.subtree_levels(checked.leaves)
     nodes: list[tuple[int, str]] = []
     for level in range(1, len(levels)):
@@ -233,8 +256,8 @@ def _check_chunk(backend: Backend, sid: int, start: int, reds: _Redactions, keep
         if h.size <= start + n
     }
     pieces = [(lv, levels[lv][i]) for lv, i in merkle.cover(0, n)]
-    return _Chunk(start, n, True, seqs[0], seqs[-1], pieces, tails, nodes, redacted, done,
-                  checked if keep_rows else None)
+    return _Chunk(start, n, True, seqs[0], seqs[-1], pieces, tails, nodes, redacted, done, checked.indexed,
+                  checked.digests, checked if keep_rows else None)
 
 
 # One backend per worker process, opened by the pool's initializer, and the redaction
@@ -267,30 +290,13 @@ def _worker_chunks(sid: int, start: int) -> list[_Chunk]:
     return out
 
 
-class _IndexCheck(threading.Thread):
-    """The structural index checked in a thread, on its own connection; ``join()`` re-raises its error."""
-
-    def __init__(self, target: str, sessions: Sequence[tuple[int, str]]) -> None:
-        super().__init__(name="compactstore-verify-index", daemon=True)
-        self.target, self.sessions = target, sessions
-        self.found: list[tuple[str | None, int | None, str]] = []
-        self.error: BaseException | None = None
-        self.start()
-
-    def run(self) -> None:
+def _index_events(rows: list[tuple[int, str, bytes | None]]) -> Iterator[tuple[int, ev.Event | None]]:
+    """Yield (pos, event) of rows that give index rows as the derivation reads them; None: unreadable."""
+    for pos, kind, body in rows:
         try:
-            own = open_backend(self.target, durable=False)
-            try:
-                structure_index.verify_store(own, self.sessions, lambda name, pos, what: self.found.append((name, pos, what)))
-            finally:
-                own.close()
-        except BaseException as exc:  # handed to the caller: a failed check must never read as a clean one
-            self.error = exc
-
-    def join(self, timeout: float | None = None) -> None:
-        super().join(timeout)
-        if self.error is not None:
-            raise self.error
+            yield pos, structure_index.event_of(body, kind)
+        except InvalidEvent:
+            yield pos, None
 
 
 def _usable_cpus() -> int:
@@ -323,29 +329,49 @@ def verify_store(
     found = _Problems()
     done = 0
     sessions = backend.sessions()
-    # The index is re-derived in one ordered pass: with workers, a thread of this process
-    # does it on its own connection while they check the log (this process mostly waits).
-    index_check = _IndexCheck(store.target, sessions) if pool is not None else None
+    # The structural index's problems are listed after every session's own.
+    index_found: list[tuple[str | None, int | None, str]] = []
+    structure_index.verify_orphans(backend.index_run, lambda pos, what: index_found.append((None, pos, what)))
     try:
         for sid, name in sessions:
             session = _SessionCheck(store, sid, name, found)
+            # The index is derived again from what the pass over the rows gives (a session
+            # with redactions has only the kinds of its rows checked: nothing to derive).
+            head = backend.head(sid)
+            derived = (None if session.reds.erased
+                       else structure_index.Rederivation(backend.index_run, sid, 0 if head is None else head.size))
+            digests: list[tuple[int, str]] = []
             for part in _session_parts(backend, sid, session.reds, pool, workers):
-                n = session.rows(part) if isinstance(part, _Checked) else session.chunk(part)
+                if isinstance(part, _Checked):
+                    n = session.rows(part)
+                    positions: Sequence[int] = part.positions
+                else:
+                    n = session.chunk(part)
+                    if part.clean:  # its rows are exactly its positions
+                        positions = range(part.start, part.start + part.length)
+                    else:
+                        assert part.rows is not None  # a chunk that is not clean carries its rows
+                        positions = part.rows.positions
+                if derived is not None:
+                    derived.take(positions, _index_events(part.indexed))
+                digests += part.digests
                 done += n
                 if progress is not None:
                     progress(done, count)
             session.finish()
-            _check_content_digests(backend, sid, name, found)
+            for at, what in digests:
+                found.add(name, "events", at, what)
+
+            def index_problem(pos: int | None, what: str, name: str = name) -> None:
+                index_found.append((name, pos, what))
+
+            structure_index.verify_stored_session(backend, sid, index_problem, derived)
         file = integrity.result() if integrity is not None else backend.integrity()
     finally:
         if pool is not None:
             pool.shutdown(cancel_futures=True)
-    if index_check is None:
-        structure_index.verify_store(backend, sessions, lambda name, pos, what: found.add(name, TABLE, pos, what))
-    else:
-        index_check.join()
-        for session_name, pos, what in index_check.found:
-            found.add(session_name, TABLE, pos, what)
+    for session_name, pos, what in index_found:
+        found.add(session_name, TABLE, pos, what)
     # Store-wide problems are listed first.
     problems = _store_problems(store, file, count, lo, hi) + found.items
     listed = problems[:MAX_PROBLEMS]
@@ -381,7 +407,7 @@ def _session_parts(
     (past a gap) and, first, any below 0: no row hides outside the chunks.
     """
     for rows in chunked(backend.rows(sid, _FLOOR, 0, _CHUNK), _CHUNK):  # rows no real append could write
-        yield _check_rows(rows)
+        yield _check_rows(rows, (backend, sid))
     start = 0
     # The latest head's size is a hint only (a wrong one costs time, never a finding): a
     # session within one chunk is checked here, sparing many small sessions the
@@ -411,7 +437,7 @@ def _session_parts(
                     f.cancel()
                 break
     for rows in chunked(backend.rows(sid, start, None, _CHUNK), _CHUNK):  # rows past a gap of a whole chunk
-        yield _check_rows(rows)
+        yield _check_rows(rows, (backend, sid))
 
 
 class _Heads:
@@ -466,7 +492,7 @@ class _SessionCheck:
         checked = chunk.rows
         if checked is None:  # clean, but out of step (rows before it were missing): re-read it here
             rows = list(self.store.backend.rows(self.sid, chunk.start, chunk.start + _CHUNK, _CHUNK))
-            checked = _check_rows(rows)
+            checked = _check_rows(rows, None)  # its content digests came with the chunk
         return self.rows(checked)
 
     def _whole(self, chunk: _Chunk) -> bool:
@@ -595,8 +621,8 @@ def _check_head(store: Store, name: str, head: HeadRow, prev: int, root: bytes |
         found.add(name, "heads", head.size, "seal does not match (session name, size, root, prev)" + (" under the key" if store.mac_key else ""))
 
 
-def _check_content_digests(backend: Backend, sid: int, name: str, found: _Problems) -> None:
-    """Check each summary node's content digest against the bodies of the span it covers.
+def _content_digest_problem(backend: Backend, sid: int, pos: int, node: ev.Summary) -> str | None:
+    """Check the content digest of the summary node at ``pos`` against the bodies of the span it covers.
 
     The rest of verify() ties bodies to leaves and leaves to heads; this ties a node's
     content digest, which restoration trusts in place of a Merkle rehash, to the bodies.
@@ -604,32 +630,25 @@ def _check_content_digests(backend: Backend, sid: int, name: str, found: _Proble
     """
     from .compaction import content_digest_of
 
-    for row in backend.kind_rows(sid, "node"):
-        try:
-            node = ev.decode(row.body) if row.body is not None else None
-        except InvalidEvent:
-            continue  # reported with the body itself
-        if not isinstance(node, ev.Summary) or node.content_digest is None:
-            continue
-        if not 0 <= node.start < node.stop <= row.pos:
-            found.add(name, "events", row.pos, f"node covers [{node.start}, {node.stop}), not a span before it")
-            continue
-        nxt, gapless, redacted = node.start, True, False
+    if not 0 <= node.start < node.stop <= pos:
+        return f"node covers [{node.start}, {node.stop}), not a span before it"
+    nxt, gapless, redacted = node.start, True, False
 
-        def chunks() -> Iterator[list[bytes]]:
-            nonlocal nxt, gapless, redacted
-            for chunk in chunked(backend.rows(sid, node.start, node.stop, _CHUNK), _CHUNK):
-                for r in chunk:
-                    gapless = gapless and r.pos == nxt
-                    nxt += 1
-                    redacted = redacted or r.body is None
-                yield [r.body or b"" for r in chunk]
+    def chunks() -> Iterator[list[bytes]]:
+        nonlocal nxt, gapless, redacted
+        for chunk in chunked(backend.rows(sid, node.start, node.stop, _CHUNK), _CHUNK):
+            for r in chunk:
+                gapless = gapless and r.pos == nxt
+                nxt += 1
+                redacted = redacted or r.body is None
+            yield [r.body or b"" for r in chunk]
 
-        got = content_digest_of(chunks()).hex()
-        if redacted:
-            continue
-        if not gapless or nxt != node.stop:
-            found.add(name, "events", row.pos, f"positions of [{node.start}, {node.stop}) are missing or out of order")
-        elif got != node.content_digest:
-            found.add(name, "events", row.pos, f"content digest of [{node.start}, {node.stop}) does not match its bodies: "
-                      f"the node records {node.content_digest[:16]}…, the bodies give {got[:16]}…")
+    got = content_digest_of(chunks()).hex()
+    if redacted:
+        return None
+    if not gapless or nxt != node.stop:
+        return f"positions of [{node.start}, {node.stop}) are missing or out of order"
+    if got != node.content_digest:
+        return (f"content digest of [{node.start}, {node.stop}) does not match its bodies: "
+                f"the node records {(node.content_digest or '')[:16]}…, the bodies give {got[:16]}…")
+    return None
