@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Protocol
 import msgspec
 
 from . import events as ev
-from .backends.index import TABLE, IndexSQL, IndexTuple, Run
+from .backends.index import IndexSQL, IndexTuple, Run
 from .backends.index import orphans as _orphans
 from .backends import all_heads
 from .errors import IntegrityError, InvalidEvent

@@ -249,25 +249,27 @@ def resolve(
     # Each coordinate's stored descendants: a run at the stored level at or below it,
     # each stored coordinate fetched once even when two runs share it.
     slot: dict[Coord, int] = {}
-    runs: list[tuple[Coord, int, int]] = []
+    # (coordinate, its run's first slot, the run's length, whether the run's slots are
+    # consecutive: all new when it was listed, none listed first by an earlier run)
+    runs: list[tuple[Coord, int, int, bool]] = []
     for c in wanted:
         level, idx = c
         up = level % TILE_HEIGHT
         base, lo = level - up, idx << up
-        first = slot.setdefault((base, lo), len(slot))
+        before = len(slot)
+        first = slot.setdefault((base, lo), before)
         for j in range(lo + 1, lo + (1 << up)):
             slot.setdefault((base, j), len(slot))
-        runs.append((c, first, 1 << up))
+        runs.append((c, first, 1 << up, first == before and len(slot) == before + (1 << up)))
     got = fetch(list(slot)) if slot else []
     out: dict[Coord, bytes] = {}
-    for c, first, n in runs:
+    for c, first, n, consecutive in runs:
         if n == 1:
             out[c] = got[first]
             continue
         level, idx = c
         base, lo = level - level % TILE_HEIGHT, idx << (level % TILE_HEIGHT)
-        # The run's slots are consecutive unless an earlier run listed part of it first.
-        row = got[first : first + n] if slot[(base, lo + n - 1)] == first + n - 1 else [got[slot[(base, j)]] for j in range(lo, lo + n)]
+        row = got[first : first + n] if consecutive else [got[slot[(base, j)]] for j in range(lo, lo + n)]
         while n > 1:
             row = [node(row[k], row[k + 1]) for k in range(0, n, 2)]
             n >>= 1

@@ -930,3 +930,12 @@ def test_leaf_hashes_equal_one_leaf_hash_per_entry(algo: str) -> None:
     entries = [b"", b"x", b"a" * 1023, b"b" * 1024, b"c" * 1025, b"d" * 5000, b"e" * 16384, b"f"]
     assert merkle.leaf_hashes(entries, algo) == [merkle.leaf_hash(e, algo) for e in entries]
     assert merkle.leaf_hashes(entries, algo) == [naive.leaf(e, algo) for e in entries]
+
+
+def test_resolve_a_run_whose_leaves_were_listed_apart_by_earlier_coordinates() -> None:
+    """Leaves asked for alone, out of order, before the subtree over them: the subtree still hashes them in order."""
+    entries = [b"", b"", b"\x00", b"", b"", b""]
+    lookup = naive.complete_subtrees(entries, "blake3")
+    coords = [(0, 2), (0, 0), (0, 4), (2, 0)]
+    got = merkle.resolve(coords, _stored_fetch(lookup, []), "blake3")
+    assert got == {c: lookup[c] for c in coords}
