@@ -328,6 +328,16 @@ def test_nothing_runs_in_a_writer_after_its_insert_committed(pg_url: str) -> Non
         assert st.backend.head(sid) == HeadRow(2, head.root, 1, head.seal)  # and not rolled back
 
 
+def _one_event(st: cs.Store) -> tuple[int, Any, Any]:
+    """Append one turn to session "s"; return its id, head and row (for writing past them by hand)."""
+    st.session("s").append(cs.Turn("user", "x"))
+    sid = st.backend.session_id("s")
+    assert sid is not None
+    head, row = st.backend.head(sid), st.backend.row(sid, 0)
+    assert head is not None and row is not None
+    return sid, head, row
+
+
 @pytest.mark.parametrize("read_first", [False, True])
 def test_a_writers_index_rows_reach_the_index_exactly(pg_url: str, owner: psycopg.Connection[Any], read_first: bool) -> None:
     """Index rows travel as arguments of the insert's call, or as literal SQL when a read comes first; either way exactly."""
@@ -337,11 +347,7 @@ def test_a_writers_index_rows_reach_the_index_exactly(pg_url: str, owner: psycop
     rows = [(5, "binding", k, i, t) for i, (k, t) in enumerate(zip(odd, reversed(odd)))] + [(5, "open_at", "tool_call/c1", 4, "")]
     insert = f"INSERT INTO {INDEX_TABLE} (session_id, pos, rel, key, num, text) VALUES "
     with cs.open(pg_url) as st:
-        st.session("s").append(cs.Turn("user", "x"))
-        sid = st.backend.session_id("s")
-        assert sid is not None
-        head, row = st.backend.head(sid), st.backend.row(sid, 0)
-        assert head is not None and row is not None
+        sid, head, row = _one_event(st)
         with st.backend.writer("s") as w:
             w.index_run(insert + ", ".join(["(?, ?, ?, ?, ?, ?)"] * len(rows)), [v for r in rows for v in (sid, *r)])
             if read_first:
@@ -357,11 +363,7 @@ def test_a_nul_in_an_index_row_is_refused_before_the_server(pg_url: str) -> None
     from compactstore.backends import HeadRow
 
     with cs.open(pg_url) as st:
-        st.session("s").append(cs.Turn("user", "x"))
-        sid = st.backend.session_id("s")
-        assert sid is not None
-        head, row = st.backend.head(sid), st.backend.row(sid, 0)
-        assert head is not None and row is not None
+        sid, head, row = _one_event(st)
         with pytest.raises(cs.CompactStoreError, match="NUL"):
             with st.backend.writer("s") as w:
                 w.index_run(f"INSERT INTO {INDEX_TABLE} (session_id, pos, rel, key, num, text) VALUES (?, ?, ?, ?, ?, ?)",
