@@ -48,7 +48,7 @@ from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import harness  # noqa: E402
-from harness import Goal, Section, Stat, interleaved, rate, ratio, seconds  # noqa: E402
+from harness import Goal, Method, Section, Stat, interleaved, rate, ratio, seconds  # noqa: E402
 from plain import CLOCK_START, PlainPostgres, PlainSQLite, turns  # noqa: E402
 
 import compactstore as cs  # noqa: E402
@@ -59,8 +59,11 @@ ROUND_BATCHES = 3
 SMALL = 10_000
 PG_ENV = "COMPACTSTORE_BENCH_PG_URL"
 
+#: One mode of :func:`_matrix`: its label, rows per timed round and its methods, reference first.
+Mode = tuple[str, int, list[tuple[str, Method]]]
 
-def _matrix(section: Section, methods_by_mode: list[tuple[str, int, list[tuple[str, Callable[[], Any]]]]],
+
+def _matrix(section: Section, methods_by_mode: list[Mode],
             repeat: int, goal_modes: set[str], extra: dict[str, Any] | None = None) -> None:
     """Run each mode's methods interleaved; the first method of a mode is its reference."""
     for mode, n, methods in methods_by_mode:
@@ -88,7 +91,7 @@ def durability_rows(repeat: int, singles: int) -> Section:
     try:
         work = turns(BATCH)
         ones = work[:singles]
-        modes = []
+        modes: list[Mode] = []
         for sync, durable in (("NORMAL", False), ("FULL", True)):
             for kind in ("batched", "single"):
                 tag = f"{kind}-{sync}"
@@ -182,28 +185,31 @@ def scale_rows(repeat: int, sizes: list[int], singles: int) -> Section:
                   f"({harness.disk_bytes(os.path.join(tmp, f'cs-{size}.db')) / 1e6:,.0f} MB)", flush=True)
 
         # One transaction per round here: the sessions should stay near their sizes.
-        def plain_batch(p: PlainSQLite) -> Callable[[], float]:
+        # Each method is made from a size's pair of logs and times one of them.
+        def plain_batch(s: cs.Session, p: PlainSQLite) -> Method:
             return lambda: _plain_batches(p, work, 1)
 
-        def cs_batch(s: cs.Session) -> Callable[[], object]:
-            return lambda: s.extend(work)
+        def cs_batch(s: cs.Session, p: PlainSQLite) -> Method:
+            def fn() -> None:
+                s.extend(work)
+            return fn
 
-        def cs_single(s: cs.Session) -> Callable[[], None]:
+        def cs_single(s: cs.Session, p: PlainSQLite) -> Method:
             def fn() -> None:
                 for e in ones:
                     s.append(e)
             return fn
 
-        modes = [
+        modes: list[tuple[str, int, str, Callable[[cs.Session, PlainSQLite], Method]]] = [
             ("batched 1,000 per transaction", BATCH, "compactstore Session.extend", cs_batch),
             ("batched 1,000 per transaction", BATCH, "plain sqlite3 executemany", plain_batch),
             ("one per transaction", singles, "compactstore Session.append", cs_single),
         ]
         for mode, n, name, make in modes:
-            methods = []
+            methods: list[tuple[str, Method]] = []
             for size in sizes:
                 s, p = logs[size]
-                methods.append((f"{name} at {size:,}", make(p if name.startswith("plain") else s)))
+                methods.append((f"{name} at {size:,}", make(s, p)))
             got = interleaved(methods, repeat)
             ref = Stat.of(got[methods[0][0]]).median
             for (label, _), size in zip(methods, sizes):
@@ -271,6 +277,9 @@ def postgres_rows(repeat: int, url: str, singles: int) -> Section:
                 plain_s.insert((row,))
             return time.perf_counter() - t0
 
+        def cs_batch() -> None:
+            sb.extend(work)
+
         def cs_single() -> None:
             for e in ones:
                 ss.append(e)
@@ -279,7 +288,7 @@ def postgres_rows(repeat: int, url: str, singles: int) -> Section:
         # and the WAL it writes (a CPU-bound machine turns CPU into latency).
         costs: dict[str, list[tuple[float, float]]] = {"plain": [], "compactstore": []}
 
-        def costed(side: str, fn: Callable[[], float | None]) -> Callable[[], float]:
+        def costed(side: str, fn: Method) -> Callable[[], float]:
             def run() -> float:
                 lsn = admin.execute("SELECT pg_current_wal_lsn()").fetchone()
                 c0, t0 = time.process_time(), time.perf_counter()
@@ -293,7 +302,7 @@ def postgres_rows(repeat: int, url: str, singles: int) -> Section:
 
         _matrix(section, [
             ("batched 1,000 per transaction", BATCH, [("plain psycopg executemany", plain_batch),
-                                                      ("compactstore Session.extend", lambda: sb.extend(work))]),
+                                                      ("compactstore Session.extend", cs_batch)]),
             ("one per transaction", singles, [("plain psycopg single-row commit", costed("plain", plain_single)),
                                               ("compactstore Session.append", costed("compactstore", cs_single))]),
         ], repeat, {"batched 1,000 per transaction", "one per transaction"})
@@ -324,7 +333,8 @@ def _pg_server(url: str | None, temp: str | None) -> Iterator[str]:
         yield url
         return
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-    from pg import TempServer, find_bin_dir
+    # tests/pg.py: on the path only once the line above has run, so mypy does not see it.
+    from pg import TempServer, find_bin_dir  # type: ignore[import-not-found]
 
     bin_dir = find_bin_dir()
     if bin_dir is None:
@@ -356,8 +366,11 @@ def main(argv: list[str] | None = None) -> int:
     info = harness.machine()
     harness.print_machine(info, args.repeat)
     sections = []
-    for name, part in (("durability", lambda: durability_rows(args.repeat, args.singles)),
-                       ("scale", lambda: scale_rows(args.repeat, sizes, args.singles))):
+    parts: tuple[tuple[str, Callable[[], Section]], ...] = (
+        ("durability", lambda: durability_rows(args.repeat, args.singles)),
+        ("scale", lambda: scale_rows(args.repeat, sizes, args.singles)),
+    )
+    for name, part in parts:
         if args.only and name not in args.only:
             continue
         result = part()

@@ -96,7 +96,7 @@ class Truth:
 
     def needed(self, before: int) -> list[str]:
         """Return the binding keys the obligations open at ``before`` need, sorted."""
-        keys = set()
+        keys: set[str] = set()
         for name, (pos, needs) in self.obligations.items():
             if pos < before and not (name in self.fulfilled and self.fulfilled[name] < before):
                 keys.update(k for k in needs if self.value(k, before) is not None)
@@ -280,9 +280,9 @@ def _literal_sources(s: cs.Session, node: cs.Node | None, raw: list[tuple[int, c
                     see(e.pos, bound.key, e.value)
         for sp in node.spills:  # an L2 carries its children's spills, maybe of values re-bound since
             see(sp.source, sp.key, s.spilled(sp.handle))
-    for pos, e in raw:
-        if isinstance(e, cs.Binding):
-            see(pos, e.key, e.value)
+    for pos, event in raw:
+        if isinstance(event, cs.Binding):
+            see(pos, event.key, event.value)
     return {k: v for k, (p, v) in found.items() if p not in superseded}
 
 
@@ -391,7 +391,7 @@ def _check(plans: list[Plan], truth: Plan) -> tuple[bool, bool]:
 def simulate(drop: float | None, sessions: int, steps: int, every: int, seed: int) -> tuple[Tally, Tally, dict[str, Any]]:
     """Run ``sessions`` seeded sessions at drop rate ``drop``; return the naive and compactstore tallies."""
     naive, ours = Tally(), Tally()
-    extra = {"gate_refusals": 0, "events": 0, "l1": 0, "l2": 0, "marker_invalid": {}}
+    extra: dict[str, Any] = {"gate_refusals": 0, "events": 0, "l1": 0, "l2": 0, "marker_invalid": {}}
     tmp = tempfile.mkdtemp(prefix="cs-bench-sim-")
     try:
         for k in range(sessions):
@@ -437,7 +437,8 @@ def _resume_point(agent: Agent, naive: Tally, ours: Tally, extra: dict[str, Any]
     try:
         marker = s.mark(node)
     except cs.MarkerInvalid as exc:
-        for v in exc.violations:  # type: ignore[attr-defined]
+        for v in exc.violations:
+            assert isinstance(v, cs.Violation)
             extra["marker_invalid"][v.condition] = extra["marker_invalid"].get(v.condition, 0) + 1
         marker = s.mark_raw()
     outcomes = [store_resume(agent, marker, size)]

@@ -110,6 +110,8 @@ def _adapters(ax: Any, adapters: dict[str, Any] | None, peers: dict[str, Any] | 
     rows: list[tuple[str, float, str]] = []
     data = adapters["sections"][0]["data"] if adapters and adapters.get("sections") else []
     groups: dict[tuple[str, int], dict[str, dict[str, Any]]] = {}
+    ours: dict[str, Any] | None
+    theirs: dict[str, Any] | None
     for d in data:
         side = d.get("side") or ("adapter" if d["store"].startswith("CompactStore") else "stock")
         groups.setdefault((d["framework"], d["per_call"]), {})[side] = d
