@@ -37,17 +37,12 @@ from .backends.index import orphans as _orphans
 from .backends import all_heads
 from .errors import IntegrityError, InvalidEvent
 from . import structure
-from .structure import Deriver, IndexRow, apply_items, superseded_text
+from .structure import STRUCTURAL_KINDS, Deriver, IndexRow, apply_items, superseded_text
 
 if TYPE_CHECKING:
     from .backends import Backend
     from .store import Session
 
-#: Kinds whose events can give index rows whatever their fields (the rest give rows only
-#: through ``status`` or ``supersedes``).
-_STRUCTURAL_KINDS = frozenset(
-    {"binding", "tool_call", "tool_result", "obligation", "fulfilment", "handle_opened", "handle_closed"}
-)
 _RELS = frozenset({"open", "close", "negative", "binding", "open_at"})
 _PLAIN = ev.Checkpoint(id="-")  # stands for an event that gives no row
 _CHUNK = 2048
@@ -61,12 +56,21 @@ def _row(t: IndexTuple) -> IndexRow:
     return IndexRow(*t)
 
 
+def may_give_rows(body: bytes | None, kind: str) -> bool:
+    """Return whether a stored row may give index rows, from its kind and bytes alone (no decoding).
+
+    Only structural kinds and events with a ``status`` or ``supersedes`` can; a redacted
+    row (no body) is counted in, as the derivation must meet it.
+    """
+    return body is None or kind in STRUCTURAL_KINDS or b'"status":' in body or b'"supersedes":' in body
+
+
 def _event(body: bytes | None, kind: str) -> ev.Event:
     """Decode ``body``, or skip it when its kind and bytes show it gives no index row."""
+    if not may_give_rows(body, kind):
+        return _PLAIN
     if body is None:
         return ev.Redacted(by=-1)
-    if kind not in _STRUCTURAL_KINDS and b'"status":' not in body and b'"supersedes":' not in body:
-        return _PLAIN
     return ev.decode(body)
 
 
@@ -334,15 +338,8 @@ class Rederivation:
         return list(self._deriver.rows)
 
     def _plain_upto(self, pos: int) -> None:
-        """Take plain events at the positions up to ``pos``: only the last before a snapshot does more than count."""
-        d, every = self._deriver, structure.SNAPSHOT_EVERY
-        while d.size < pos:
-            boundary = (d.size // every + 1) * every
-            if boundary > pos:
-                d.size = pos
-            else:
-                d.size = boundary - 1
-                d.add(boundary - 1, _PLAIN)
+        """Take the plain events at the positions up to ``pos``."""
+        self._deriver.skip(pos)
 
 
 def _order(r: IndexRow) -> tuple[int, str, int, str, str]:

@@ -22,11 +22,10 @@ TEXT_LIMIT = 160
 #: Opening and closing kinds, by the kind of item they open.
 _OPENS = {"tool_call": "tool_call", "handle_opened": "handle", "obligation": "obligation"}
 _CLOSES = {"tool_result": "tool_call", "handle_closed": "handle", "fulfilment": "obligation"}
+#: Kinds whose events can give index rows whatever their fields: items and bindings.
+STRUCTURAL_KINDS = frozenset({*_OPENS, *_CLOSES, "binding"})
 #: Event types that give an index row only through ``status`` or ``supersedes``.
-_INERT = frozenset(
-    t for t in ev.EVENT_TYPES
-    if t.__struct_config__.tag not in {*_OPENS, *_CLOSES, "binding"}
-)
+_INERT = frozenset(t for t in ev.EVENT_TYPES if t.__struct_config__.tag not in STRUCTURAL_KINDS)
 
 
 def text_of(event: ev.Event) -> str:
@@ -332,9 +331,15 @@ class Deriver:
         if self.size % SNAPSHOT_EVERY == 0:
             self._snapshot(self.size)
 
-    def finish(self) -> list[IndexRow]:
-        """Return the rows derived so far."""
-        return self.rows
+    def skip(self, stop: int) -> None:
+        """Take positions up to ``stop`` known to give no row: only the snapshots they cross are written."""
+        while self.size < stop:
+            boundary = (self.size // SNAPSHOT_EVERY + 1) * SNAPSHOT_EVERY
+            if boundary > stop:
+                self.size = stop
+            else:
+                self.size = boundary
+                self._snapshot(boundary)
 
     def _supersede(self, old: int, by: int) -> None:
         if old in self._negative or (old < self.start and self.prior.is_negative(old)):

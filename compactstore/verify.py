@@ -129,15 +129,12 @@ def _check_rows(rows: list[Row], spans: tuple[Backend, int] | None) -> _Checked:
     problems: list[tuple[int, str, str]] = []
     indexed: list[tuple[int, str, bytes | None]] = []
     digests: list[tuple[int, str]] = []
-    event_of = structure_index.event_of
+    may_give_rows = structure_index.may_give_rows
     for row in rows:
         # Read here for the index's derivation too: the parent then derives it without
-        # reading the log again, from the few rows that give index rows.
-        try:
-            structural = event_of(row.body, row.kind) is not None
-        except InvalidEvent:
-            structural = True  # the derivation fails on it: the parent finds that out again
-        if structural:
+        # reading the log again, from the few rows that may give index rows (and decodes
+        # only those: an unreadable one fails the derivation there as it would here).
+        if may_give_rows(row.body, row.kind):
             indexed.append((row.pos, row.kind, row.body))
         if row.body is None:
             # Erased by a redaction: only the tree can vouch for the stored leaf.
