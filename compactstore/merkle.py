@@ -213,19 +213,10 @@ def fold(hashes: Sequence[bytes], algo: str = "blake3") -> bytes:
     For the compact range of ``[0, n)`` this is the RFC 9162 tree root of size n; for
     an empty sequence it is the empty root.
     """
-    node = _hasher(algo)[1]
     if not hashes:
         return empty_root(algo)
+    node = _node_fn(algo)
     acc = hashes[-1]
-    if len(hashes) > 2 and algo == "blake3":
-        # One hasher reset per node, as in _pairs.
-        h = blake3()
-        reset, update, digest, prefix = h.reset, h.update, h.digest, NODE_PREFIX
-        for left in reversed(hashes[:-1]):
-            reset()
-            update(prefix + left + acc)
-            acc = digest()
-        return acc
     for left in reversed(hashes[:-1]):
         acc = node(left, acc)
     return acc
@@ -389,9 +380,7 @@ def span_root(entries: Sequence[bytes], start: int, stop: int, algo: str = "blak
     _check_size("start", start, 0, stop)
     _hasher(algo)
     # Every leaf of the span in one call, then each piece of the compact range from them.
-    leaves = _leaves(entries[start:stop], algo)
-    roots = [root_of_leaves(leaves[(i << lv) - start : ((i + 1) << lv) - start], algo) for lv, i in cover(start, stop)]
-    return fold(roots, algo)
+    return span_root_of_leaves(_leaves(entries[start:stop], algo), start, stop, algo, first=start)
 
 
 def span_root_of_leaves(
