@@ -16,7 +16,7 @@ from __future__ import annotations
 import enum
 import struct
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import msgspec
 from blake3 import blake3
@@ -29,7 +29,7 @@ from .events import Excerpt, Fact, Item, LossClass, SpillRef
 from .structure import Structure, build, text_of
 
 if TYPE_CHECKING:
-    from .backends import Row
+    from .backends import Backend, Row
     from .store import Record, Session
 
 __all__ = [
@@ -309,18 +309,47 @@ def _span_rows(session: Session, start: int, stop: int) -> Iterator[list[Row]]:
         raise IntegrityError(f"position {nxt} is missing", session=session.name, pos=nxt)
 
 
-def span_content(session: Session, start: int, stop: int) -> bytes | None:
-    """Return :func:`content_digest` of stored ``[start, stop)``, or None if a body there is redacted."""
-    erased = False
+class StoredSpan(NamedTuple):
+    """What one streamed read of a stored span gives (see :func:`stored_span`)."""
+
+    #: :func:`content_digest` of the bodies read, an erased one counted as empty
+    digest: bytes
+    #: the first position missing or out of order, None when ``[start, stop)`` is whole
+    missing: int | None
+    #: whether a body in the span was erased by a redaction
+    redacted: bool
+
+
+def stored_span(backend: Backend, session_id: int, start: int, stop: int) -> StoredSpan:
+    """Read ``[start, stop)`` of a session once, in chunks, and digest its bodies.
+
+    What a node's content digest is made from when it is written, and checked against by
+    ``verify()``; memory stays flat however long the span.
+    """
+    nxt, missing, redacted = start, None, False
 
     def bodies() -> Iterator[list[bytes]]:
-        nonlocal erased
-        for chunk in _span_rows(session, start, stop):
-            erased = erased or any(r.body is None for r in chunk)
+        nonlocal nxt, missing, redacted
+        for chunk in chunked(backend.rows(session_id, start, stop, _CHUNK), _CHUNK):
+            for r in chunk:
+                if missing is None and r.pos != nxt:
+                    missing = nxt
+                nxt += 1
+                redacted = redacted or r.body is None
             yield [r.body or b"" for r in chunk]
 
-    got = content_digest_of(bodies())
-    return None if erased else got  # an erased body can never be certified again
+    digest = content_digest_of(bodies())
+    if missing is None and nxt != stop:
+        missing = nxt
+    return StoredSpan(digest, missing, redacted)
+
+
+def span_content(session: Session, start: int, stop: int) -> bytes | None:
+    """Return :func:`content_digest` of stored ``[start, stop)``, or None if a body there is redacted."""
+    got = stored_span(session.store.backend, session._require_sid(), start, stop)
+    if got.missing is not None:
+        raise IntegrityError(f"position {got.missing} is missing", session=session.name, pos=got.missing)
+    return None if got.redacted else got.digest  # an erased body can never be certified again
 
 
 def check_content_digest(session: Session, node: ev.Summary, pos: int, pending: Sequence[Row]) -> None:

@@ -625,26 +625,16 @@ def _content_digest_problem(backend: Backend, sid: int, pos: int, node: ev.Summa
     content digest, which restoration trusts in place of a Merkle rehash, to the bodies.
     A span with a redacted body is skipped: nothing can certify it any more.
     """
-    from .compaction import content_digest_of
+    from .compaction import stored_span
 
     if not 0 <= node.start < node.stop <= pos:
         return f"node covers [{node.start}, {node.stop}), not a span before it"
-    nxt, gapless, redacted = node.start, True, False
-
-    def chunks() -> Iterator[list[bytes]]:
-        nonlocal nxt, gapless, redacted
-        for chunk in chunked(backend.rows(sid, node.start, node.stop, _CHUNK), _CHUNK):
-            for r in chunk:
-                gapless = gapless and r.pos == nxt
-                nxt += 1
-                redacted = redacted or r.body is None
-            yield [r.body or b"" for r in chunk]
-
-    got = content_digest_of(chunks()).hex()
-    if redacted:
+    span = stored_span(backend, sid, node.start, node.stop)
+    if span.redacted:
         return None
-    if not gapless or nxt != node.stop:
+    if span.missing is not None:
         return f"positions of [{node.start}, {node.stop}) are missing or out of order"
+    got = span.digest.hex()
     if got != node.content_digest:
         return (f"content digest of [{node.start}, {node.stop}) does not match its bodies: "
                 f"the node records {(node.content_digest or '')[:16]}…, the bodies give {got[:16]}…")
