@@ -641,10 +641,19 @@ def _open_writer(
 ) -> _PGWriter:
     """Begin a transaction on ``conn`` holding session ``name``'s lock, creating the session.
 
+    ``text`` is a text cursor of ``conn``, which the writer keeps for its other messages.
+    """
+    return _PGWriter(text, *_begin(conn, text, name))
+
+
+def _begin(
+    conn: psycopg.Connection[tuple[Any, ...]], text: psycopg.Cursor[tuple[Any, ...]], name: str
+) -> tuple[int, HeadRow | None]:
+    """Begin the transaction holding session ``name``'s lock; return its id and latest head.
+
     One round trip: the simple query protocol (which alone carries several statements in
     one message) sends BEGIN and the call of ``compactstore_open`` together. READ
     COMMITTED is named because the head must be read with a snapshot newer than the lock.
-    ``text`` is a text cursor of ``conn``, which the writer keeps for its other messages.
     """
     with _unprepared(conn):
         text.execute(
@@ -656,8 +665,7 @@ def _open_writer(
     if got is None:
         raise ConflictError(f"session {name!r} was neither found nor created", session=name)
     sid, size, root, prev, seal = got
-    head = None if size is None else HeadRow(int(size), bytes(root), int(prev), bytes(seal))
-    return _PGWriter(text, int(sid), head)
+    return int(sid), None if size is None else HeadRow(int(size), bytes(root), int(prev), bytes(seal))
 
 
 @contextmanager
@@ -742,9 +750,9 @@ class _PGWriter:
         if self._spec is None:
             return
         name, self._spec, expect = self._spec, None, self._expect
-        real = _open_writer(self._text.connection, self._text, name)
-        got = real._head.size if isinstance(real._head, HeadRow) else 0
-        if real.session_id != self.session_id or got != expect:
+        sid, head = _begin(self._text.connection, self._text, name)
+        got = head.size if head is not None else 0
+        if sid != self.session_id or got != expect:
             raise StaleHead(f"session {name!r} moved on to size {got} from {expect}", session=name)
 
     def _send_deferred(self) -> None:
