@@ -195,7 +195,6 @@ class SQLiteBackend:
                     conn.execute(sql)
         except (sqlite3.Error, UnicodeDecodeError) as exc:
             raise _error(exc, f"upgrade the store to schema {SCHEMA_VERSION}") from exc
-        self._heads.clear()
         return True
 
     def sessions(self) -> list[tuple[int, str]]:
