@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import compactstore as cs
 
@@ -51,3 +53,38 @@ def test_concurrent_writer_processes_give_a_gapless_verified_log(tmp_path: Path)
             stored = [r.event.content for r in records]  # type: ignore[attr-defined]
             assert sorted(stored) == sorted(contents)
             assert len(set(stored)) == len(stored)
+
+
+def _open_and_append(path: str, who: int, start: Any, failures: Any) -> None:
+    start.wait()
+    try:
+        with cs.open(path) as st:
+            st.session(f"opener-{who}").append(cs.Turn("user", "first"))
+    except Exception as exc:  # reported to the parent, which fails the test
+        failures.put(f"{type(exc).__name__}: {exc}")
+
+
+def test_processes_opening_a_new_file_at_once_all_succeed(tmp_path: Path) -> None:
+    """Six processes released together on a file that does not exist yet all open it and append.
+
+    SQLite refuses the concurrent switch to WAL without waiting; the store must wait for it.
+    Twenty-five rounds make 150 first opens, where a store that did not wait failed
+    several percent of them.
+    """
+    ctx = multiprocessing.get_context("fork")
+    failures = ctx.Queue()
+    for round_ in range(25):
+        path = str(tmp_path / f"new-{round_}.db")
+        start = ctx.Barrier(6)
+        procs = [ctx.Process(target=_open_and_append, args=(path, i, start, failures)) for i in range(6)]
+        for proc in procs:
+            proc.start()
+        for proc in procs:
+            proc.join(timeout=120)
+            assert proc.exitcode == 0
+        with cs.open(path) as st:
+            assert sorted(st.sessions()) == sorted(f"opener-{i}" for i in range(6))
+    found = []
+    while not failures.empty():
+        found.append(failures.get())
+    assert found == []

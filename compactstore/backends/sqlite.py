@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from types import TracebackType
@@ -120,7 +121,7 @@ class SQLiteBackend:
         try:
             conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
             if path != ":memory:":
-                conn.execute("PRAGMA journal_mode = WAL")
+                _enter_wal(conn)
             conn.execute(f"PRAGMA synchronous = {'FULL' if durable else 'NORMAL'}")
             with self._write():
                 existed = conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'meta'").fetchone() is not None
@@ -300,6 +301,26 @@ class SQLiteBackend:
     def index_run(self, sql: str, args: Sequence[object]) -> list[Any]:
         """Run one statement of :mod:`compactstore.backends.index` and return its rows."""
         return self._all(sql, args)
+
+
+def _enter_wal(conn: sqlite3.Connection) -> None:
+    """Put the file in WAL mode, waiting up to the busy timeout for other openers.
+
+    When several connections open a new file at once, all but one are refused the switch
+    to WAL with SQLITE_BUSY at once: SQLite does not call the busy handler there. So the
+    wait is ours, with the same deadline as the busy handler's.
+    """
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    pause = 0.001
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if exc.sqlite_errorcode != sqlite3.SQLITE_BUSY or time.monotonic() + pause > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
 
 
 def _error(exc: BaseException, doing: str) -> CompactStoreError:
