@@ -111,5 +111,5 @@ def test_fast_canonical_is_taken_for_plain_events_only() -> None:
     assert ev.canonical(plain)[0] is plain
     assert ev.canonical(cs.ToolCall("c1", "run", {"xs": (1, 2)}, ts=1))[0].args == {"xs": [1, 2]}
     for odd in (cs.ToolResult("c", float("nan")), cs.Turn("user", "x", ts=True), cs.Turn("user", "x", uses=("a",))):
-        assert not ev._plain(odd, ev._PLANS[type(odd)])
-    assert cs.Summary not in ev._PLANS  # enums and nested structs: always decoded
+        assert not ev._PLAIN[type(odd)](odd)
+    assert cs.Summary not in ev._PLAIN  # enums and nested structs: always decoded
