@@ -128,10 +128,11 @@ class Index:
 class _Prior:
     """What came before a derivation, read from the index and the log inside the write transaction."""
 
-    def __init__(self, sql: IndexSQL, pending: Sequence[tuple[int, ev.Event]] = ()) -> None:
+    def __init__(self, sql: IndexSQL, before: int = 0, pending: Sequence[ev.Event] = ()) -> None:
         self.sql = sql
-        # The events of the append being indexed: written in the same transaction, after the index.
-        self.pending = dict(pending)
+        # The events of the append being indexed, from position ``before``: written in the
+        # same transaction, after the index.
+        self.before, self.pending = before, pending
 
     def is_negative(self, pos: int) -> bool:
         return bool(self.sql.rows_at("negative", [pos]))
@@ -141,8 +142,8 @@ class _Prior:
         return None if got is None else got[0]
 
     def superseded_text(self, pos: int) -> str:
-        if pos in self.pending:
-            return superseded_text(self.pending[pos])
+        if 0 <= pos - self.before < len(self.pending):
+            return superseded_text(self.pending[pos - self.before])
         body = self.sql.body(pos)
         return "" if body is None else superseded_text(ev.decode(body))
 
@@ -150,14 +151,15 @@ class _Prior:
         return sorted(Index(self.sql.run, self.sql.sid).open_at(pos).items())
 
 
-def extend(writer: _Runner, session_id: int, before: int, fresh: Sequence[tuple[int, ev.Event]]) -> None:
-    """Write the index rows of the events appended at ``before`` onwards, in their transaction (before their insert)."""
+def extend(writer: _Runner, session_id: int, before: int, fresh: Sequence[ev.Event]) -> None:
+    """Write the index rows of ``fresh``, appended at ``before`` onwards, in their transaction (before their insert)."""
     if not fresh:
         return
     sql = IndexSQL(writer.index_run, session_id)
-    deriver = Deriver(before, _Prior(sql, fresh))
-    for pos, event in fresh:
-        deriver.add(pos, event)
+    deriver = Deriver(before, _Prior(sql, before, fresh))
+    add = deriver.add
+    for pos, event in enumerate(fresh, before):
+        add(pos, event)
     if deriver.rows:
         sql.insert(deriver.rows)
 

@@ -543,30 +543,51 @@ class Frontier:
         self._algo = algo
 
     def append(self, leaf: bytes) -> list[tuple[int, int, bytes]]:
-        """Add leaf hash ``leaf``; return the completed subtrees as ``(level, index, root)``."""
-        return self.extend((leaf,))
+        """Add leaf hash ``leaf``; return the completed subtrees as ``(level, index, root)``, lowest first."""
+        made: list[tuple[int, int, bytes]] = []
+        hashes, node = self.hashes, self._node
+        hashes.append(leaf)
+        self.size = n = self.size + 1
+        level = 0
+        # Each trailing 1-bit of the old size is a pair of equal subtrees to merge.
+        while not (n >> level) & 1:
+            right = hashes.pop()
+            merged = node(hashes.pop(), right)
+            hashes.append(merged)
+            level += 1
+            made.append((level, (n >> level) - 1, merged))
+        return made
 
-    def extend(self, leaves: Iterable[bytes]) -> list[tuple[int, int, bytes]]:
+    def extend(self, leaves: Iterable[bytes], *, every: int = 1) -> list[tuple[int, int, bytes]]:
         """Add leaf hashes ``leaves`` in order; return the completed subtrees as ``(level, index, root)``.
 
-        The subtrees come in the order they complete: by position of their last leaf,
-        lower levels first.
+        The subtrees come level by level from the lowest, each level left to right;
+        with ``every``, only those at levels that are multiples of it.
         """
+        cur = list(leaves)
+        if len(cur) == 1:  # no hasher of its own to set up
+            return [m for m in self.append(cur[0]) if m[0] % every == 0]
         made: list[tuple[int, int, bytes]] = []
-        hashes, node, n = self.hashes, self._node, self.size
-        push, pop, done = hashes.append, hashes.pop, made.append
-        for leaf in leaves:
-            push(leaf)
-            n += 1
-            level = 0
-            # Each trailing 1-bit of the old size is a pair of equal subtrees to merge.
-            while not (n >> level) & 1:
-                right = pop()
-                merged = node(pop(), right)
-                push(merged)
-                level += 1
-                done((level, (n >> level) - 1, merged))
-        self.size = n
+        hashes, old = self.hashes, self.size
+        self.size = old + len(cur)
+        node = _node_fn(self._algo)
+        # One level at a time: the roots completed at this level, paired with each other
+        # (and first with the frontier's root of this level, if it holds one).
+        kept: list[bytes] = []  # an unpaired last root per level, lowest level first
+        level = 0
+        while cur:
+            first = old >> level
+            if first & 1:  # the frontier's root at this level is the left sibling of cur[0]
+                cur.insert(0, hashes.pop())
+                first -= 1
+            if len(cur) & 1:
+                kept.append(cur.pop())
+            cur = [node(cur[i], cur[i + 1]) for i in range(0, len(cur), 2)]
+            level += 1
+            first >>= 1
+            if level % every == 0:
+                made += [(level, first + j, h) for j, h in enumerate(cur)]
+        hashes += reversed(kept)
         return made
 
     def root(self) -> bytes:

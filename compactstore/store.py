@@ -49,7 +49,10 @@ class _Prepared(msgspec.Struct, gc=False):
     stamped: bool
 
 
-class Record(msgspec.Struct, frozen=True):
+# Not tracked by the cycle collector (gc=False): a record holds strings, ints, bytes and
+# an event of JSON values, none of which can lead back to it, and tracking a batch's
+# thousand records cost the append several collections.
+class Record(msgspec.Struct, frozen=True, gc=False):
     """One stored event.
 
     Attributes:
@@ -365,7 +368,7 @@ class Session:
             rows: list[Row] = []
             if fresh:
                 leaves = merkle.leaf_hashes([p.body for p in fresh], HASH)
-                nodes = [n for n in frontier.extend(leaves) if merkle.is_stored(n[0])]
+                nodes = frontier.extend(leaves, every=merkle.TILE_HEIGHT)  # the levels a store keeps
                 seq = w.next_seq()
                 base = seq if seq is not None else 0
                 step = 1 if seq is not None else 0
@@ -381,7 +384,7 @@ class Session:
                 new_head = HeadRow(frontier.size, root, prev, store._seal(self.name, frontier.size, root, prev))
                 # The index first: an insert may be the transaction's last statement (it
                 # commits in the same message on PostgreSQL).
-                structure_index.extend(w, sid, prev, [(r.pos, p.event) for r, p in zip(rows, fresh)])
+                structure_index.extend(w, sid, prev, [p.event for p in fresh])
                 seqs = w.insert(rows, nodes, new_head)
                 if seq is None:  # the database assigned them
                     rows = [r._replace(seq=s) for r, s in zip(rows, seqs)]
@@ -392,7 +395,8 @@ class Session:
             self.store._frontiers[sid] = frontier
         # The events are already decoded: build the records without decoding the bodies again.
         name = self.name
-        new = [Record(name, r.seq, r.pos, r.kind, p.event, p.body, r.leaf) for r, p in zip(rows, fresh)]
+        new = [Record(name, seq, pos, kind, p.event, p.body, leaf)
+               for (seq, _, pos, kind, _, leaf, _), p in zip(rows, fresh)]
         if not replays:
             return new
         made = iter(new)
