@@ -53,25 +53,6 @@ def _b3_leaf(entry: bytes) -> bytes:
     return blake3(LEAF_PREFIX + entry).digest()
 
 
-def _b3_leaves(entries: Iterable[bytes]) -> list[bytes]:
-    # One hasher, reset per leaf: cheaper than a new one (or a copy) each time. It is
-    # local to the call, so concurrent calls share nothing.
-    h = blake3()
-    reset, update, digest = h.reset, h.update, h.digest
-    prefix, most = LEAF_PREFIX, _PREABSORB_MAX
-    out: list[bytes] = []
-    append = out.append
-    for e in entries:
-        reset()
-        if len(e) <= most:
-            update(prefix)
-            update(e)
-        else:
-            update(prefix + e)
-        append(digest())
-    return out
-
-
 def _b3_node(left: bytes, right: bytes) -> bytes:
     return _B3_NODE.copy().update(left).update(right).digest()
 
@@ -107,6 +88,30 @@ def _node_fn(algo: str) -> Callable[[bytes, bytes], bytes]:
         return digest()
 
     return node
+
+
+def leaf_fn(algo: str = "blake3") -> Callable[[bytes], bytes]:
+    """Return a leaf hasher for one caller's loop, as :func:`leaf_hashes` hashes each entry.
+
+    For BLAKE3 it resets one hasher per leaf; it is local to the caller, so calls from
+    several threads share nothing.
+    """
+    leaf = _hasher(algo)[0]
+    if algo != "blake3":
+        return leaf
+    h = blake3()
+    reset, update, digest, prefix, most = h.reset, h.update, h.digest, LEAF_PREFIX, _PREABSORB_MAX
+
+    def b3_leaf(entry: bytes) -> bytes:
+        reset()
+        if len(entry) <= most:
+            update(prefix)
+            update(entry)
+        else:
+            update(prefix + entry)
+        return digest()
+
+    return b3_leaf
 
 
 def _hasher(algo: str) -> tuple[Callable[[bytes], bytes], Callable[[bytes, bytes], bytes], bytes]:
@@ -320,10 +325,7 @@ def _lookup(levels: list[list[bytes]], coords: Iterable[Coord]) -> dict[Coord, b
 
 
 def _leaves(entries: Iterable[bytes], algo: str) -> list[bytes]:
-    if algo == "blake3":
-        return _b3_leaves(entries)
-    leaf = _hasher(algo)[0]
-    return [leaf(e) for e in entries]
+    return list(map(leaf_fn(algo), entries))
 
 
 def _pairs(level: Sequence[bytes], algo: str) -> list[bytes]:

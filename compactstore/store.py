@@ -366,15 +366,23 @@ class Session:
                 if isinstance(event, ev.Redaction):
                     erasures.append((event, pos))
             rows: list[Row] = []
+            new: list[Record] = []
             if fresh:
-                leaves = merkle.leaf_hashes([p.body for p in fresh], HASH)
-                nodes = frontier.extend(leaves, every=merkle.TILE_HEIGHT)  # the levels a store keeps
                 seq = w.next_seq()
                 base = seq if seq is not None else 0
                 step = 1 if seq is not None else 0
-                # tuple.__new__ is Row(...) without the Python-level __new__ a NamedTuple adds.
-                rows = [_new_tuple(Row, (base + j * step, sid, first + j, _KINDS[type(p.event)], p.key, leaf, p.body))
-                        for j, (p, leaf) in enumerate(zip(fresh, leaves))]
+                # One pass while each event is at hand: its leaf, its row and its record
+                # (the event is already decoded: no body is decoded again).
+                leaf_of, kinds, name = merkle.leaf_fn(HASH), _KINDS, self.name
+                leaves: list[bytes] = []
+                for j, p in enumerate(fresh):
+                    body, event = p.body, p.event
+                    leaf, kind, at = leaf_of(body), kinds[type(event)], base + j * step
+                    leaves.append(leaf)
+                    # tuple.__new__ is Row(...) without the Python-level __new__ a NamedTuple adds.
+                    rows.append(_new_tuple(Row, (at, sid, first + j, kind, p.key, leaf, body)))
+                    new.append(Record(name, at, first + j, kind, event, body, leaf))
+                nodes = frontier.extend(leaves, every=merkle.TILE_HEIGHT)  # the levels a store keeps
                 for j, p in enumerate(fresh):
                     if isinstance(p.event, ev.Summary) and p.event.content_digest is not None:
                         w.confirm()  # the check reads the log as it stands at this head
@@ -387,16 +395,12 @@ class Session:
                 structure_index.extend(w, sid, prev, [p.event for p in fresh])
                 seqs = w.insert(rows, nodes, new_head)
                 if seq is None:  # the database assigned them
-                    rows = [r._replace(seq=s) for r, s in zip(rows, seqs)]
+                    new = [msgspec.structs.replace(r, seq=s) for r, s in zip(new, seqs)]
                 for redaction, by in erasures:
                     self._check_erasable(redaction, by)
                     w.erase(redaction.positions, by)
         if rows:
             self.store._frontiers[sid] = frontier
-        # The events are already decoded: build the records without decoding the bodies again.
-        name = self.name
-        new = [Record(name, seq, pos, kind, p.event, p.body, leaf)
-               for (seq, _, pos, kind, _, leaf, _), p in zip(rows, fresh)]
         if not replays:
             return new
         made = iter(new)
