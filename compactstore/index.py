@@ -153,7 +153,9 @@ class _Prior:
 
 def extend(writer: _Runner, session_id: int, before: int, fresh: Sequence[ev.Event]) -> None:
     """Write the index rows of ``fresh``, appended at ``before`` onwards, in their transaction (before their insert)."""
-    if not fresh:
+    # Most appends (turns, checkpoints) that cross no snapshot boundary have nothing to write.
+    every = structure.SNAPSHOT_EVERY
+    if (before + len(fresh)) // every == before // every and all(map(structure.inert, fresh)):
         return
     sql = IndexSQL(writer.index_run, session_id)
     deriver = Deriver(before, _Prior(sql, before, fresh))

@@ -255,6 +255,11 @@ def split_item(key: str) -> tuple[str, str]:
     return kind, ident
 
 
+def inert(event: ev.Event) -> bool:
+    """Return whether ``event`` gives no index row (a run of them gives only snapshots)."""
+    return type(event) in _INERT and event.supersedes is None and event.status in (None, "ok")
+
+
 def superseded_text(event: ev.Event) -> str:
     """Return the text a supersede records for ``event``: as :meth:`Structure._supersede` does."""
     return "" if event.kind in ev.DERIVED_KINDS else text_of(event)
@@ -294,7 +299,7 @@ class Deriver:
         """Take in the event at ``pos`` (positions must come in order, from ``start``)."""
         assert pos == self.size, (pos, self.size)
         self.size = pos + 1
-        if type(event) in _INERT and event.supersedes is None and event.status in (None, "ok"):
+        if inert(event):
             # Most of a log (turns, checkpoints): nothing to record but a snapshot boundary.
             if self.size % SNAPSHOT_EVERY == 0:
                 self._snapshot(self.size)
