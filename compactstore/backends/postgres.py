@@ -11,13 +11,16 @@ appends to one session are serialized (positions are read and written under the 
 while appends to different sessions run in parallel. Sequence numbers come from an
 identity column: unique and increasing within a session, but with gaps.
 
-An append costs two round trips, each one message: BEGIN with a call of the
-``compactstore_open`` function (find or create the session, lock it, read its head),
-then a call of ``compactstore_insert_indexed`` (the structural index's rows, the events,
-subtree roots and head) with COMMIT.
-A redaction commits after its erasures instead, and a batch of more than
-:data:`INLINE_BYTES` of bodies commits in a third. Both functions are created with the
-schema and added on open to stores made before them.
+An append on the head this backend committed last (the common case: one process
+appending to a session) is one round trip and one statement, a prepared call of
+``compactstore_append`` (lock, check the head, insert) with its arguments in binary,
+committed as the implicit transaction of that statement. Otherwise an append costs two
+round trips, each one message: BEGIN with a call of the ``compactstore_open`` function
+(find or create the session, lock it, read its head), then a call of
+``compactstore_insert_indexed`` (the structural index's rows, the events, subtree roots
+and head) with COMMIT. A redaction commits after its erasures instead, and a batch of
+more than :data:`INLINE_BYTES` of bodies commits in a third. The functions are created
+with the schema and added on open to stores made before them.
 
 Every driver error is re-raised as a :class:`~compactstore.CompactStoreError`.
 """
@@ -32,6 +35,7 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 from psycopg import errors as pgerr
 from psycopg import pq
+from psycopg.types.numeric import Int4, Int8
 from psycopg_pool import ConnectionPool
 
 from ..errors import CompactStoreError, ConflictError, IntegrityError, InvalidEvent
@@ -287,9 +291,10 @@ class PostgresBackend:
             raise _error(exc, f"cannot open {self._where}") from exc
 
     def _configure(self, conn: psycopg.Connection[tuple[Any, ...]]) -> None:
-        conn.execute(f"SET lock_timeout = '{LOCK_TIMEOUT}'")
-        if self._durable:
-            conn.execute("SET synchronous_commit = on")
+        # READ COMMITTED for every transaction, the implicit one of a one-statement append
+        # among them: its function reads the head with a snapshot newer than the lock.
+        conn.execute(f"SET lock_timeout = '{LOCK_TIMEOUT}'; SET default_transaction_isolation = 'read committed'"
+                     + ("; SET synchronous_commit = on" if self._durable else ""))
 
     def close(self) -> None:
         self._pool.close()
@@ -534,6 +539,10 @@ _ERASING_KIND = "redaction"
 _INSERT_TYPES = ("bigint", "bigint[]", "text[]", "text[]", "int4[]", "int4", "bytea", "bytea",
                  "bigint[]", "bigint[]", "bytea", "bigint", "bytea", "bigint", "bytea",
                  "bigint[]", "text[]", "text[]", "bigint[]", "text[]")
+#: The call of ``compactstore_append`` a writer sends alone, prepared: arrays as text (one
+#: literal each, see :func:`_array`), the rest in binary.
+_APPEND_CALL = "SELECT compactstore_append(%b::bigint, " + ", ".join(
+    f"%t::{t}" if t.endswith("[]") else f"%b::{t}" for t in _INSERT_TYPES) + ")"
 #: The one statement of :mod:`compactstore.backends.index` a writer sends as arguments of
 #: ``compactstore_insert_indexed``: its rows of six values (the session's id first).
 _INDEX_INSERT = f"INSERT INTO {_index.TABLE} (session_id, pos, rel, key, num, text) VALUES "
@@ -579,6 +588,16 @@ def _insert_args(
         _array([r[3] for r in index]),
         _array([_plain_text(r[4]) for r in index]),
     )
+
+
+def _typed(expect: int, args: Sequence[object]) -> list[object]:
+    """Return ``compactstore_append``'s arguments with each integer dumped as its SQL type.
+
+    The driver would send a small integer as int2 and a large one as int4 or int8, each
+    set of types a statement of its own to prepare.
+    """
+    return [Int8(expect), *(v if not isinstance(v, int) else Int4(v) if t == "int4" else Int8(v)
+                            for v, t in zip(args, _INSERT_TYPES))]
 
 
 def _plain_text(text: str) -> str:
@@ -822,9 +841,9 @@ class _PGWriter:
         conn, text = self._text.connection, self._text
         index, self._index = self._index, []
         args = _insert_args(self.session_id, rows, nodes, head, index)
-        inline = sum(len(r.body or b"") for r in rows) <= INLINE_BYTES
-        if self._spec is not None and final and inline and not self._deferred:
+        if self._spec is not None and final and not self._deferred:
             return self._append(rows, head, args)
+        inline = sum(len(r.body or b"") for r in rows) <= INLINE_BYTES
         self.confirm()
         try:
             if inline:
@@ -853,16 +872,18 @@ class _PGWriter:
         return _seqs(rows, got)
 
     def _append(self, rows: Sequence[Row], head: HeadRow, args: Sequence[object]) -> list[int]:
-        """Lock, check the remembered head, insert and commit: one message, one round trip."""
+        """Lock, check the remembered head, insert and commit: one statement, one round trip.
+
+        The call is the only statement of its transaction, so it runs in the implicit
+        transaction the server commits when the statement ends (the pool's connections are
+        in autocommit, at READ COMMITTED): no BEGIN or COMMIT to parse. It is prepared
+        (parsed and planned once per connection) and its arguments travel in binary, where
+        a call spelled out as text was parsed, analysed and planned on every append.
+        """
         expect = self._expect
-        call = ", ".join(_inline(v, t) for v, t in zip(args, _INSERT_TYPES))
-        conn, text = self._text.connection, self._text
         try:
-            with _unprepared(conn):
-                text.execute(f"BEGIN ISOLATION LEVEL READ COMMITTED; SELECT compactstore_append({int(expect)}, {call}); "
-                             "COMMIT")
-                text.nextset()
-                got = text.fetchone()
+            self._cur.execute(_APPEND_CALL, _typed(expect, args), prepare=True)
+            got = self._cur.fetchone()
         except psycopg.Error as exc:
             if getattr(exc, "sqlstate", None) == "CSH01":
                 raise StaleHead(f"session {self._spec!r} moved on from size {expect}", session=self._spec) from None
