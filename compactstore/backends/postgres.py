@@ -27,6 +27,7 @@ Every driver error is re-raised as a :class:`~compactstore.CompactStoreError`.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -35,7 +36,7 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 from psycopg import errors as pgerr
 from psycopg import pq
-from psycopg.types.numeric import Int4, Int8
+from psycopg.types.numeric import Int8BinaryDumper
 from psycopg_pool import ConnectionPool
 
 from ..errors import CompactStoreError, ConflictError, IntegrityError, InvalidEvent
@@ -266,6 +267,9 @@ class PostgresBackend:
         self._durable = durable
         #: session name -> (id, head) of the append this backend committed last, for speculation
         self._last: dict[str, tuple[int, HeadRow]] = {}
+        #: The writers' cursors of each pooled connection (see :func:`_cursors`).
+        self._cursors: weakref.WeakKeyDictionary[psycopg.Connection[tuple[Any, ...]], _Cursors] = (
+            weakref.WeakKeyDictionary())
         try:
             with psycopg.connect(url, autocommit=True, client_encoding="UTF8") as conn:
                 encoding = conn.info.parameter_status("server_encoding")
@@ -375,14 +379,14 @@ class PostgresBackend:
         try:
             with self._pool.connection() as conn:
                 try:
-                    with conn.cursor() as text:
-                        # Speculating, the writer starts from the head this backend committed
-                        # last, with no round trip; it locks and checks before any statement.
-                        w = _PGWriter(text, last[0], last[1], speculative=name) if last else _open_writer(conn, text, name)
-                        try:
-                            yield w
-                        finally:
-                            w.close()
+                    cursors = self._cursors.get(conn)
+                    if cursors is None:
+                        cursors = self._cursors[conn] = _cursors(conn)
+                    # Speculating, the writer starts from the head this backend committed
+                    # last, with no round trip; it locks and checks before any statement.
+                    w = (_PGWriter(*cursors, last[0], last[1], speculative=name) if last
+                         else _PGWriter(*cursors, *_begin(conn, cursors[0], name)))
+                    yield w
                     if not w.committed:
                         w.flush()
                         conn.execute("COMMIT")
@@ -540,7 +544,7 @@ _INSERT_TYPES = ("bigint", "bigint[]", "text[]", "text[]", "int4[]", "int4", "by
                  "bigint[]", "bigint[]", "bytea", "bigint", "bytea", "bigint", "bytea",
                  "bigint[]", "text[]", "text[]", "bigint[]", "text[]")
 #: The call of ``compactstore_append`` a writer sends alone, prepared: arrays as text (one
-#: literal each, see :func:`_array`), the rest in binary.
+#: literal each, see :func:`_array`), the rest in binary (integers as int8, see :func:`_cursors`).
 _APPEND_CALL = "SELECT compactstore_append(%b::bigint, " + ", ".join(
     f"%t::{t}" if t.endswith("[]") else f"%b::{t}" for t in _INSERT_TYPES) + ")"
 #: The one statement of :mod:`compactstore.backends.index` a writer sends as arguments of
@@ -563,6 +567,13 @@ def _insert_args(
 
     Every leaf and subtree root must have the width of the first.
     """
+    if len(rows) == 1 and not nodes and not index:  # the common append, spelled out (the same values)
+        r = rows[0]
+        body = r.body
+        return (session_id, f"{{{int(r.pos)}}}", _array([r.kind]),
+                "{NULL}" if r.idem_key is None else _array([_text(r.idem_key, "idempotency_key")]),
+                "{-1}" if body is None else f"{{{len(body)}}}", len(r.leaf), r.leaf, b"" if body is None else body,
+                "{}", "{}", b"", head.size, head.root, head.prev, head.seal, "{}", "{}", "{}", "{}", "{}")
     width = len(rows[0].leaf) if rows else 32
     if any(len(r.leaf) != width for r in rows) or any(len(h) != width for _, _, h in nodes):
         raise IntegrityError(f"hashes of different widths in one insert (want {width} bytes each)")
@@ -588,16 +599,6 @@ def _insert_args(
         _array([r[3] for r in index]),
         _array([_plain_text(r[4]) for r in index]),
     )
-
-
-def _typed(expect: int, args: Sequence[object]) -> list[object]:
-    """Return ``compactstore_append``'s arguments with each integer dumped as its SQL type.
-
-    The driver would send a small integer as int2 and a large one as int4 or int8, each
-    set of types a statement of its own to prepare.
-    """
-    return [Int8(expect), *(v if not isinstance(v, int) else Int4(v) if t == "int4" else Int8(v)
-                            for v, t in zip(args, _INSERT_TYPES))]
 
 
 def _plain_text(text: str) -> str:
@@ -651,18 +652,27 @@ def _seqs(rows: Sequence[Row], got: tuple[Any, ...] | None) -> list[int]:
     """Return the seqs of ``rows`` from the insert's answer (the seqs in position order)."""
     if got is None or got[0] is None or len(got[0]) != len(rows):
         raise IntegrityError(f"inserted {len(rows)} events, got {got and got[0] and len(got[0])} seqs back")
+    if len(rows) == 1:
+        return [int(got[0][0])]
     by_pos = dict(zip(sorted(r.pos for r in rows), got[0]))
     return [int(by_pos[r.pos]) for r in rows]
 
 
-def _open_writer(
-    conn: psycopg.Connection[tuple[Any, ...]], text: psycopg.Cursor[tuple[Any, ...]], name: str
-) -> _PGWriter:
-    """Begin a transaction on ``conn`` holding session ``name``'s lock, creating the session.
+#: A connection's text cursor (literal SQL, the simple query protocol) and binary cursor (parameters).
+_Cursors = tuple[psycopg.Cursor[tuple[Any, ...]], psycopg.Cursor[tuple[Any, ...]]]
 
-    ``text`` is a text cursor of ``conn``, which the writer keeps for its other messages.
+
+def _cursors(conn: psycopg.Connection[tuple[Any, ...]]) -> _Cursors:
+    """Return the cursors the writers on ``conn`` share, one writer at a time (as the connection is).
+
+    Made once per connection, not per append, where making two cost about as much as
+    building the append's arguments. The binary cursor sends every integer as int8 (the
+    columns' type): the driver would pick int2, int4 or int8 by value, and each set of
+    types is a statement of its own to prepare.
     """
-    return _PGWriter(text, *_begin(conn, text, name))
+    binary = conn.cursor(binary=True)
+    binary.adapters.register_dumper(int, Int8BinaryDumper)
+    return conn.cursor(), binary
 
 
 def _begin(
@@ -712,14 +722,14 @@ def _rollback(conn: psycopg.Connection[tuple[Any, ...]]) -> None:
 
 
 class _PGWriter:
-    __slots__ = ("_bin", "_deferred", "_expect", "_head", "_index", "_spec", "_text", "committed", "session_id",
+    __slots__ = ("_cur", "_deferred", "_expect", "_head", "_index", "_spec", "_text", "committed", "session_id",
                  "written")
 
-    def __init__(self, text: psycopg.Cursor[tuple[Any, ...]], session_id: int, head: HeadRow | None | _Unread,
-                 *, speculative: str | None = None) -> None:
+    def __init__(self, text: psycopg.Cursor[tuple[Any, ...]], binary: psycopg.Cursor[tuple[Any, ...]],
+                 session_id: int, head: HeadRow | None | _Unread, *, speculative: str | None = None) -> None:
         #: For messages of literal SQL (the simple query protocol); parameters go through _cur.
         self._text = text
-        self._bin: psycopg.Cursor[tuple[Any, ...]] | None = None
+        self._cur = binary
         self._head = head
         self.session_id = session_id
         #: The session's name while the writer builds on a remembered head without the lock.
@@ -734,18 +744,6 @@ class _PGWriter:
         self._deferred: list[str] = []
         #: Index rows not sent yet: arguments of the insert's call, or literal SQL if another statement comes first.
         self._index: list[_IndexRow] = []
-
-    @property
-    def _cur(self) -> psycopg.Cursor[tuple[Any, ...]]:
-        """The binary cursor for statements with parameters, made at first use: most appends send none."""
-        if self._bin is None:
-            self._bin = self._text.connection.cursor(binary=True)
-        return self._bin
-
-    def close(self) -> None:
-        """Close the binary cursor, if one was made."""
-        if self._bin is not None:
-            self._bin.close()
 
     def _spell_index(self) -> None:
         """Turn the index rows held as values into a deferred literal INSERT (another statement must see them)."""
@@ -882,7 +880,7 @@ class _PGWriter:
         """
         expect = self._expect
         try:
-            self._cur.execute(_APPEND_CALL, _typed(expect, args), prepare=True)
+            self._cur.execute(_APPEND_CALL, (expect, *args), prepare=True)
             got = self._cur.fetchone()
         except psycopg.Error as exc:
             if getattr(exc, "sqlstate", None) == "CSH01":
