@@ -27,7 +27,6 @@ Every driver error is re-raised as a :class:`~compactstore.CompactStoreError`.
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -268,8 +267,7 @@ class PostgresBackend:
         #: session name -> (id, head) of the append this backend committed last, for speculation
         self._last: dict[str, tuple[int, HeadRow]] = {}
         #: The writers' cursors of each pooled connection (see :func:`_cursors`).
-        self._cursors: weakref.WeakKeyDictionary[psycopg.Connection[tuple[Any, ...]], _Cursors] = (
-            weakref.WeakKeyDictionary())
+        self._cursors: dict[psycopg.Connection[tuple[Any, ...]], _Cursors] = {}
         try:
             with psycopg.connect(url, autocommit=True, client_encoding="UTF8") as conn:
                 encoding = conn.info.parameter_status("server_encoding")
@@ -302,6 +300,7 @@ class PostgresBackend:
 
     def close(self) -> None:
         self._pool.close()
+        self._cursors.clear()
 
     def _run(self, doing: str, fn: Callable[[psycopg.Cursor[tuple[Any, ...]]], _T]) -> _T:
         try:
@@ -381,6 +380,11 @@ class PostgresBackend:
                 try:
                     cursors = self._cursors.get(conn)
                     if cursors is None:
+                        # A connection new to the writers: forget those the pool has closed
+                        # (the cursors hold their connection, so nothing else would).
+                        for old in list(self._cursors):
+                            if old.closed:
+                                self._cursors.pop(old, None)
                         cursors = self._cursors[conn] = _cursors(conn)
                     # Speculating, the writer starts from the head this backend committed
                     # last, with no round trip; it locks and checks before any statement.
