@@ -373,32 +373,36 @@ class PostgresBackend:
 
     @contextmanager
     def writer(self, name: str, *, speculate: bool = False) -> Iterator[_PGWriter]:
-        doing = f"append to session {name!r}"
         last = self._last.pop(name, None) if speculate else None
+        pool = self._pool
         try:
-            with self._pool.connection() as conn:
-                try:
-                    cursors = self._cursors.get(conn)
-                    if cursors is None:
-                        # A connection new to the writers: forget those the pool has closed
-                        # (the cursors hold their connection, so nothing else would).
-                        for old in list(self._cursors):
-                            if old.closed:
-                                self._cursors.pop(old, None)
-                        cursors = self._cursors[conn] = _cursors(conn)
-                    # Speculating, the writer starts from the head this backend committed
-                    # last, with no round trip; it locks and checks before any statement.
-                    w = (_PGWriter(*cursors, last[0], last[1], speculative=name) if last
-                         else _PGWriter(*cursors, *_begin(conn, cursors[0], name)))
-                    yield w
-                    if not w.committed:
-                        w.flush()
-                        conn.execute("COMMIT")
-                except BaseException:
-                    _rollback(conn)
-                    raise
+            # getconn and putconn, not the pool's connection() context: the writer commits
+            # and rolls back itself, so that context's own commit would only cost time.
+            conn = pool.getconn()
+            try:
+                cursors = self._cursors.get(conn)
+                if cursors is None:
+                    # A connection new to the writers: forget those the pool has closed
+                    # (the cursors hold their connection, so nothing else would).
+                    for old in list(self._cursors):
+                        if old.closed:
+                            self._cursors.pop(old, None)
+                    cursors = self._cursors[conn] = _cursors(conn)
+                # Speculating, the writer starts from the head this backend committed
+                # last, with no round trip; it locks and checks before any statement.
+                w = (_PGWriter(*cursors, last[0], last[1], speculative=name) if last
+                     else _PGWriter(*cursors, *_begin(conn, cursors[0], name)))
+                yield w
+                if not w.committed:
+                    w.flush()
+                    conn.execute("COMMIT")
+            except BaseException:
+                _rollback(conn)
+                raise
+            finally:
+                pool.putconn(conn)
         except psycopg.Error as exc:
-            raise _error(exc, doing) from exc
+            raise _error(exc, f"append to session {name!r}") from exc
         if w.written is not None:
             self._last[name] = (w.session_id, w.written)
 
