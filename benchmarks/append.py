@@ -239,8 +239,12 @@ def _with_schema(url: str, schema: str) -> str:
     return urlunsplit(parts._replace(query=urlencode(query, quote_via=quote)))
 
 
-def postgres_rows(repeat: int, url: str, singles: int) -> Section:
-    """Compare compactstore on PostgreSQL with plain psycopg inserting the same rows."""
+def postgres_rows(repeat: int, url: str, singles: int, local: bool = False) -> Section:
+    """Compare compactstore on PostgreSQL with plain psycopg inserting the same rows.
+
+    ``local``: the server runs on this machine (``--pg-temp``), so its backends' CPU time
+    can be read from ``/proc``.
+    """
     import psycopg
 
     section = Section(
@@ -284,19 +288,36 @@ def postgres_rows(repeat: int, url: str, singles: int) -> Section:
             for e in ones:
                 ss.append(e)
 
-        # What a single commit costs besides its wait for the disk: this process's CPU
-        # and the WAL it writes (a CPU-bound machine turns CPU into latency).
-        costs: dict[str, list[tuple[float, float]]] = {"plain": [], "compactstore": []}
+        # What a single commit costs besides its wait for the disk: this process's CPU,
+        # the server's (its client backends, the other side's idle meanwhile) and the WAL
+        # it writes (a CPU-bound machine turns CPU into latency).
+        costs: dict[str, list[tuple[float, float, float]]] = {"plain": [], "compactstore": []}
+
+        def server_cpu() -> float:
+            """Return the CPU seconds of the server's client backends but ours, or NaN if not local."""
+            if not local:
+                return float("nan")
+            total = 0
+            for (pid,) in admin.execute("SELECT pid FROM pg_stat_activity WHERE backend_type = 'client backend' "
+                                        "AND pid <> pg_backend_pid()").fetchall():
+                try:
+                    with open(f"/proc/{pid}/schedstat") as f:
+                        total += int(f.read().split()[0])
+                except (OSError, ValueError, IndexError):
+                    return float("nan")
+            return total / 1e9
 
         def costed(side: str, fn: Method) -> Callable[[], float]:
             def run() -> float:
                 lsn = admin.execute("SELECT pg_current_wal_lsn()").fetchone()
+                s0 = server_cpu()
                 c0, t0 = time.process_time(), time.perf_counter()
                 got = fn()
                 elapsed = got if isinstance(got, float) else time.perf_counter() - t0
                 cpu = time.process_time() - c0
+                on_server = server_cpu() - s0
                 wal = admin.execute("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), %s)", lsn).fetchone()
-                costs[side].append((cpu / singles, float(wal[0]) / singles if wal else 0.0))
+                costs[side].append((cpu / singles, on_server / singles, float(wal[0]) / singles if wal else 0.0))
                 return elapsed
             return run
 
@@ -306,12 +327,13 @@ def postgres_rows(repeat: int, url: str, singles: int) -> Section:
             ("one per transaction", singles, [("plain psycopg single-row commit", costed("plain", plain_single)),
                                               ("compactstore Session.append", costed("compactstore", cs_single))]),
         ], repeat, {"batched 1,000 per transaction", "one per transaction"})
-        per = {side: (Stat.of([c for c, _ in got]).median, Stat.of([w for _, w in got]).median)
-               for side, got in costs.items()}
+        per = {side: tuple(Stat.of([row[i] for row in got]).median for i in range(3)) for side, got in costs.items()}
+        backends = (f"server CPU (its backends) {per['plain'][1] * 1e3:.2f} ms plain, "
+                    f"{per['compactstore'][1] * 1e3:.2f} ms compactstore; " if local else "")
         section.notes.append(
             "one per transaction, per commit (medians, warm-up included): client CPU "
-            f"{per['plain'][0] * 1e3:.2f} ms plain, {per['compactstore'][0] * 1e3:.2f} ms compactstore; "
-            f"WAL {per['plain'][1]:,.0f} B plain, {per['compactstore'][1]:,.0f} B compactstore")
+            f"{per['plain'][0] * 1e3:.2f} ms plain, {per['compactstore'][0] * 1e3:.2f} ms compactstore; {backends}"
+            f"WAL {per['plain'][2]:,.0f} B plain, {per['compactstore'][2]:,.0f} B compactstore")
         section.notes.append(f"server {server[0] if server else '?'}, fsync={fsync[0] if fsync else '?'}, "
                              f"synchronous_commit={sync[0] if sync else '?'} (the same for both sides)")
     finally:
@@ -381,7 +403,7 @@ def main(argv: list[str] | None = None) -> int:
         pass
     elif url or args.pg_temp:
         with _pg_server(url, args.pg_temp) as where:
-            result = postgres_rows(args.repeat, where, args.singles)
+            result = postgres_rows(args.repeat, where, args.singles, local=bool(args.pg_temp))
         result.print()
         sections.append(result)
     else:

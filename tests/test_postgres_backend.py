@@ -8,7 +8,7 @@ import threading
 import time
 from collections.abc import Iterator
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import pytest
 
@@ -23,6 +23,7 @@ from compactstore.backends.index import TABLE as INDEX_TABLE  # noqa: E402
 from compactstore.backends.postgres import (  # noqa: E402
     _FUNCTIONS,
     _LOCK_SESSION,
+    INLINE_BYTES,
     LOG_TABLES,
     PostgresBackend,
     _fold_sql,
@@ -421,3 +422,42 @@ def test_an_append_built_on_a_head_another_writer_moved_is_built_again(pg_url: s
         assert [r.event.content for r in b.session("s").scan()] == ["a0", "a1", "b2", "a3", "b4", "not b4", "a6", "a7"]
         assert a.verify().ok
     assert rebuilt == ["s", "s", "s"]  # a3, b4 and "not b4" were built on a head the other store had moved
+
+
+def test_a_batch_beyond_the_inline_size_appends_on_the_remembered_head_or_is_built_again(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch whose bodies pass INLINE_BYTES takes the one-statement append too, and is built again on a moved head."""
+    rebuilt = _count_rebuilds(monkeypatch)
+    big = [cs.Turn("user", f"{i:04d}" + "x" * 2048) for i in range(2 * INLINE_BYTES // 2048)]
+    with cs.open(pg_url, clock=cs.tick_clock()) as a, cs.open(pg_url, clock=cs.tick_clock()) as b:
+        a.session("s").append(cs.Turn("user", "a0"))
+        assert [r.pos for r in a.session("s").extend(big)] == list(range(1, 1 + len(big)))
+        assert rebuilt == []
+        b.session("s").append(cs.Turn("user", "b"))
+        recs = a.session("s").extend(big)
+        assert rebuilt == ["s"]
+        assert [r.pos for r in recs] == list(range(2 + len(big), 2 + 2 * len(big)))
+        moved = b.session("s").scan(1 + len(big), 3 + len(big))
+        assert [r.event.content for r in moved] == ["b", big[0].content]  # type: ignore[attr-defined]
+        assert a.verify().ok
+
+
+def test_pool_connections_run_at_read_committed_whatever_the_servers_default(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The one-statement append runs in the implicit transaction, at READ COMMITTED even if the default is stricter."""
+    parts = urlsplit(pg_url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    options = " ".join([v for k, v in query if k == "options"] + ["-cdefault_transaction_isolation=serializable"])
+    query = [(k, v) for k, v in query if k != "options"] + [("options", options)]
+    strict = urlunsplit(parts._replace(query=urlencode(query, quote_via=quote)))
+    rebuilt = _count_rebuilds(monkeypatch)
+    with cs.open(strict, clock=cs.tick_clock()) as a, cs.open(strict, clock=cs.tick_clock()) as b:
+        assert a.backend._all("SHOW transaction_isolation") == [("read committed",)]  # type: ignore[attr-defined]
+        for i in range(3):
+            a.session("s").append(cs.Turn("user", f"a{i}"))
+            b.session("s").append(cs.Turn("user", f"b{i}"))
+        assert [r.pos for r in b.session("s").scan()] == list(range(6))
+        assert a.verify().ok
+    assert rebuilt == ["s"] * 4  # after each store's first, every append was built on a head the other had moved

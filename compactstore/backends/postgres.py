@@ -11,13 +11,16 @@ appends to one session are serialized (positions are read and written under the 
 while appends to different sessions run in parallel. Sequence numbers come from an
 identity column: unique and increasing within a session, but with gaps.
 
-An append costs two round trips, each one message: BEGIN with a call of the
-``compactstore_open`` function (find or create the session, lock it, read its head),
-then a call of ``compactstore_insert_indexed`` (the structural index's rows, the events,
-subtree roots and head) with COMMIT.
-A redaction commits after its erasures instead, and a batch of more than
-:data:`INLINE_BYTES` of bodies commits in a third. Both functions are created with the
-schema and added on open to stores made before them.
+An append on the head this backend committed last (the common case: one process
+appending to a session) is one round trip and one statement, a prepared call of
+``compactstore_append`` (lock, check the head, insert) with its arguments in binary,
+committed as the implicit transaction of that statement. Otherwise an append costs two
+round trips, each one message: BEGIN with a call of the ``compactstore_open`` function
+(find or create the session, lock it, read its head), then a call of
+``compactstore_insert_indexed`` (the structural index's rows, the events, subtree roots
+and head) with COMMIT. A redaction commits after its erasures instead, and a batch of
+more than :data:`INLINE_BYTES` of bodies commits in a third. The functions are created
+with the schema and added on open to stores made before them.
 
 Every driver error is re-raised as a :class:`~compactstore.CompactStoreError`.
 """
@@ -32,6 +35,7 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 from psycopg import errors as pgerr
 from psycopg import pq
+from psycopg.types.numeric import Int8BinaryDumper
 from psycopg_pool import ConnectionPool
 
 from ..errors import CompactStoreError, ConflictError, IntegrityError, InvalidEvent
@@ -262,6 +266,8 @@ class PostgresBackend:
         self._durable = durable
         #: session name -> (id, head) of the append this backend committed last, for speculation
         self._last: dict[str, tuple[int, HeadRow]] = {}
+        #: The writers' cursors of each pooled connection (see :func:`_cursors`).
+        self._cursors: dict[psycopg.Connection[tuple[Any, ...]], _Cursors] = {}
         try:
             with psycopg.connect(url, autocommit=True, client_encoding="UTF8") as conn:
                 encoding = conn.info.parameter_status("server_encoding")
@@ -287,12 +293,14 @@ class PostgresBackend:
             raise _error(exc, f"cannot open {self._where}") from exc
 
     def _configure(self, conn: psycopg.Connection[tuple[Any, ...]]) -> None:
-        conn.execute(f"SET lock_timeout = '{LOCK_TIMEOUT}'")
-        if self._durable:
-            conn.execute("SET synchronous_commit = on")
+        # READ COMMITTED for every transaction, the implicit one of a one-statement append
+        # among them: its function reads the head with a snapshot newer than the lock.
+        conn.execute(f"SET lock_timeout = '{LOCK_TIMEOUT}'; SET default_transaction_isolation = 'read committed'"
+                     + ("; SET synchronous_commit = on" if self._durable else ""))
 
     def close(self) -> None:
         self._pool.close()
+        self._cursors.clear()
 
     def _run(self, doing: str, fn: Callable[[psycopg.Cursor[tuple[Any, ...]]], _T]) -> _T:
         try:
@@ -365,27 +373,36 @@ class PostgresBackend:
 
     @contextmanager
     def writer(self, name: str, *, speculate: bool = False) -> Iterator[_PGWriter]:
-        doing = f"append to session {name!r}"
         last = self._last.pop(name, None) if speculate else None
+        pool = self._pool
         try:
-            with self._pool.connection() as conn:
-                try:
-                    with conn.cursor() as text:
-                        # Speculating, the writer starts from the head this backend committed
-                        # last, with no round trip; it locks and checks before any statement.
-                        w = _PGWriter(text, last[0], last[1], speculative=name) if last else _open_writer(conn, text, name)
-                        try:
-                            yield w
-                        finally:
-                            w.close()
-                    if not w.committed:
-                        w.flush()
-                        conn.execute("COMMIT")
-                except BaseException:
-                    _rollback(conn)
-                    raise
+            # getconn and putconn, not the pool's connection() context: the writer commits
+            # and rolls back itself, so that context's own commit would only cost time.
+            conn = pool.getconn()
+            try:
+                cursors = self._cursors.get(conn)
+                if cursors is None:
+                    # A connection new to the writers: forget those the pool has closed
+                    # (the cursors hold their connection, so nothing else would).
+                    for old in list(self._cursors):
+                        if old.closed:
+                            self._cursors.pop(old, None)
+                    cursors = self._cursors[conn] = _cursors(conn)
+                # Speculating, the writer starts from the head this backend committed
+                # last, with no round trip; it locks and checks before any statement.
+                w = (_PGWriter(*cursors, last[0], last[1], speculative=name) if last
+                     else _PGWriter(*cursors, *_begin(conn, cursors[0], name)))
+                yield w
+                if not w.committed:
+                    w.flush()
+                    conn.execute("COMMIT")
+            except BaseException:
+                _rollback(conn)
+                raise
+            finally:
+                pool.putconn(conn)
         except psycopg.Error as exc:
-            raise _error(exc, doing) from exc
+            raise _error(exc, f"append to session {name!r}") from exc
         if w.written is not None:
             self._last[name] = (w.session_id, w.written)
 
@@ -534,6 +551,10 @@ _ERASING_KIND = "redaction"
 _INSERT_TYPES = ("bigint", "bigint[]", "text[]", "text[]", "int4[]", "int4", "bytea", "bytea",
                  "bigint[]", "bigint[]", "bytea", "bigint", "bytea", "bigint", "bytea",
                  "bigint[]", "text[]", "text[]", "bigint[]", "text[]")
+#: The call of ``compactstore_append`` a writer sends alone, prepared: arrays as text (one
+#: literal each, see :func:`_array`), the rest in binary (integers as int8, see :func:`_cursors`).
+_APPEND_CALL = "SELECT compactstore_append(%b::bigint, " + ", ".join(
+    f"%t::{t}" if t.endswith("[]") else f"%b::{t}" for t in _INSERT_TYPES) + ")"
 #: The one statement of :mod:`compactstore.backends.index` a writer sends as arguments of
 #: ``compactstore_insert_indexed``: its rows of six values (the session's id first).
 _INDEX_INSERT = f"INSERT INTO {_index.TABLE} (session_id, pos, rel, key, num, text) VALUES "
@@ -554,6 +575,13 @@ def _insert_args(
 
     Every leaf and subtree root must have the width of the first.
     """
+    if len(rows) == 1 and not nodes and not index:  # the common append, spelled out (the same values)
+        r = rows[0]
+        body = r.body
+        return (session_id, f"{{{int(r.pos)}}}", _array([r.kind]),
+                "{NULL}" if r.idem_key is None else _array([_text(r.idem_key, "idempotency_key")]),
+                "{-1}" if body is None else f"{{{len(body)}}}", len(r.leaf), r.leaf, b"" if body is None else body,
+                "{}", "{}", b"", head.size, head.root, head.prev, head.seal, "{}", "{}", "{}", "{}", "{}")
     width = len(rows[0].leaf) if rows else 32
     if any(len(r.leaf) != width for r in rows) or any(len(h) != width for _, _, h in nodes):
         raise IntegrityError(f"hashes of different widths in one insert (want {width} bytes each)")
@@ -632,18 +660,27 @@ def _seqs(rows: Sequence[Row], got: tuple[Any, ...] | None) -> list[int]:
     """Return the seqs of ``rows`` from the insert's answer (the seqs in position order)."""
     if got is None or got[0] is None or len(got[0]) != len(rows):
         raise IntegrityError(f"inserted {len(rows)} events, got {got and got[0] and len(got[0])} seqs back")
+    if len(rows) == 1:
+        return [int(got[0][0])]
     by_pos = dict(zip(sorted(r.pos for r in rows), got[0]))
     return [int(by_pos[r.pos]) for r in rows]
 
 
-def _open_writer(
-    conn: psycopg.Connection[tuple[Any, ...]], text: psycopg.Cursor[tuple[Any, ...]], name: str
-) -> _PGWriter:
-    """Begin a transaction on ``conn`` holding session ``name``'s lock, creating the session.
+#: A connection's text cursor (literal SQL, the simple query protocol) and binary cursor (parameters).
+_Cursors = tuple[psycopg.Cursor[tuple[Any, ...]], psycopg.Cursor[tuple[Any, ...]]]
 
-    ``text`` is a text cursor of ``conn``, which the writer keeps for its other messages.
+
+def _cursors(conn: psycopg.Connection[tuple[Any, ...]]) -> _Cursors:
+    """Return the cursors the writers on ``conn`` share, one writer at a time (as the connection is).
+
+    Made once per connection, not per append, where making two cost about as much as
+    building the append's arguments. The binary cursor sends every integer as int8 (the
+    columns' type): the driver would pick int2, int4 or int8 by value, and each set of
+    types is a statement of its own to prepare.
     """
-    return _PGWriter(text, *_begin(conn, text, name))
+    binary = conn.cursor(binary=True)
+    binary.adapters.register_dumper(int, Int8BinaryDumper)
+    return conn.cursor(), binary
 
 
 def _begin(
@@ -693,14 +730,14 @@ def _rollback(conn: psycopg.Connection[tuple[Any, ...]]) -> None:
 
 
 class _PGWriter:
-    __slots__ = ("_bin", "_deferred", "_expect", "_head", "_index", "_spec", "_text", "committed", "session_id",
+    __slots__ = ("_cur", "_deferred", "_expect", "_head", "_index", "_spec", "_text", "committed", "session_id",
                  "written")
 
-    def __init__(self, text: psycopg.Cursor[tuple[Any, ...]], session_id: int, head: HeadRow | None | _Unread,
-                 *, speculative: str | None = None) -> None:
+    def __init__(self, text: psycopg.Cursor[tuple[Any, ...]], binary: psycopg.Cursor[tuple[Any, ...]],
+                 session_id: int, head: HeadRow | None | _Unread, *, speculative: str | None = None) -> None:
         #: For messages of literal SQL (the simple query protocol); parameters go through _cur.
         self._text = text
-        self._bin: psycopg.Cursor[tuple[Any, ...]] | None = None
+        self._cur = binary
         self._head = head
         self.session_id = session_id
         #: The session's name while the writer builds on a remembered head without the lock.
@@ -715,18 +752,6 @@ class _PGWriter:
         self._deferred: list[str] = []
         #: Index rows not sent yet: arguments of the insert's call, or literal SQL if another statement comes first.
         self._index: list[_IndexRow] = []
-
-    @property
-    def _cur(self) -> psycopg.Cursor[tuple[Any, ...]]:
-        """The binary cursor for statements with parameters, made at first use: most appends send none."""
-        if self._bin is None:
-            self._bin = self._text.connection.cursor(binary=True)
-        return self._bin
-
-    def close(self) -> None:
-        """Close the binary cursor, if one was made."""
-        if self._bin is not None:
-            self._bin.close()
 
     def _spell_index(self) -> None:
         """Turn the index rows held as values into a deferred literal INSERT (another statement must see them)."""
@@ -822,9 +847,9 @@ class _PGWriter:
         conn, text = self._text.connection, self._text
         index, self._index = self._index, []
         args = _insert_args(self.session_id, rows, nodes, head, index)
-        inline = sum(len(r.body or b"") for r in rows) <= INLINE_BYTES
-        if self._spec is not None and final and inline and not self._deferred:
+        if self._spec is not None and final and not self._deferred:
             return self._append(rows, head, args)
+        inline = sum(len(r.body or b"") for r in rows) <= INLINE_BYTES
         self.confirm()
         try:
             if inline:
@@ -853,16 +878,18 @@ class _PGWriter:
         return _seqs(rows, got)
 
     def _append(self, rows: Sequence[Row], head: HeadRow, args: Sequence[object]) -> list[int]:
-        """Lock, check the remembered head, insert and commit: one message, one round trip."""
+        """Lock, check the remembered head, insert and commit: one statement, one round trip.
+
+        The call is the only statement of its transaction, so it runs in the implicit
+        transaction the server commits when the statement ends (the pool's connections are
+        in autocommit, at READ COMMITTED): no BEGIN or COMMIT to parse. It is prepared
+        (parsed and planned once per connection) and its arguments travel in binary, where
+        a call spelled out as text was parsed, analysed and planned on every append.
+        """
         expect = self._expect
-        call = ", ".join(_inline(v, t) for v, t in zip(args, _INSERT_TYPES))
-        conn, text = self._text.connection, self._text
         try:
-            with _unprepared(conn):
-                text.execute(f"BEGIN ISOLATION LEVEL READ COMMITTED; SELECT compactstore_append({int(expect)}, {call}); "
-                             "COMMIT")
-                text.nextset()
-                got = text.fetchone()
+            self._cur.execute(_APPEND_CALL, (expect, *args), prepare=True)
+            got = self._cur.fetchone()
         except psycopg.Error as exc:
             if getattr(exc, "sqlstate", None) == "CSH01":
                 raise StaleHead(f"session {self._spec!r} moved on from size {expect}", session=self._spec) from None
