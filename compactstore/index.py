@@ -125,6 +125,40 @@ class Index:
         return out
 
 
+    def negatives_at(self, positions: Iterable[int], before: int) -> dict[int, IndexRow]:
+        """Return the ``negative`` rows at ``positions`` of the events negative at checkpoint ``before``.
+
+        An event made negative only at or after ``before`` (superseded later) was not negative there.
+        """
+        wanted = sorted({p for p in positions if 0 <= p < before})
+        return {r.pos: r for r in map(_row, self.sql.rows_at("negative", wanted)) if r.num < before}
+
+    def bindings_at(self, positions: Iterable[int]) -> list[IndexRow]:
+        """Return the ``binding`` rows at ``positions`` (those >= 0), by position."""
+        return [_row(t) for t in self.sql.rows_at("binding", sorted({p for p in positions if p >= 0}))]
+
+    def bindings_in(self, start: int, stop: int) -> list[IndexRow]:
+        """Return the ``binding`` rows of positions ``[start, stop)``, by position."""
+        return [_row(t) for t in self.sql.rows(("binding",), start, stop)]
+
+    def closes(self, start: int, stop: int) -> list[IndexRow]:
+        """Return the ``close`` rows of positions ``[start, stop)``, by position."""
+        return [_row(t) for t in self.sql.rows(("close",), start, stop)] if start < stop else []
+
+    def nodes(self, before: int) -> list[tuple[int, ev.Summary]]:
+        """Return ``(position, node)`` of the summary nodes before ``before``, by position.
+
+        Read from the log (nodes give no index rows): one query on the events' kind, and
+        only the nodes' bodies decoded.
+        """
+        out = []
+        for pos, body in self.sql.nodes(before):
+            node = None if body is None else ev.decode(body)
+            if isinstance(node, ev.Summary):
+                out.append((pos, node))
+        return out
+
+
 class _Prior:
     """What came before a derivation, read from the index and the log inside the write transaction."""
 
