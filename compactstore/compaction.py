@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import enum
 import struct
+import threading
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol
 
@@ -355,6 +357,95 @@ def span_content(session: Session, start: int, stop: int) -> bytes | None:
     return None if got.redacted else got.digest  # an erased body can never be certified again
 
 
+class _SpanRead(NamedTuple):
+    """What :func:`_read_span` gives."""
+
+    #: :func:`span_content` of the span (None: a body there is redacted)
+    digest: bytes | None
+    #: the span's records, when asked for
+    records: list[Record]
+    #: the first position missing or out of order, None when the span is whole
+    missing: int | None
+    #: whether every body read matched its stored leaf
+    matched: bool
+
+
+def _read_span(session: Session, start: int, stop: int, records: bool) -> _SpanRead:
+    """Read ``[start, stop)`` once: its content digest, each body checked against its leaf, and its records if asked."""
+    backend, sid = session.store.backend, session._require_sid()
+    nxt, missing, redacted, matched = start, None, False, True
+    out: list[Record] = []
+    erased: dict[int, int] | None = None
+
+    def bodies() -> Iterator[list[bytes]]:
+        nonlocal nxt, missing, redacted, matched, erased
+        for chunk in chunked(backend.rows(sid, start, stop, _CHUNK), _CHUNK):
+            for r in chunk:
+                if missing is None and r.pos != nxt:
+                    missing = nxt
+                nxt += 1
+                if r.body is None:
+                    redacted = True
+                    if records and erased is None:
+                        erased = backend.redactions(sid)
+            got = [r.body or b"" for r in chunk]
+            if matched and not redacted:
+                matched = all(leaf == r.leaf for leaf, r in zip(merkle.leaf_hashes(got), chunk))
+            if records:
+                out.extend(session._record(r, erased) for r in chunk)
+            yield got
+
+    digest = content_digest_of(bodies())
+    if missing is None and nxt != stop:
+        missing = nxt
+    return _SpanRead(None if redacted else digest, out, missing, matched and not redacted)
+
+
+def _content(session: Session, size: int, start: int, stop: int, span_root: bytes, got: _SpanRead) -> bytes | None:
+    """Return the content digest a node over ``[start, stop)`` records, from the span read under the lock.
+
+    When every body matched its leaf, the node needs no second read at commit: see :func:`_vouch`.
+    """
+    if got.missing is not None:
+        raise IntegrityError(f"position {got.missing} is missing", session=session.name, pos=got.missing)
+    if got.digest is not None and got.matched:
+        _vouch(session, size, start, stop, got.digest, span_root)
+    return got.digest
+
+
+class _Vouched(NamedTuple):
+    store: weakref.ref[Any]
+    session: str
+    first: int
+    start: int
+    stop: int
+    digest: str
+    span_root: str
+
+
+_vouched = threading.local()
+
+
+def _vouch(session: Session, first: int, start: int, stop: int, digest: bytes, span_root: bytes) -> None:
+    """Record that the bodies of ``[start, stop)`` were just read under the session's lock, at head ``first``.
+
+    Each matched its stored leaf, ``digest`` is their content digest and ``span_root`` the
+    stored tree's root of the span: what :func:`check_content_digest` would find reading
+    them again before a node written at ``first`` (the log before a head never changes:
+    a redaction appends). It takes that node without the second read; any other node,
+    or the same at another head, session or store, is read again.
+    """
+    _vouched.last = _Vouched(weakref.ref(session.store), session.name, first, start, stop, digest.hex(), span_root.hex())
+
+
+def _was_vouched(session: Session, node: ev.Summary, first: int) -> bool:
+    last: _Vouched | None = getattr(_vouched, "last", None)
+    _vouched.last = None  # one node per read
+    return last is not None and last.store() is session.store and last == _Vouched(
+        last.store, session.name, first, node.start, node.stop, node.content_digest or "", node.span_root
+    )
+
+
 def check_content_digest(session: Session, node: ev.Summary, pos: int, pending: Sequence[Row]) -> None:
     """Refuse a node at ``pos`` whose content digest is not that of its span's bodies.
 
@@ -372,6 +463,8 @@ def check_content_digest(session: Session, node: ev.Summary, pos: int, pending: 
     if not (isinstance(start, int) and isinstance(stop, int) and 0 <= start < stop <= pos):
         raise InvalidEvent("content_digest", f"span [{start}, {stop}) is not a non-empty span before pos {pos}")
     first = pending[0].pos if pending else pos
+    if stop <= first and _was_vouched(session, node, first):
+        return  # its span was read and digested under this lock, at this head
     leaves: list[bytes] = []  # kept only when part of the span is in this batch, with no stored roots yet
 
     def bodies() -> Iterator[list[bytes]]:
@@ -576,7 +669,7 @@ class IndexedFacts:
 
     def first_overlap(self, tier: int, start: int, stop: int) -> tuple[int, ev.Summary] | None:
         if self._nodes is None:
-            self._nodes = self.index.nodes(self.size)
+            self._nodes = _nodes(self.session.store, self.index, self.size)
         for pos, node in self._nodes:
             if node.tier == tier and max(start, node.start) < min(stop, node.stop):
                 return pos, node
@@ -629,6 +722,29 @@ class IndexedFacts:
                        if split_item(name)[0] == "obligation"}
         needs = self.index.needs(sorted(obligations))
         return [(p, name, needs.get(p, [])) for p, name in sorted(obligations.items())]
+
+
+#: The summary nodes read so far of each session of a store: ``sid -> (read up to, nodes)``.
+#: The log before a position never changes, so each read starts where the last stopped
+#: and a compaction reads only the nodes appended since (after one read of the session).
+_NODES: weakref.WeakKeyDictionary[Any, dict[int, tuple[int, list[tuple[int, ev.Summary]]]]] = (
+    weakref.WeakKeyDictionary()
+)
+_NODES_LOCK = threading.Lock()
+
+
+def _nodes(store: object, index: Index, size: int) -> list[tuple[int, ev.Summary]]:
+    """Return ``(position, node)`` of the session's summary nodes before ``size``, by position."""
+    sid = index.sql.sid
+    with _NODES_LOCK:
+        upto, known = _NODES.setdefault(store, {}).get(sid, (0, []))
+    if upto < size:
+        known = known + index.nodes(upto, size)
+        with _NODES_LOCK:
+            per = _NODES.setdefault(store, {})
+            if per.get(sid, (0, []))[0] < size:
+                per[sid] = (size, known)
+    return [(p, n) for p, n in known if p < size]
 
 
 def _item(pos: int, name: str) -> Item:
@@ -743,15 +859,18 @@ def compact(
         kept = _dedupe(kept)
         if loss is LossClass.LOSSLESS:
             _check_lossless(s, start, stop, facts, items, keys, done)
+        # One read of the span: the summarizer's records, the content digest, each body against its leaf.
         text = summary
+        got = _read_span(session, start, stop, records=text is None)
         if text is None:
-            text = (summarizer or extractive)(list(session.scan(start, stop)))
+            text = (summarizer or extractive)(got.records)
             if not isinstance(text, str):
                 raise InvalidArgument("summarizer", f"must return str, got {type(text).__name__}")
+        root = session.span_root(start, stop)
         node = ev.Summary(
-            tier=1, start=start, stop=stop, span_root=session.span_root(start, stop).hex(), summary=text,
+            tier=1, start=start, stop=stop, span_root=root.hex(), summary=text,
             loss=loss, negative_facts=facts, unresolved=items, resolved=done, kept=kept, spills=refs, contract=contract,
-            content_digest=_hex(span_content(session, start, stop)),
+            content_digest=_hex(_content(session, size, start, stop, root, got)),
         )
         return [(e, None) for e in [*spill_events, node]]
 
@@ -824,13 +943,15 @@ def digest(
         text = summary
         if text is None:
             text = (summarizer or extractive)([session.read(c.pos) for c in children])
+        root = session.span_root(start, stop)
+        content = _content(session, size, start, stop, root, _read_span(session, start, stop, records=False))
         node = ev.Summary(
-            tier=2, start=start, stop=stop, span_root=session.span_root(start, stop).hex(), summary=text,
+            tier=2, start=start, stop=stop, span_root=root.hex(), summary=text,
             loss=wanted, children=[c.pos for c in children], negative_facts=facts, unresolved=items, resolved=done,
             kept=_dedupe(e for c in children for e in c.kept),
             spills=sorted({r for c in children for r in c.spills}, key=lambda r: r.handle),
             contract="; ".join(c.contract for c in children if c.contract) or None,
-            content_digest=_hex(span_content(session, start, stop)),
+            content_digest=_hex(content),
         )
         return [(node, None)]
 

@@ -145,14 +145,14 @@ class Index:
         """Return the ``close`` rows of positions ``[start, stop)``, by position."""
         return [_row(t) for t in self.sql.rows(("close",), start, stop)] if start < stop else []
 
-    def nodes(self, before: int) -> list[tuple[int, ev.Summary]]:
-        """Return ``(position, node)`` of the summary nodes before ``before``, by position.
+    def nodes(self, start: int, stop: int) -> list[tuple[int, ev.Summary]]:
+        """Return ``(position, node)`` of the summary nodes at positions ``[start, stop)``, by position.
 
         Read from the log (nodes give no index rows): one query on the events' kind, and
         only the nodes' bodies decoded.
         """
         out = []
-        for pos, body in self.sql.nodes(before):
+        for pos, body in self.sql.nodes(start, stop):
             node = None if body is None else ev.decode(body)
             if isinstance(node, ev.Summary):
                 out.append((pos, node))

@@ -247,3 +247,82 @@ def test_the_migration_story_compacts_alike_both_ways(open_store: Callable[..., 
 @contextmanager
 def _nothing() -> Iterator[None]:
     yield
+
+
+# --- one read of the span ----------------------------------------------------------------------
+
+
+def _count_rereads(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
+    """Record each span check_content_digest reads again from the log."""
+    reads: list[tuple[int, int]] = []
+    rows = compaction._span_rows
+
+    def counted(session: cs.Session, start: int, stop: int) -> Iterator[list[object]]:
+        reads.append((start, stop))
+        return rows(session, start, stop)  # type: ignore[return-value]
+
+    monkeypatch.setattr(compaction, "_span_rows", counted)
+    return reads
+
+
+def test_a_compaction_reads_its_span_once(store: cs.Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """compact and digest digest the span as they read it under the lock; a node appended as is is read again."""
+    s = store.session("m")
+    migration(s)
+    reads = _count_rereads(monkeypatch)
+    a = s.compact(0, 8, on_risk="spill")
+    b = s.compact(8, 11)
+    l2 = s.digest([a, b])
+    assert reads == [] and getattr(compaction._vouched, "last", None) is None
+    assert [s.restore_span(n.pos).certified_by for n in (a, b, l2)] == ["content_digest"] * 3
+    again = s.append(msgspec.structs.replace(s.read(b.pos).event, ts=None))  # the same node, appended by hand
+    assert reads == [(8, 11)] and again.event.content_digest == s.read(b.pos).event.content_digest
+
+
+def test_what_a_compaction_read_vouches_for_no_other_node(open_store: Callable[..., cs.Store],
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A node that differs from what the read found, or the same found at another head, session or store, is read again."""
+    store = open_store()
+    s = store.session("m")
+    migration(s)
+    root, size = s.span_root(0, 8), s.size
+    digest = compaction.content_digest([r.body for r in s.scan(0, 8)])
+    node = ev.Summary(tier=1, start=0, stop=8, span_root=root.hex(), summary="s", content_digest=digest.hex())
+    false = compaction.content_digest([b"x"])
+    for vouched, appended in [
+        ((s, size, 0, 8, digest, root), {"content_digest": false.hex()}),  # another digest than the read's
+        ((s, size, 0, 8, digest, root), {"span_root": s.span_root(0, 7).hex()}),  # another root
+        ((s, size, 0, 8, digest, root), {"start": 1}),  # another span
+        ((s, size - 1, 0, 8, false, root), {"content_digest": false.hex()}),  # at another head
+        ((store.session("other"), size, 0, 8, false, root), {"content_digest": false.hex()}),  # another session
+        ((open_store().session("m"), size, 0, 8, false, root), {"content_digest": false.hex()}),  # another store
+    ]:
+        compaction._vouch(*vouched)  # type: ignore[arg-type]
+        with pytest.raises(cs.InvalidEvent, match="content_digest|span_root"):
+            s.append(msgspec.structs.replace(node, **appended))
+    assert s.size == size
+    reads = _count_rereads(monkeypatch)
+    compaction._vouch(s, size, 0, 8, digest, root)
+    s.append(node)  # what the read found at this head: taken without a second read
+    assert reads == []
+    s.append(node)  # the token is spent: read again
+    assert reads == [(0, 8)]
+
+
+def test_a_body_that_does_not_match_its_leaf_is_refused_as_before(sqlite_target: str) -> None:
+    """The read that digests the span checks each body against its leaf; a changed body is refused at commit."""
+    import sqlite3
+
+    with cs.open(sqlite_target, clock=cs.tick_clock()) as st:
+        migration(st.session("m"))
+    conn = sqlite3.connect(sqlite_target)
+    for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall():
+        conn.execute(f"DROP TRIGGER {name}")
+    conn.execute("UPDATE events SET body = CAST(replace(CAST(body AS TEXT), 'No.', 'OK.') AS BLOB) WHERE pos = 4")
+    conn.commit()
+    conn.close()
+    with cs.open(sqlite_target) as st:
+        s = st.session("m")
+        with pytest.raises(cs.InvalidEvent, match="the body at pos 4 does not match its leaf"):
+            s.compact(0, 5)
+        assert s.size == 11

@@ -136,11 +136,11 @@ class IndexSQL:
         )
         return _rows(got)[0] if got else None
 
-    def nodes(self, before: int) -> list[tuple[int, bytes | None]]:
-        """Return ``(pos, body)`` of the summary nodes (events of kind ``node``) before ``before``, by position."""
+    def nodes(self, lo: int, hi: int) -> list[tuple[int, bytes | None]]:
+        """Return ``(pos, body)`` of the summary nodes (events of kind ``node``) at positions ``[lo, hi)``, by position."""
         got = self.run(
-            "SELECT pos, body FROM events WHERE session_id = ? AND kind = 'node' AND pos < ? ORDER BY pos",
-            (self.sid, before),
+            "SELECT pos, body FROM events WHERE session_id = ? AND pos >= ? AND pos < ? AND kind = 'node' ORDER BY pos",
+            (self.sid, lo, hi),
         )
         return [(int(p), None if b is None else bytes(b)) for p, b in got]
 
