@@ -9,6 +9,14 @@ the binding it needs is regenerable. A non-regenerable binding whose latest valu
 bound inside the span must be kept verbatim, spilled to the store, or the compaction
 is refused: the failure it prevents shows up many steps later, at the first step that
 needs the lost literal, where nothing points back at the compaction.
+
+What a compaction needs of the session's structure (overlapping nodes, the span's
+negative facts, open and resolved items, bindings, open obligations) comes from the
+structural index when it answers (:class:`IndexedFacts`), else from a pass over every
+event (:class:`FullFacts`, the reference); both give the same nodes and refusals. The
+span itself is read once, under the session's lock: its records for the summarizer,
+its content digest and each body against its leaf, so the node needs no second read
+at commit.
 """
 
 from __future__ import annotations

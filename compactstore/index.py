@@ -14,6 +14,11 @@ plus the size of the answer:
 - the negative facts of a span: the ``negative`` rows of its positions;
 - the latest binding of a key before a position: one descending index probe.
 
+Compaction asks the same questions of a span (:class:`compactstore.compaction.IndexedFacts`),
+and a few more: the binding rows of the span or of given positions, the close rows
+after an item, the negative rows at given positions; the summary nodes, which give no
+rows, it reads from the log by their kind.
+
 The index of every session is complete: each append writes its rows in its own
 transaction, and a store of an earlier schema (written before the index, or with the
 ``size`` rows that marked how far it went) is brought up to date, in one write
