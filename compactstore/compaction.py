@@ -9,14 +9,24 @@ the binding it needs is regenerable. A non-regenerable binding whose latest valu
 bound inside the span must be kept verbatim, spilled to the store, or the compaction
 is refused: the failure it prevents shows up many steps later, at the first step that
 needs the lost literal, where nothing points back at the compaction.
+
+What a compaction needs of the session's structure (overlapping nodes, the span's
+negative facts, open and resolved items, bindings, open obligations) comes from the
+structural index when it answers (:class:`IndexedFacts`), else from a pass over every
+event (:class:`FullFacts`, the reference); both give the same nodes and refusals. The
+span itself is read once, under the session's lock: its records for the summarizer,
+its content digest and each body against its leaf, so the node needs no second read
+at commit.
 """
 
 from __future__ import annotations
 
 import enum
 import struct
+import threading
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol
 
 import msgspec
 from blake3 import blake3
@@ -26,7 +36,8 @@ from . import merkle
 from .backends import chunked
 from .errors import CompactionInvariantError, IntegrityError, InvalidArgument, InvalidEvent
 from .events import Excerpt, Fact, Item, LossClass, SpillRef
-from .structure import Structure, build, text_of
+from .index import Index
+from .structure import Structure, build, split_item, text_of
 
 if TYPE_CHECKING:
     from .backends import Backend, Row
@@ -167,15 +178,18 @@ def extractive(records: Sequence[Record]) -> str:
 # --- argument handling -----------------------------------------------------------
 
 
-def _facts(given: Iterable[Fact | int] | _Auto, structural: list[Fact], s: Structure) -> list[Fact]:
+def _facts(given: Iterable[Fact | int] | _Auto, structural: list[Fact], s: Facts) -> list[Fact]:
     if given is AUTO:
         return structural
+    given = list(given)
+    negative = s.negatives_at(given)
     out = []
     for f in given:
+        found = negative(f) if isinstance(f, int) else None
         if isinstance(f, Fact):
             out.append(f)
-        elif isinstance(f, int) and f in s.negatives:
-            out.append(s.negatives[f])
+        elif found is not None:
+            out.append(found)
         else:
             raise InvalidArgument("negative_facts", f"{f!r} is neither a Fact nor the position of a negative fact")
     return sorted(set(out), key=lambda x: x.pos)
@@ -225,14 +239,14 @@ def excerpt(session: Session, pos: int, path: str) -> Excerpt:
     return Excerpt(pos, path, value)
 
 
-def _kept(session: Session, keep: Iterable[str | tuple[int, str]], s: Structure, stop: int) -> list[Excerpt]:
+def _kept(session: Session, keep: Iterable[str | tuple[int, str]], s: Facts, stop: int) -> list[Excerpt]:
     out = []
     for k in keep:
         if isinstance(k, str):
             found = s.latest_binding(k, stop)
             if found is None:
                 raise InvalidArgument("keep", f"no binding {k!r} before pos {stop}")
-            out.append(Excerpt(found[0], "value", found[1].value))
+            out.append(Excerpt(found[0], "value", s.binding(found[0]).value))
         elif isinstance(k, tuple) and len(k) == 2:
             out.append(excerpt(session, k[0], k[1]))
         else:
@@ -240,10 +254,9 @@ def _kept(session: Session, keep: Iterable[str | tuple[int, str]], s: Structure,
     return out
 
 
-def _keys_of(kept: Iterable[Excerpt], s: Structure) -> set[str]:
+def _keys_of(kept: Iterable[Excerpt], s: Facts) -> set[str]:
     """Return the binding keys whose value an excerpt keeps."""
-    at = {e.pos for e in kept if e.path == "value"}
-    return {key for key, bound in s.bindings.items() if any(p in at for p, _ in bound)}
+    return s.keys_at({e.pos for e in kept if e.path == "value"})
 
 
 def _dedupe(kept: Iterable[Excerpt]) -> list[Excerpt]:
@@ -253,7 +266,7 @@ def _dedupe(kept: Iterable[Excerpt]) -> list[Excerpt]:
 
 def kept_keys(node: ev.Summary | Node, s: Structure) -> set[str]:
     """Return the binding keys a node keeps verbatim or spilled."""
-    return _keys_of(node.kept, s) | {sp.key for sp in node.spills}
+    return FullFacts(s).keys_at({e.pos for e in node.kept if e.path == "value"}) | {sp.key for sp in node.spills}
 
 
 def _unhex(text: str) -> bytes | None:
@@ -352,6 +365,95 @@ def span_content(session: Session, start: int, stop: int) -> bytes | None:
     return None if got.redacted else got.digest  # an erased body can never be certified again
 
 
+class _SpanRead(NamedTuple):
+    """What :func:`_read_span` gives."""
+
+    #: :func:`span_content` of the span (None: a body there is redacted)
+    digest: bytes | None
+    #: the span's records, when asked for
+    records: list[Record]
+    #: the first position missing or out of order, None when the span is whole
+    missing: int | None
+    #: whether every body read matched its stored leaf
+    matched: bool
+
+
+def _read_span(session: Session, start: int, stop: int, records: bool) -> _SpanRead:
+    """Read ``[start, stop)`` once: its content digest, each body checked against its leaf, and its records if asked."""
+    backend, sid = session.store.backend, session._require_sid()
+    nxt, missing, redacted, matched = start, None, False, True
+    out: list[Record] = []
+    erased: dict[int, int] | None = None
+
+    def bodies() -> Iterator[list[bytes]]:
+        nonlocal nxt, missing, redacted, matched, erased
+        for chunk in chunked(backend.rows(sid, start, stop, _CHUNK), _CHUNK):
+            for r in chunk:
+                if missing is None and r.pos != nxt:
+                    missing = nxt
+                nxt += 1
+                if r.body is None:
+                    redacted = True
+                    if records and erased is None:
+                        erased = backend.redactions(sid)
+            got = [r.body or b"" for r in chunk]
+            if matched and not redacted:
+                matched = all(leaf == r.leaf for leaf, r in zip(merkle.leaf_hashes(got), chunk))
+            if records:
+                out.extend(session._record(r, erased) for r in chunk)
+            yield got
+
+    digest = content_digest_of(bodies())
+    if missing is None and nxt != stop:
+        missing = nxt
+    return _SpanRead(None if redacted else digest, out, missing, matched and not redacted)
+
+
+def _content(session: Session, size: int, start: int, stop: int, span_root: bytes, got: _SpanRead) -> bytes | None:
+    """Return the content digest a node over ``[start, stop)`` records, from the span read under the lock.
+
+    When every body matched its leaf, the node needs no second read at commit: see :func:`_vouch`.
+    """
+    if got.missing is not None:
+        raise IntegrityError(f"position {got.missing} is missing", session=session.name, pos=got.missing)
+    if got.digest is not None and got.matched:
+        _vouch(session, size, start, stop, got.digest, span_root)
+    return got.digest
+
+
+class _Vouched(NamedTuple):
+    store: weakref.ref[Any]
+    session: str
+    first: int
+    start: int
+    stop: int
+    digest: str
+    span_root: str
+
+
+_vouched = threading.local()
+
+
+def _vouch(session: Session, first: int, start: int, stop: int, digest: bytes, span_root: bytes) -> None:
+    """Record that the bodies of ``[start, stop)`` were just read under the session's lock, at head ``first``.
+
+    Each matched its stored leaf, ``digest`` is their content digest and ``span_root`` the
+    stored tree's root of the span: what :func:`check_content_digest` would find reading
+    them again before a node written at ``first`` (the log before a head never changes:
+    a redaction appends). It takes that node without the second read; any other node,
+    or the same at another head, session or store, is read again.
+    """
+    _vouched.last = _Vouched(weakref.ref(session.store), session.name, first, start, stop, digest.hex(), span_root.hex())
+
+
+def _was_vouched(session: Session, node: ev.Summary, first: int) -> bool:
+    last: _Vouched | None = getattr(_vouched, "last", None)
+    _vouched.last = None  # one node per read
+    return last is not None and last.store() is session.store and last == _Vouched(
+        last.store, session.name, first, node.start, node.stop, node.content_digest or "", node.span_root
+    )
+
+
 def check_content_digest(session: Session, node: ev.Summary, pos: int, pending: Sequence[Row]) -> None:
     """Refuse a node at ``pos`` whose content digest is not that of its span's bodies.
 
@@ -369,6 +471,8 @@ def check_content_digest(session: Session, node: ev.Summary, pos: int, pending: 
     if not (isinstance(start, int) and isinstance(stop, int) and 0 <= start < stop <= pos):
         raise InvalidEvent("content_digest", f"span [{start}, {stop}) is not a non-empty span before pos {pos}")
     first = pending[0].pos if pending else pos
+    if stop <= first and _was_vouched(session, node, first):
+        return  # its span was read and digested under this lock, at this head
     leaves: list[bytes] = []  # kept only when part of the span is in this batch, with no stored roots yet
 
     def bodies() -> Iterator[list[bytes]]:
@@ -408,17 +512,20 @@ def value_digest(value: ev.JSON) -> str:
 # --- the gate ----------------------------------------------------------------------
 
 
-def risks(s: Structure, start: int, stop: int, kept: set[str] = frozenset()) -> list[Risk]:  # type: ignore[assignment]
+def risks(s: Facts, start: int, stop: int, kept: set[str] = frozenset()) -> list[Risk]:  # type: ignore[assignment]
     """Return each open obligation that needs a non-regenerable binding last bound in ``[start, stop)``."""
     out = []
-    for opos, obligation in s.open_obligations():
-        for key in obligation.needs:
-            found = s.latest_binding(key, s.size)
+    latest: dict[str, tuple[int, bool] | None] = {}
+    for opos, name, needs in s.open_obligations():
+        for key in needs:
+            if key not in latest:
+                latest[key] = s.latest_binding(key, s.size)
+            found = latest[key]
             if found is None or key in kept:
                 continue
-            bpos, binding = found
-            if start <= bpos < stop and not binding.regenerable:
-                out.append(Risk(obligation.name, opos, key, bpos))
+            bpos, regenerable = found
+            if start <= bpos < stop and not regenerable:
+                out.append(Risk(name, opos, key, bpos))
     return out
 
 
@@ -439,6 +546,228 @@ def _structure(session: Session, stop: int) -> Structure:
     return build((r.pos, r.event) for r in session.scan(0, stop))
 
 
+class Facts(Protocol):
+    """What compaction reads of a session's structure at checkpoint ``size``.
+
+    Two implementations give the same answers for every session (a property test holds
+    them side by side): :class:`FullFacts`, a pass over every event, and
+    :class:`IndexedFacts`, which reads the structural index, the summary nodes and the
+    few events it names, in a cost bounded by the span and what the index returns.
+    """
+
+    size: int
+
+    def first_overlap(self, tier: int, start: int, stop: int) -> tuple[int, ev.Summary] | None:
+        """Return the first node of ``tier`` (by position) whose span overlaps ``[start, stop)``."""
+        ...
+
+    def negatives_in(self, start: int, stop: int) -> list[Fact]:
+        """Return :meth:`Structure.negatives_in`."""
+        ...
+
+    def negatives_at(self, positions: Sequence[object]) -> Callable[[object], Fact | None]:
+        """Return a lookup of the negative fact at each of ``positions`` (None: not one)."""
+        ...
+
+    def unresolved_at(self, start: int, stop: int) -> list[Item]:
+        """Return :meth:`Structure.unresolved_at`."""
+        ...
+
+    def resolved_in(self, start: int, stop: int) -> list[Item]:
+        """Return :meth:`Structure.resolved_in`."""
+        ...
+
+    def resolved_before(self, items: Sequence[Item], stop: int) -> set[Item]:
+        """Return those of ``items`` that :meth:`Structure.resolved_before` says are closed before ``stop``."""
+        ...
+
+    def latest_binding(self, key: str, before: int) -> tuple[int, bool] | None:
+        """Return ``(position, regenerable)`` of the last binding of ``key`` before ``before``."""
+        ...
+
+    def binding(self, pos: int) -> ev.Binding:
+        """Return the binding at ``pos`` (one a query above named)."""
+        ...
+
+    def keys_at(self, positions: Iterable[object]) -> set[str]:
+        """Return the keys of the bindings at ``positions``."""
+        ...
+
+    def keys_in(self, start: int, stop: int) -> set[str]:
+        """Return the keys bound at a position in ``[start, stop)``."""
+        ...
+
+    def open_obligations(self) -> list[tuple[int, str, list[str]]]:
+        """Return ``(position, name, needs)`` of each obligation open at ``size``, by position."""
+        ...
+
+
+class FullFacts:
+    """:class:`Facts` from one pass over the events (the reference, and the path of a session with redactions)."""
+
+    def __init__(self, s: Structure) -> None:
+        self.s = s
+        self.size = s.size
+        self._bound: dict[int, ev.Binding] | None = None
+
+    def first_overlap(self, tier: int, start: int, stop: int) -> tuple[int, ev.Summary] | None:
+        for pos, node in sorted(self.s.nodes.items()):
+            if node.tier == tier and max(start, node.start) < min(stop, node.stop):
+                return pos, node
+        return None
+
+    def negatives_in(self, start: int, stop: int) -> list[Fact]:
+        return self.s.negatives_in(start, stop)
+
+    def negatives_at(self, positions: Sequence[object]) -> Callable[[object], Fact | None]:
+        return self.s.negatives.get  # type: ignore[return-value]
+
+    def unresolved_at(self, start: int, stop: int) -> list[Item]:
+        return self.s.unresolved_at(start, stop)
+
+    def resolved_in(self, start: int, stop: int) -> list[Item]:
+        return self.s.resolved_in(start, stop)
+
+    def resolved_before(self, items: Sequence[Item], stop: int) -> set[Item]:
+        return {i for i in items if self.s.resolved_before(i, stop)}
+
+    def latest_binding(self, key: str, before: int) -> tuple[int, bool] | None:
+        found = self.s.latest_binding(key, before)
+        return None if found is None else (found[0], found[1].regenerable)
+
+    def binding(self, pos: int) -> ev.Binding:
+        if self._bound is None:
+            self._bound = {p: b for bound in self.s.bindings.values() for p, b in bound}
+        return self._bound[pos]
+
+    def keys_at(self, positions: Iterable[object]) -> set[str]:
+        at = set(positions)
+        return {key for key, bound in self.s.bindings.items() if any(p in at for p, _ in bound)}
+
+    def keys_in(self, start: int, stop: int) -> set[str]:
+        return {k for k, bound in self.s.bindings.items() if any(start <= p < stop for p, _ in bound)}
+
+    def open_obligations(self) -> list[tuple[int, str, list[str]]]:
+        return [(pos, o.name, list(o.needs)) for pos, o in self.s.open_obligations()]
+
+
+def _positions(values: Iterable[object], size: int) -> list[int]:
+    """Return the positions among ``values`` (ints, bools counted as ints, as a dict lookup does) before ``size``."""
+    return sorted({int(v) for v in values if isinstance(v, int) and 0 <= v < size})
+
+
+class IndexedFacts:
+    """:class:`Facts` from the structural index (see :class:`compactstore.index.Index`) and a few reads.
+
+    The summary nodes come from one query on the events' kind (nodes give no index
+    rows); the value of a binding from its event. Everything else is index rows: the
+    open items at two boundaries, the negative and binding rows of the span, the
+    negative rows it caused before it, one probe per binding key.
+    """
+
+    def __init__(self, session: Session, index: Index, size: int) -> None:
+        self.session, self.index, self.size = session, index, size
+        self._nodes: list[tuple[int, ev.Summary]] | None = None
+        self._open: dict[int, dict[int, str]] = {}
+
+    def _open_at(self, at: int) -> dict[int, str]:
+        if at not in self._open:
+            self._open[at] = self.index.open_at(at)
+        return self._open[at]
+
+    def first_overlap(self, tier: int, start: int, stop: int) -> tuple[int, ev.Summary] | None:
+        if self._nodes is None:
+            self._nodes = _nodes(self.session.store, self.index, self.size)
+        for pos, node in self._nodes:
+            if node.tier == tier and max(start, node.start) < min(stop, node.stop):
+                return pos, node
+        return None
+
+    def negatives_in(self, start: int, stop: int) -> list[Fact]:
+        # A position made negative only at or after the boundary was not negative there.
+        return [Fact(r.pos, r.key, r.text) for r in self.index.negatives(start, stop) if r.num < stop]  # type: ignore[arg-type]
+
+    def negatives_at(self, positions: Sequence[object]) -> Callable[[object], Fact | None]:
+        rows = self.index.negatives_at(_positions(positions, self.size), self.size)
+        found = {p: Fact(r.pos, r.key, r.text) for p, r in rows.items()}  # type: ignore[arg-type]
+        return lambda p: found.get(int(p)) if isinstance(p, int) and 0 <= p < self.size else None
+
+    def unresolved_at(self, start: int, stop: int) -> list[Item]:
+        return [_item(p, name) for p, name in sorted(self._open_at(stop).items()) if start <= p]
+
+    def resolved_in(self, start: int, stop: int) -> list[Item]:
+        # Open at the start and no longer at the stop: closed inside the span (a close
+        # closes every earlier open of its item).
+        at_stop = self._open_at(stop)
+        got = [_item(p, name) for p, name in self._open_at(start).items() if p not in at_stop]
+        return sorted(got, key=lambda i: (i.pos, i.kind, i.id))
+
+    def resolved_before(self, items: Sequence[Item], stop: int) -> set[Item]:
+        if not items:
+            return set()
+        closes: dict[tuple[str, str], list[int]] = {}
+        for r in self.index.closes(max(0, min(i.pos for i in items) + 1), stop):
+            closes.setdefault(split_item(r.key), []).append(r.pos)
+        return {i for i in items if any(i.pos < c < stop for c in closes.get((i.kind, i.id), []))}
+
+    def latest_binding(self, key: str, before: int) -> tuple[int, bool] | None:
+        row = self.index.latest_binding(key, before)
+        return None if row is None else (row.pos, bool(row.num))
+
+    def binding(self, pos: int) -> ev.Binding:
+        event = self.session.read(pos).event
+        assert isinstance(event, ev.Binding), (pos, event.kind)  # the index named it
+        return event
+
+    def keys_at(self, positions: Iterable[object]) -> set[str]:
+        return {r.key for r in self.index.bindings_at(_positions(positions, self.size))}
+
+    def keys_in(self, start: int, stop: int) -> set[str]:
+        return {r.key for r in self.index.bindings_in(start, stop)}
+
+    def open_obligations(self) -> list[tuple[int, str, list[str]]]:
+        obligations = {p: _item(p, name).id for p, name in self._open_at(self.size).items()
+                       if split_item(name)[0] == "obligation"}
+        needs = self.index.needs(sorted(obligations))
+        return [(p, name, needs.get(p, [])) for p, name in sorted(obligations.items())]
+
+
+#: The summary nodes read so far of each session of a store: ``sid -> (read up to, nodes)``.
+#: The log before a position never changes, so each read starts where the last stopped
+#: and a compaction reads only the nodes appended since (after one read of the session).
+_NODES: weakref.WeakKeyDictionary[Any, dict[int, tuple[int, list[tuple[int, ev.Summary]]]]] = (
+    weakref.WeakKeyDictionary()
+)
+_NODES_LOCK = threading.Lock()
+
+
+def _nodes(store: object, index: Index, size: int) -> list[tuple[int, ev.Summary]]:
+    """Return ``(position, node)`` of the session's summary nodes before ``size``, by position."""
+    sid = index.sql.sid
+    with _NODES_LOCK:
+        upto, known = _NODES.setdefault(store, {}).get(sid, (0, []))
+    if upto < size:
+        known = known + index.nodes(upto, size)
+        with _NODES_LOCK:
+            per = _NODES.setdefault(store, {})
+            if per.get(sid, (0, []))[0] < size:
+                per[sid] = (size, known)
+    return [(p, n) for p, n in known if p < size]
+
+
+def _item(pos: int, name: str) -> Item:
+    kind, ident = split_item(name)
+    return Item(pos, kind, ident)  # type: ignore[arg-type]
+
+
+def facts_at(session: Session, size: int) -> Facts:
+    """Return the structure of the session at checkpoint ``size``: from the index when it answers, else a full pass."""
+    index = Index.of(session, size)
+    if index is None:
+        return FullFacts(_structure(session, size))
+    return IndexedFacts(session, index, size)
+
+
 def _as_list(field: str, value: object) -> list[Any]:
     """Return ``value`` as a list; refuse a str (it would be split into characters) or a non-iterable."""
     if isinstance(value, str | bytes) or not isinstance(value, Iterable):
@@ -451,18 +780,19 @@ def _check_span(start: int, stop: int, size: int) -> None:
         raise InvalidArgument("span", f"[{start}, {stop}) is not a non-empty span of the session's {size} positions")
 
 
-def _overlap(s: Structure, tier: int, start: int, stop: int) -> None:
-    for pos, node in sorted(s.nodes.items()):
-        if node.tier == tier and max(start, node.start) < min(stop, node.stop):
-            raise InvalidArgument(
-                "span", f"[{start}, {stop}) overlaps the L{tier} node at pos {pos} covering [{node.start}, {node.stop})"
-            )
+def _overlap(s: Facts, tier: int, start: int, stop: int) -> None:
+    found = s.first_overlap(tier, start, stop)
+    if found is not None:
+        pos, node = found
+        raise InvalidArgument(
+            "span", f"[{start}, {stop}) overlaps the L{tier} node at pos {pos} covering [{node.start}, {node.stop})"
+        )
 
 
 def _check_lossless(
-    s: Structure, start: int, stop: int, facts: list[Fact], items: list[Item], keys: set[str], done: list[Item]
+    s: Facts, start: int, stop: int, facts: list[Fact], items: list[Item], keys: set[str], done: list[Item]
 ) -> None:
-    missing = [k for k, bound in s.bindings.items() if any(start <= p < stop for p, _ in bound) and k not in keys]
+    missing = [k for k in s.keys_in(start, stop) if k not in keys]
     missing_facts = [f.pos for f in s.negatives_in(start, stop) if f.pos not in {x.pos for x in facts}]
     missing_items = [i.id for i in s.unresolved_at(start, stop) if i not in items]
     missing_items += [i.id for i in s.resolved_in(start, stop) if i not in done]
@@ -507,7 +837,7 @@ def compact(
 
     def build_events(size: int) -> list[tuple[ev.Event, str | None]]:
         _check_span(start, stop, size)
-        s = _structure(session, size)
+        s = facts_at(session, size)
         _overlap(s, 1, start, stop)
         facts = _facts(negative_facts, s.negatives_in(start, stop), s)
         items = _items(unresolved, s.unresolved_at(start, stop))
@@ -524,11 +854,11 @@ def compact(
             needed = sorted({(r.key, r.binding_pos) for r in at_risk})
             names = sorted({r.obligation for r in at_risk})
             if on_risk == "preserve":
-                kept += [Excerpt(p, "value", s.bindings[k][-1][1].value) for k, p in needed]
+                kept += [Excerpt(p, "value", s.binding(p).value) for k, p in needed]
                 contract = f"kept verbatim for obligations {names}: {[k for k, _ in needed]}"
             else:
                 for i, (k, p) in enumerate(needed):
-                    value = s.bindings[k][-1][1].value
+                    value = s.binding(p).value
                     d = value_digest(value)
                     spill_events.append(ev.Spill(key=k, value=value, source=p, digest=d))
                     refs.append(SpillRef(f"spill:{size + i}", k, p, d))
@@ -537,15 +867,18 @@ def compact(
         kept = _dedupe(kept)
         if loss is LossClass.LOSSLESS:
             _check_lossless(s, start, stop, facts, items, keys, done)
+        # One read of the span: the summarizer's records, the content digest, each body against its leaf.
         text = summary
+        got = _read_span(session, start, stop, records=text is None)
         if text is None:
-            text = (summarizer or extractive)(list(session.scan(start, stop)))
+            text = (summarizer or extractive)(got.records)
             if not isinstance(text, str):
                 raise InvalidArgument("summarizer", f"must return str, got {type(text).__name__}")
+        root = session.span_root(start, stop)
         node = ev.Summary(
-            tier=1, start=start, stop=stop, span_root=session.span_root(start, stop).hex(), summary=text,
+            tier=1, start=start, stop=stop, span_root=root.hex(), summary=text,
             loss=loss, negative_facts=facts, unresolved=items, resolved=done, kept=kept, spills=refs, contract=contract,
-            content_digest=_hex(span_content(session, start, stop)),
+            content_digest=_hex(_content(session, size, start, stop, root, got)),
         )
         return [(e, None) for e in [*spill_events, node]]
 
@@ -596,7 +929,7 @@ def digest(
         raise CompactionInvariantError(f"an L2 node cannot be {wanted.value} over children that are {floor.value}")
 
     def build_events(size: int) -> list[tuple[ev.Event, str | None]]:
-        s = _structure(session, size)
+        s = facts_at(session, size)
         _overlap(s, 2, start, stop)
         # The children's facts, and what became negative inside the span after they were
         # written (an event of the first child superseded by one of the last).
@@ -604,8 +937,10 @@ def digest(
             {f.pos: f for f in [*s.negatives_in(start, stop), *(f for c in children for f in c.negative_facts)]}.values(),
             key=lambda f: f.pos,
         )
+        listed = sorted({i for c in children for i in c.unresolved}, key=lambda i: (i.pos, i.kind, i.id))
+        closed = s.resolved_before(listed, stop)
         still_open = sorted(
-            {i for c in children for i in c.unresolved if not s.resolved_before(i, stop)},
+            {i for i in listed if i not in closed},
             key=lambda i: (i.pos, i.kind, i.id),
         )
         facts = _facts(negative_facts, carried, s)
@@ -616,13 +951,15 @@ def digest(
         text = summary
         if text is None:
             text = (summarizer or extractive)([session.read(c.pos) for c in children])
+        root = session.span_root(start, stop)
+        content = _content(session, size, start, stop, root, _read_span(session, start, stop, records=False))
         node = ev.Summary(
-            tier=2, start=start, stop=stop, span_root=session.span_root(start, stop).hex(), summary=text,
+            tier=2, start=start, stop=stop, span_root=root.hex(), summary=text,
             loss=wanted, children=[c.pos for c in children], negative_facts=facts, unresolved=items, resolved=done,
             kept=_dedupe(e for c in children for e in c.kept),
             spills=sorted({r for c in children for r in c.spills}, key=lambda r: r.handle),
             contract="; ".join(c.contract for c in children if c.contract) or None,
-            content_digest=_hex(span_content(session, start, stop)),
+            content_digest=_hex(content),
         )
         return [(node, None)]
 
@@ -633,7 +970,7 @@ def assert_compaction_safe(session: Session, start: int, stop: int, keep: Iterab
     """Raise CompactionInvariantError listing each obligation and binding a lossy compaction would lose."""
     size = session.size
     _check_span(start, stop, size)
-    found = risks(_structure(session, size), start, stop, set(keep))
+    found = risks(facts_at(session, size), start, stop, set(keep))
     if found:
         raise _risk_error(found, start, stop)
 

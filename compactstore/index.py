@@ -14,6 +14,11 @@ plus the size of the answer:
 - the negative facts of a span: the ``negative`` rows of its positions;
 - the latest binding of a key before a position: one descending index probe.
 
+Compaction asks the same questions of a span (:class:`compactstore.compaction.IndexedFacts`),
+and a few more: the binding rows of the span or of given positions, the close rows
+after an item, the negative rows at given positions; the summary nodes, which give no
+rows, it reads from the log by their kind.
+
 The index of every session is complete: each append writes its rows in its own
 transaction, and a store of an earlier schema (written before the index, or with the
 ``size`` rows that marked how far it went) is brought up to date, in one write
@@ -122,6 +127,40 @@ class Index:
                 out[r.pos] = msgspec.json.decode(r.text, type=list[str])
             except msgspec.DecodeError:
                 raise IntegrityError(f"structural index row at pos {r.pos} is not a list of keys", pos=r.pos) from None
+        return out
+
+
+    def negatives_at(self, positions: Iterable[int], before: int) -> dict[int, IndexRow]:
+        """Return the ``negative`` rows at ``positions`` of the events negative at checkpoint ``before``.
+
+        An event made negative only at or after ``before`` (superseded later) was not negative there.
+        """
+        wanted = sorted({p for p in positions if 0 <= p < before})
+        return {r.pos: r for r in map(_row, self.sql.rows_at("negative", wanted)) if r.num < before}
+
+    def bindings_at(self, positions: Iterable[int]) -> list[IndexRow]:
+        """Return the ``binding`` rows at ``positions`` (those >= 0), by position."""
+        return [_row(t) for t in self.sql.rows_at("binding", sorted({p for p in positions if p >= 0}))]
+
+    def bindings_in(self, start: int, stop: int) -> list[IndexRow]:
+        """Return the ``binding`` rows of positions ``[start, stop)``, by position."""
+        return [_row(t) for t in self.sql.rows(("binding",), start, stop)]
+
+    def closes(self, start: int, stop: int) -> list[IndexRow]:
+        """Return the ``close`` rows of positions ``[start, stop)``, by position."""
+        return [_row(t) for t in self.sql.rows(("close",), start, stop)] if start < stop else []
+
+    def nodes(self, start: int, stop: int) -> list[tuple[int, ev.Summary]]:
+        """Return ``(position, node)`` of the summary nodes at positions ``[start, stop)``, by position.
+
+        Read from the log (nodes give no index rows): one query on the events' kind, and
+        only the nodes' bodies decoded.
+        """
+        out = []
+        for pos, body in self.sql.nodes(start, stop):
+            node = None if body is None else ev.decode(body)
+            if isinstance(node, ev.Summary):
+                out.append((pos, node))
         return out
 
 

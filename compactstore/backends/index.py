@@ -136,6 +136,14 @@ class IndexSQL:
         )
         return _rows(got)[0] if got else None
 
+    def nodes(self, lo: int, hi: int) -> list[tuple[int, bytes | None]]:
+        """Return ``(pos, body)`` of the summary nodes (events of kind ``node``) at positions ``[lo, hi)``, by position."""
+        got = self.run(
+            "SELECT pos, body FROM events WHERE session_id = ? AND pos >= ? AND pos < ? AND kind = 'node' ORDER BY pos",
+            (self.sid, lo, hi),
+        )
+        return [(int(p), None if b is None else bytes(b)) for p, b in got]
+
     def body(self, pos: int) -> bytes | None:
         """Return the stored body of the event at ``pos`` (None: redacted or missing)."""
         got = self.run("SELECT body FROM events WHERE session_id = ? AND pos = ?", (self.sid, pos))

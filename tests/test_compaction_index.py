@@ -1,0 +1,328 @@
+"""Compaction from the structural index: the same facts, nodes and refusals as the full pass."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import msgspec
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_compaction import migration
+from test_structure_index import _POOL_JITTER, IDS, KEYS, _raw_event
+
+import compactstore as cs
+from compactstore import compaction, structure
+from compactstore import events as ev
+from compactstore.compaction import AUTO, Facts, FullFacts, IndexedFacts
+
+_names = itertools.count()
+
+
+@pytest.fixture
+def small_snapshots(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Snapshot the open items every 4 positions, so that small sessions cross many snapshots."""
+    monkeypatch.setattr(structure, "SNAPSHOT_EVERY", 4)
+    yield
+
+
+def _full(session: cs.Session, size: int) -> Facts:
+    return FullFacts(compaction._structure(session, size))
+
+
+@contextmanager
+def _full_path() -> Iterator[None]:
+    """Make compaction take the full pass over the events, as a session with redactions does."""
+    indexed = compaction.facts_at
+    compaction.facts_at = _full
+    try:
+        yield
+    finally:
+        compaction.facts_at = indexed
+
+
+# --- random sessions, compactions with every kind of argument ---------------------------------
+
+
+_SPAN = st.tuples(st.integers(0, 999), st.integers(0, 999))
+"""Where a span starts and ends, as fractions of the session's size when the step runs."""
+
+
+def _span(at: tuple[int, int], size: int) -> tuple[int, int]:
+    a = at[0] * size // 1000
+    return a, a + 1 + at[1] * (size - a) // 1000 if a < size else a + 1
+
+
+@st.composite
+def _compaction(draw: st.DrawFn, size: int) -> dict[str, object]:
+    args: dict[str, object] = {
+        "span": draw(_SPAN), "summary": draw(st.sampled_from(["gist", None])),
+        "loss": draw(st.sampled_from([cs.LossClass.LOSSY_GIST, cs.LossClass.LOSSY_GIST, *cs.LossClass])),
+        "on_risk": draw(st.sampled_from(["refuse", "preserve", "spill", "spill"])),
+    }
+    sometimes = st.integers(0, 3).map(lambda n: n == 0)
+    positions = st.integers(-1, size + 2) | st.sampled_from([True, 2**70])
+    if draw(sometimes):
+        args["negative_facts"] = draw(st.lists(positions, max_size=3))
+    if draw(sometimes):
+        args["unresolved"] = draw(st.lists(st.sampled_from([f"{p}{i}" for p in "cho" for i in IDS]), max_size=2))
+    if draw(sometimes):
+        args["resolved"] = draw(st.sampled_from([[], [], ["ca"], ["ha", "oa"]]))
+    if draw(st.integers(0, 2)) == 0:
+        excerpt = st.tuples(st.integers(0, size - 1), st.sampled_from(["value", "key"]))
+        args["keep"] = draw(st.lists(st.sampled_from(KEYS) | excerpt, max_size=2))
+    return args
+
+
+@st.composite
+def scripts(draw: st.DrawFn) -> list[tuple[str, object]]:
+    """Steps: raw events, compactions, digests, forged nodes and gate checks."""
+    steps: list[tuple[str, object]] = []
+    size = 0
+    for _ in range(draw(st.integers(4, 40))):
+        what = draw(st.sampled_from(["raw"] * 6 + ["bind", "oblige", "compact", "compact", "digest", "forge", "safe"]))
+        if what == "raw" or size < 2:
+            steps.append(("raw", _raw_event(draw, size)))
+            size += 1
+        elif what == "bind":  # more bindings and obligations than among raw events: more risks for the gate
+            steps.append(("raw", ev.Binding(key=draw(st.sampled_from(KEYS)), value=size,
+                                            regenerable=draw(st.integers(0, 3)) == 0)))
+            size += 1
+        elif what == "oblige":
+            steps.append(("raw", ev.Obligation(name=f"o{draw(st.sampled_from(IDS))}",
+                                               needs=draw(st.lists(st.sampled_from(KEYS), min_size=1, unique=True)))))
+            size += 1
+        elif what == "compact":
+            steps.append(("compact", draw(_compaction(size))))
+            size += 3
+        elif what == "digest":
+            facts = draw(st.none() | st.lists(st.integers(-1, size + 2), max_size=3))
+            steps.append(("digest", (draw(st.integers(1, 3)), facts, draw(st.sampled_from([None, *cs.LossClass])))))
+            size += 1
+        elif what == "forge":
+            # Some claim a span past their own position, or tier 2.
+            steps.append(("forge", (draw(_SPAN), draw(st.integers(0, 3)), draw(st.sampled_from([1, 1, 2])))))
+            size += 1
+        else:
+            steps.append(("safe", (draw(_SPAN), draw(st.lists(st.sampled_from(KEYS), max_size=2)))))
+    return steps
+
+
+def _outcome(call: Callable[[], object]) -> object:
+    try:
+        got = call()
+    except (cs.InvalidArgument, cs.CompactionInvariantError) as exc:
+        return (type(exc).__name__, str(exc), getattr(exc, "risks", None))
+    return None if got is None else msgspec.structs.replace(got, session="", leaf=b"")  # type: ignore[type-var]
+
+
+def _run(s: cs.Session, steps: list[tuple[str, object]]) -> list[object]:
+    """Play ``steps`` and return what each compaction, digest and gate check gave (a node or a refusal)."""
+    out: list[object] = []
+    for what, arg in steps:
+        if what == "raw":
+            try:
+                s.append(arg)  # type: ignore[arg-type]
+            except cs.InvalidEvent:
+                pass
+        elif what == "compact":
+            kwargs = dict(arg)  # type: ignore[call-overload]
+            start, stop = _span(kwargs.pop("span"), s.size)
+            out.append(_outcome(lambda: s.compact(start, stop, **kwargs)))
+        elif what == "digest":
+            n, facts, loss = arg  # type: ignore[misc]
+            l1 = sorted((x for x in s.nodes() if x.tier == 1), key=lambda x: x.start)
+            for run in (l1[i : i + n] for i in range(len(l1))):
+                if len(run) == n and all(x.stop == y.start for x, y in zip(run, run[1:])):
+                    kwargs = {} if facts is None else {"negative_facts": facts}
+                    out.append(_outcome(lambda: s.digest(run, summary=None, loss=loss, **kwargs)))  # noqa: B023
+                    break
+        elif what == "forge":
+            at, past, tier = arg  # type: ignore[misc]
+            a, b = _span(at, s.size)
+            s.append(ev.Summary(tier=tier, start=a, stop=b + past, span_root=s.span_root(a, b).hex(),
+                                summary="forged"))
+        else:
+            at, keep = arg  # type: ignore[misc]
+            a, b = _span(at, s.size)
+            out.append(_outcome(lambda: s.assert_compaction_safe(a, b, keep)))  # noqa: B023
+    return out
+
+
+def _log(s: cs.Session) -> list[ev.Event]:
+    return [msgspec.structs.replace(r.event, ts=None) for r in s.scan()]
+
+
+@_POOL_JITTER
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=scripts())
+def test_compaction_from_the_index_writes_what_the_full_pass_writes(
+    open_store: Callable[..., cs.Store], small_snapshots: None, steps: list[tuple[str, object]]
+) -> None:
+    """The same script, once from the index and once by full passes: the same nodes, spills and refusals."""
+    # Two stores on one target, each with its own clock: the two sessions get the same stamps.
+    n = next(_names)
+    indexed, full = open_store().session(f"i{n}"), open_store().session(f"f{n}")
+    got = _run(indexed, steps)
+    with _full_path():
+        want = _run(full, steps)
+    assert got == want
+    assert _log(indexed) == _log(full)
+    assert isinstance(compaction.facts_at(indexed, indexed.size), IndexedFacts)
+
+
+def _answers(f: Facts, start: int, stop: int, probe: list[object]) -> dict[str, object]:
+    size = f.size
+    items = [*f.unresolved_at(start, stop), *f.resolved_in(start, stop),
+             *(ev.Item(p, k, i) for p in (start - 1, start, stop - 2) for k, i in  # type: ignore[arg-type]
+               [("tool_call", "ca"), ("handle", "hb"), ("obligation", "oc")])]
+    bound = [f.latest_binding(k, b) for k in KEYS for b in (start, stop, size)]
+    negative = f.negatives_at(probe)
+    return {
+        "overlap": [f.first_overlap(t, start, stop) for t in (1, 2)],
+        "negatives_in": f.negatives_in(start, stop),
+        "negatives_at": [negative(p) for p in probe],
+        "unresolved_at": f.unresolved_at(start, stop),
+        "resolved_in": f.resolved_in(start, stop),
+        "resolved_before": sorted(f.resolved_before(items, stop), key=lambda i: (i.pos, i.kind, i.id)),
+        "latest_binding": bound,
+        "bindings": [f.binding(b[0]) for b in bound if b is not None],
+        "keys_at": f.keys_at(probe),
+        "keys_in": f.keys_in(start, stop),
+        "open_obligations": f.open_obligations(),
+    }
+
+
+@_POOL_JITTER
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=scripts(), data=st.data())
+def test_the_indexed_facts_equal_the_full_pass(
+    store: cs.Store, small_snapshots: None, steps: list[tuple[str, object]], data: st.DataObject
+) -> None:
+    """For random sessions, checkpoints and spans, every answer of the index equals the full pass's."""
+    s = store.session(f"s{next(_names)}")
+    _run(s, steps)
+    for _ in range(4):
+        if s.size < 1:
+            break
+        size = data.draw(st.integers(1, s.size))
+        start = data.draw(st.integers(0, size - 1))
+        stop = data.draw(st.integers(start + 1, size))
+        probe = data.draw(st.lists(st.integers(-1, size + 1) | st.sampled_from([True, 2**70]), max_size=6))
+        index = compaction.facts_at(s, size)
+        assert isinstance(index, IndexedFacts)
+        assert _answers(index, start, stop, probe) == _answers(_full(s, size), start, stop, probe)
+
+
+def test_a_session_with_redactions_compacts_by_the_full_pass(store: cs.Store) -> None:
+    """A redacted body no longer gives its facts: compaction then reads the events, and refuses as before."""
+    s = store.session("m")
+    migration(s)
+    s.redact([3], "personal data")
+    assert isinstance(compaction.facts_at(s, s.size), FullFacts)
+    with pytest.raises(cs.CompactionInvariantError, match="finish-migration"):
+        s.compact(0, 8)
+    node = s.compact(0, 8, on_risk="spill")
+    assert [r.key for r in node.spills] == ["rollback"] and node.content_digest is None
+
+
+def test_the_migration_story_compacts_alike_both_ways(open_store: Callable[..., cs.Store]) -> None:
+    """The README's story: the same refusal, the same spilled node, the same L2, from the index or not."""
+    got = []
+    for name, path in (("indexed", None), ("full", _full_path)):
+        s = open_store().session(name)
+        migration(s)
+        with path() if path else _nothing():
+            with pytest.raises(cs.CompactionInvariantError) as info:
+                s.compact(0, 8)
+            a = s.compact(0, 8, on_risk="spill", negative_facts=AUTO)
+            b = s.compact(8, 11, loss=cs.LossClass.LOSSY_LITERAL)
+            l2 = s.digest([a, b])
+        got.append((str(info.value), _log(s), l2.resolved, l2.unresolved))
+    assert got[0] == got[1]
+
+
+@contextmanager
+def _nothing() -> Iterator[None]:
+    yield
+
+
+# --- one read of the span ----------------------------------------------------------------------
+
+
+def _count_rereads(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
+    """Record each span check_content_digest reads again from the log."""
+    reads: list[tuple[int, int]] = []
+    rows = compaction._span_rows
+
+    def counted(session: cs.Session, start: int, stop: int) -> Iterator[list[object]]:
+        reads.append((start, stop))
+        return rows(session, start, stop)  # type: ignore[return-value]
+
+    monkeypatch.setattr(compaction, "_span_rows", counted)
+    return reads
+
+
+def test_a_compaction_reads_its_span_once(store: cs.Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """compact and digest digest the span as they read it under the lock; a node appended as is is read again."""
+    s = store.session("m")
+    migration(s)
+    reads = _count_rereads(monkeypatch)
+    a = s.compact(0, 8, on_risk="spill")
+    b = s.compact(8, 11)
+    l2 = s.digest([a, b])
+    assert reads == [] and getattr(compaction._vouched, "last", None) is None
+    assert [s.restore_span(n.pos).certified_by for n in (a, b, l2)] == ["content_digest"] * 3
+    again = s.append(msgspec.structs.replace(s.read(b.pos).event, ts=None))  # the same node, appended by hand
+    assert reads == [(8, 11)] and again.event.content_digest == s.read(b.pos).event.content_digest
+
+
+def test_what_a_compaction_read_vouches_for_no_other_node(open_store: Callable[..., cs.Store],
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A node that differs from what the read found, or the same found at another head, session or store, is read again."""
+    store = open_store()
+    s = store.session("m")
+    migration(s)
+    root, size = s.span_root(0, 8), s.size
+    digest = compaction.content_digest([r.body for r in s.scan(0, 8)])
+    node = ev.Summary(tier=1, start=0, stop=8, span_root=root.hex(), summary="s", content_digest=digest.hex())
+    false = compaction.content_digest([b"x"])
+    for vouched, appended in [
+        ((s, size, 0, 8, digest, root), {"content_digest": false.hex()}),  # another digest than the read's
+        ((s, size, 0, 8, digest, root), {"span_root": s.span_root(0, 7).hex()}),  # another root
+        ((s, size, 0, 8, digest, root), {"start": 1}),  # another span
+        ((s, size - 1, 0, 8, false, root), {"content_digest": false.hex()}),  # at another head
+        ((store.session("other"), size, 0, 8, false, root), {"content_digest": false.hex()}),  # another session
+        ((open_store().session("m"), size, 0, 8, false, root), {"content_digest": false.hex()}),  # another store
+    ]:
+        compaction._vouch(*vouched)  # type: ignore[arg-type]
+        with pytest.raises(cs.InvalidEvent, match="content_digest|span_root"):
+            s.append(msgspec.structs.replace(node, **appended))
+    assert s.size == size
+    reads = _count_rereads(monkeypatch)
+    compaction._vouch(s, size, 0, 8, digest, root)
+    s.append(node)  # what the read found at this head: taken without a second read
+    assert reads == []
+    s.append(node)  # the token is spent: read again
+    assert reads == [(0, 8)]
+
+
+def test_a_body_that_does_not_match_its_leaf_is_refused_as_before(sqlite_target: str) -> None:
+    """The read that digests the span checks each body against its leaf; a changed body is refused at commit."""
+    import sqlite3
+
+    with cs.open(sqlite_target, clock=cs.tick_clock()) as st:
+        migration(st.session("m"))
+    conn = sqlite3.connect(sqlite_target)
+    for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall():
+        conn.execute(f"DROP TRIGGER {name}")
+    conn.execute("UPDATE events SET body = CAST(replace(CAST(body AS TEXT), 'No.', 'OK.') AS BLOB) WHERE pos = 4")
+    conn.commit()
+    conn.close()
+    with cs.open(sqlite_target) as st:
+        s = st.session("m")
+        with pytest.raises(cs.InvalidEvent, match="the body at pos 4 does not match its leaf"):
+            s.compact(0, 5)
+        assert s.size == 11
