@@ -20,7 +20,7 @@ import msgspec
 from . import compaction, markers, merkle, resolver
 from . import index as structure_index
 from . import events as ev
-from .compaction import AUTO, Finding, Node, OnRisk, Summarizer, _as_list, _Auto, _structure
+from .compaction import AUTO, Finding, Node, OnRisk, Summarizer, _as_list, _Auto
 from .events import LossClass
 from .markers import Marker
 from .resolver import Artifact, Resolution, RestoredSpan
@@ -498,7 +498,7 @@ class Session:
             InvalidArgument: no such obligation is open.
         """
         def build(size: int) -> list[tuple[ev.Event, str | None]]:
-            if not any(o.name == name for _, o in _structure(self, size).open_obligations()):
+            if not any(n == name for _, n, _ in compaction.facts_at(self, size).open_obligations()):
                 raise InvalidArgument("name", f"no open obligation {name!r} in session {self.name!r}")
             return [(ev.Fulfilment(name=name), None)]
 
