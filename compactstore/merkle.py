@@ -240,37 +240,55 @@ def resolve(
     ``fetch`` returns the roots of a list of distinct stored coordinates, in order; it
     is called once (not at all when ``coords`` is empty).
     """
-    node = _node_fn(algo)
-    wanted = list(dict.fromkeys(coords))
-    # Each coordinate's stored descendants: a run at the stored level at or below it,
-    # each stored coordinate fetched once even when two runs share it.
-    slot: dict[Coord, int] = {}
-    # (coordinate, its run's first slot, the run's length, whether the run's slots are
-    # consecutive: all new when it was listed, none listed first by an earlier run)
-    runs: list[tuple[Coord, int, int, bool]] = []
-    for c in wanted:
+    return _resolve(coords, fetch, _node_fn(algo))
+
+
+def _resolve(
+    coords: Iterable[Coord], fetch: Callable[[list[Coord]], list[bytes]], node: Callable[[bytes, bytes], bytes]
+) -> dict[Coord, bytes]:
+    # Each coordinate is served by a run of 2**up stored roots: the stored level at or
+    # below it (up = 0 when its own level is stored).
+    runs: list[tuple[Coord, int, int, int]] = []  # (coordinate, stored level, first index, length)
+    need: list[Coord] = []
+    add, more = need.append, need.extend
+    for c in dict.fromkeys(coords):
         level, idx = c
         up = level % TILE_HEIGHT
-        base, lo = level - up, idx << up
-        before = len(slot)
-        first = slot.setdefault((base, lo), before)
-        for j in range(lo + 1, lo + (1 << up)):
-            slot.setdefault((base, j), len(slot))
-        runs.append((c, first, 1 << up, first == before and len(slot) == before + (1 << up)))
-    got = fetch(list(slot)) if slot else []
+        if up:
+            base, lo, n = level - up, idx << up, 1 << up
+            more([(base, j) for j in range(lo, lo + n)])
+        else:
+            base, lo, n = level, idx, 1
+            add(c)
+        runs.append((c, base, lo, n))
+    if not need:
+        return {}
     out: dict[Coord, bytes] = {}
-    for c, first, n, consecutive in runs:
-        if n == 1:
-            out[c] = got[first]
-            continue
-        level, idx = c
-        base, lo = level - level % TILE_HEIGHT, idx << (level % TILE_HEIGHT)
-        row = got[first : first + n] if consecutive else [got[slot[(base, j)]] for j in range(lo, lo + n)]
-        while n > 1:
-            row = [node(row[k], row[k + 1]) for k in range(0, n, 2)]
-            n >>= 1
-        out[c] = row[0]
+    distinct = dict.fromkeys(need)
+    if len(distinct) == len(need):
+        # No two runs share a stored root (always so for a proof's disjoint subtrees):
+        # the roots come back run after run.
+        got = fetch(need)
+        k = 0
+        for c, _, _, n in runs:
+            if n == 1:
+                out[c] = got[k]
+            else:
+                out[c] = _up(got[k : k + n], node)
+            k += n
+        return out
+    keys = list(distinct)
+    by = dict(zip(keys, fetch(keys)))
+    for c, base, lo, n in runs:
+        out[c] = by[(base, lo)] if n == 1 else _up([by[(base, j)] for j in range(lo, lo + n)], node)
     return out
+
+
+def _up(row: list[bytes], node: Callable[[bytes, bytes], bytes]) -> bytes:
+    """Return the root over ``row``, a power-of-two run of sibling subtree roots."""
+    while len(row) > 1:
+        row = [node(row[k], row[k + 1]) for k in range(0, len(row), 2)]
+    return row[0]
 
 
 def spans_root(
@@ -289,8 +307,18 @@ def serve(
     range computed once: how a store serves proofs and span roots.
     """
     covers = [cover(a, b) for a, b in spans]
-    lookup = resolve([c for cs in covers for c in cs], fetch, algo)
-    return [fold([lookup[c] for c in cs], algo) for cs in covers]
+    node = _node_fn(algo)  # one hasher for the whole proof: hashing up and folding
+    lookup = _resolve([c for cs in covers for c in cs], fetch, node)
+    out: list[bytes] = []
+    for cs in covers:
+        if not cs:
+            out.append(empty_root(algo))
+            continue
+        acc = lookup[cs[-1]]
+        for c in cs[-2::-1]:
+            acc = node(lookup[c], acc)
+        out.append(acc)
+    return out
 
 
 # --- roots and proofs over in-memory entries ---------------------------------------

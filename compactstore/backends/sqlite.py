@@ -345,12 +345,28 @@ _RUNS_MAX = 1024
 
 def _runs(coords: Sequence[tuple[int, int]]) -> list[tuple[int, int, int]]:
     """Return the distinct coordinates as maximal runs ``(level, lo, hi)`` of consecutive indices."""
+    # One pass gathers the runs the coordinates come in (a proof lists each tile's roots
+    # in order); then only the runs are sorted, and merged where they touch or overlap.
+    found: list[tuple[int, int, int]] = []
+    add = found.append
+    level = lo = hi = -1
+    for lv, idx in coords:
+        if idx == hi and lv == level:
+            hi += 1
+            continue
+        if hi >= 0:
+            add((level, lo, hi))
+        level, lo, hi = lv, idx, idx + 1
+    if hi >= 0:
+        add((level, lo, hi))
+    found.sort()
     out: list[tuple[int, int, int]] = []
-    for level, idx in sorted(set(coords)):
-        if out and out[-1][0] == level and out[-1][2] == idx:
-            out[-1] = (level, out[-1][1], idx + 1)
+    for run in found:
+        if out and out[-1][0] == run[0] and out[-1][2] >= run[1]:
+            if run[2] > out[-1][2]:
+                out[-1] = (run[0], out[-1][1], run[2])
         else:
-            out.append((level, idx, idx + 1))
+            out.append(run)
     return out
 
 
@@ -377,15 +393,12 @@ def _hashes(conn: sqlite3.Connection, session_id: int, coords: Sequence[tuple[in
         part = runs[k : k + _RUNS_MAX]
         n = max(_RUNS_MIN, 1 << (len(part) - 1).bit_length())
         args = [x for run in part for x in run] + [-1, 0, 0] * (n - len(part)) + [session_id, session_id]
-        for level, idx, h in conn.execute(_runs_sql(n), args):
-            found[(level, idx)] = h
-    out: list[bytes] = []
-    for level, idx in coords:
-        got = found.get((level, idx))
-        if got is None:
-            raise IntegrityError(f"subtree ({level}, {idx}) is missing", pos=idx << level)
-        out.append(got)
-    return out
+        found.update(((level, idx), h) for level, idx, h in conn.execute(_runs_sql(n), args))
+    try:
+        return [found[c] for c in coords]
+    except KeyError:
+        level, idx = next(c for c in coords if c not in found)
+        raise IntegrityError(f"subtree ({level}, {idx}) is missing", pos=idx << level) from None
 
 
 def _index_schema(conn: sqlite3.Connection) -> bool:
