@@ -14,6 +14,7 @@ from click.testing import CliRunner, Result
 from test_compaction import migration
 
 import compactstore as cs
+from sqlite_edit import tamper
 from compactstore.cli import main
 
 README = Path(__file__).resolve().parent.parent / "README.md"
@@ -312,12 +313,7 @@ def test_a_marker_over_a_summary_that_drops_a_negative_fact_is_refused_and_forge
 
 def test_resume_refuses_a_checkpoint_that_does_not_verify(sqlite_built: str) -> None:
     """A raw body changed under a marker: resume exits 1 with the integrity error."""
-    conn = sqlite3.connect(sqlite_built)
-    for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall():
-        conn.execute(f"DROP TRIGGER {name}")
-    conn.execute("UPDATE events SET body = CAST(replace(CAST(body AS TEXT), 'No.', 'OK.') AS BLOB) WHERE pos = 4")
-    conn.commit()
-    conn.close()
+    tamper(sqlite_built, "UPDATE events SET body = CAST(replace(CAST(body AS TEXT), 'No.', 'OK.') AS BLOB) WHERE pos = 4")
     result = run("resume", "-s", sqlite_built)
     assert result.exit_code == 1 and result.stderr.startswith("refused: event at pos 4 does not match its leaf")
 

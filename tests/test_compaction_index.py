@@ -14,6 +14,7 @@ from test_compaction import migration
 from test_structure_index import _POOL_JITTER, IDS, KEYS, _raw_event
 
 import compactstore as cs
+from sqlite_edit import tamper
 from compactstore import compaction, structure
 from compactstore import events as ev
 from compactstore.compaction import AUTO, Facts, FullFacts, IndexedFacts
@@ -311,16 +312,9 @@ def test_what_a_compaction_read_vouches_for_no_other_node(open_store: Callable[.
 
 def test_a_body_that_does_not_match_its_leaf_is_refused_as_before(sqlite_target: str) -> None:
     """The read that digests the span checks each body against its leaf; a changed body is refused at commit."""
-    import sqlite3
-
     with cs.open(sqlite_target, clock=cs.tick_clock()) as st:
         migration(st.session("m"))
-    conn = sqlite3.connect(sqlite_target)
-    for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall():
-        conn.execute(f"DROP TRIGGER {name}")
-    conn.execute("UPDATE events SET body = CAST(replace(CAST(body AS TEXT), 'No.', 'OK.') AS BLOB) WHERE pos = 4")
-    conn.commit()
-    conn.close()
+    tamper(sqlite_target, "UPDATE events SET body = CAST(replace(CAST(body AS TEXT), 'No.', 'OK.') AS BLOB) WHERE pos = 4")
     with cs.open(sqlite_target) as st:
         s = st.session("m")
         with pytest.raises(cs.InvalidEvent, match="the body at pos 4 does not match its leaf"):

@@ -9,6 +9,7 @@ import pytest
 from test_compaction import ROLLBACK, migration
 
 import compactstore as cs
+from sqlite_edit import unguarded
 from compactstore import events as ev
 
 
@@ -256,10 +257,7 @@ def test_a_keyed_marker_carries_and_checks_a_mac(target: str) -> None:
 def _sqlite(target: str) -> sqlite3.Connection:
     if "://" in target:
         pytest.skip("edits the SQLite file directly")
-    conn = sqlite3.connect(target)
-    for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall():
-        conn.execute(f"DROP TRIGGER {name}")
-    return conn
+    return unguarded(target)
 
 
 def _flip(target: str, pos: int, *, leaf: bool = False) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable
 from typing import Any
 
@@ -10,6 +9,7 @@ import msgspec
 import pytest
 
 import compactstore as cs
+from sqlite_edit import unguarded
 from compactstore import compaction, merkle
 from compactstore.compaction import content_digest
 
@@ -36,9 +36,7 @@ def _attack(target: str, *statements: tuple[str, tuple[Any, ...]]) -> None:
             for sql, args in statements:
                 conn.execute(sql.replace("?", "%s"), args)  # type: ignore[arg-type]
         return
-    conn = sqlite3.connect(target, isolation_level=None)
-    for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall():
-        conn.execute(f"DROP TRIGGER {name}")
+    conn = unguarded(target, isolation_level=None)
     for sql, args in statements:
         conn.execute(sql, args)
     conn.close()

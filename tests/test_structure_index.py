@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import sqlite3
 from collections.abc import Iterator
 
 import pytest
@@ -12,6 +11,7 @@ from hypothesis import strategies as st
 from test_compaction import migration
 
 import compactstore as cs
+from sqlite_edit import unguarded
 from compactstore import events as ev
 from compactstore import markers, structure
 from compactstore.index import Index, verify_session
@@ -250,13 +250,6 @@ def test_a_session_with_redactions_takes_the_full_path(store: cs.Store) -> None:
     assert store.verify().ok
 
 
-def _sqlite(path: str) -> sqlite3.Connection:
-    conn = sqlite3.connect(path)
-    for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall():
-        conn.execute(f"DROP TRIGGER {name}")
-    return conn
-
-
 def test_a_store_written_before_the_index_gives_the_same_answers(sqlite_target: str) -> None:
     """A store without the index gets it derived from its log when opened, and resumes as before."""
     with cs.open(sqlite_target, clock=cs.tick_clock()) as st:
@@ -265,7 +258,7 @@ def test_a_store_written_before_the_index_gives_the_same_answers(sqlite_target: 
         node = s.compact(0, 8, on_risk="preserve")
         s.append(cs.Turn("assistant", "after the compaction"))
         before = s.resume(s.mark(node))
-    conn = _sqlite(sqlite_target)
+    conn = unguarded(sqlite_target)
     conn.execute("DROP TABLE structure_index")
     conn.commit()
     conn.close()
@@ -291,7 +284,7 @@ def test_a_tampered_index_row_is_reported_by_verify(sqlite_target: str, change: 
     with cs.open(sqlite_target, clock=cs.tick_clock()) as st:
         migration(st.session("m"))
         assert st.verify().ok
-    conn = _sqlite(sqlite_target)
+    conn = unguarded(sqlite_target)
     conn.execute(change)
     conn.commit()
     conn.close()
@@ -351,7 +344,7 @@ def _as_schema_1(target: str, lagging: int) -> None:
             conn.execute("ALTER TABLE meta ENABLE TRIGGER USER")
             conn.execute("ALTER TABLE structure_index ENABLE TRIGGER USER")
     else:
-        conn = _sqlite(target)
+        conn = unguarded(target)
         for sql in statements:
             conn.execute(sql.format(lag=lagging))
         conn.commit()

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 import compactstore as cs
+from sqlite_edit import drop_triggers
 
 TABLES = ("meta", "sessions", "events", "nodes", "heads", "redactions", "structure_index")
 
@@ -29,11 +30,6 @@ def _build(path: Path, key: bytes | None) -> None:
         for i in range(6):
             b.append(cs.Turn("assistant", f"b{i}"))
         b.redact([1], "forget b1")
-
-
-def _drop_triggers(conn: sqlite3.Connection) -> None:
-    for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall():
-        conn.execute(f"DROP TRIGGER {name}")
 
 
 def _mutations(value: object) -> list[object]:
@@ -111,7 +107,7 @@ def test_every_single_cell_change_is_detected(tmp_path: Path, key: bytes | None,
     for table, row, col, new in _sample(_cells(clean), request.config.getoption("--slow")):
         shutil.copyfile(clean, work)
         conn = sqlite3.connect(work)
-        _drop_triggers(conn)
+        drop_triggers(conn)
         try:
             conn.execute(f"UPDATE {table} SET {col} = ? WHERE {_where(conn, table)[1]}", (new, *row))
         except sqlite3.DatabaseError:
@@ -138,7 +134,7 @@ def test_deleting_any_row_is_detected(tmp_path: Path) -> None:
     for table, row in rows:
         shutil.copyfile(clean, work)
         conn = sqlite3.connect(work)
-        _drop_triggers(conn)
+        drop_triggers(conn)
         assert conn.execute(f"DELETE FROM {table} WHERE {_where(conn, table)[1]}", row).rowcount == 1
         conn.commit()
         conn.close()
@@ -155,7 +151,7 @@ def test_a_consistent_rewrite_without_the_key_is_caught(tmp_path: Path) -> None:
     path = tmp_path / "s.db"
     _build(path, b"k" * 32)
     conn = sqlite3.connect(path)
-    _drop_triggers(conn)
+    drop_triggers(conn)
     sid = conn.execute("SELECT id FROM sessions WHERE name = 'agent-b'").fetchone()[0]
     rows = conn.execute("SELECT body, leaf FROM events WHERE session_id = ? ORDER BY pos", (sid,)).fetchall()
     body = rows[2][0].replace(b"b2", b"b9")
@@ -196,7 +192,7 @@ def test_parallel_verify_reports_exactly_what_serial_verify_reports(tmp_path: Pa
         clean = st.verify(workers=2)
         assert clean.ok and clean.events == st.verify(workers=1).events and clean.redacted == 3
     conn = sqlite3.connect(path)
-    _drop_triggers(conn)
+    drop_triggers(conn)
     conn.execute("UPDATE events SET body = CAST(replace(CAST(body AS TEXT), 'turn 3-5', 'turn 3-6') AS BLOB) WHERE pos = 6005")
     conn.execute("UPDATE nodes SET hash = zeroblob(32) WHERE level = 8 AND idx = 3")
     conn.execute("UPDATE events SET leaf = zeroblob(32) WHERE pos = 9000")
@@ -256,7 +252,7 @@ def test_verify_by_whole_chunks_reports_what_row_by_row_reports(
     shutil.copyfile(chunked_store, path)
     if sql:
         conn = sqlite3.connect(path)
-        _drop_triggers(conn)
+        drop_triggers(conn)
         conn.execute(sql)
         conn.commit()
         conn.close()

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import itertools
 import shutil
-import sqlite3
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,7 @@ from hypothesis import strategies as st
 from test_structure_index import _play, sessions
 
 import compactstore as cs
+from sqlite_edit import tamper
 from compactstore import events as ev
 from compactstore import index, structure
 from compactstore.backends.index import TABLE
@@ -56,15 +56,6 @@ def structured_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
                 s.compact(s.size - 150, s.size - 100, on_risk="preserve", summary="gist")
         st_.session("short").extend([cs.ToolCall(f"x{i}", "run") for i in range(30)])
     return path
-
-
-def _tamper(path: Path, sql: str) -> None:
-    conn = sqlite3.connect(path)
-    for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall():
-        conn.execute(f"DROP TRIGGER {name}")
-    conn.execute(sql)
-    conn.commit()
-    conn.close()
 
 
 _AGENTS = "(SELECT id FROM sessions WHERE name = 'agents')"
@@ -112,7 +103,7 @@ def test_verify_reports_the_index_and_content_digests_as_a_second_read_of_the_lo
     path = tmp_path / "s.db"
     shutil.copyfile(structured_store, path)
     if sql:
-        _tamper(path, sql)
+        tamper(path, sql)
     with cs.open(str(path)) as st_:
         serial, parallel = st_.verify(workers=1), st_.verify(workers=2)
         reference: list[tuple[str | None, int | None, str]] = []
@@ -130,7 +121,7 @@ def test_a_content_digest_that_does_not_match_is_reported_by_parallel_verify_too
     shutil.copyfile(structured_store, path)
     with cs.open(str(path)) as st_:
         node = next(n for n in st_.session("agents").nodes() if n.start > 4096)
-    _tamper(path, f"UPDATE events SET body = CAST(replace(CAST(body AS TEXT), '\"content_digest\":\"', "
+    tamper(path, f"UPDATE events SET body = CAST(replace(CAST(body AS TEXT), '\"content_digest\":\"', "
                   f"'\"content_digest\":\"00') AS BLOB) WHERE pos = {node.pos} AND session_id = {_AGENTS}")
     with cs.open(str(path)) as st_:
         serial, parallel = st_.verify(workers=1), st_.verify(workers=2)
