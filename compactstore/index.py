@@ -400,8 +400,8 @@ def _stream(sql: IndexSQL) -> list[IndexRow]:
         after = (got[-1].pos, got[-1].rel, got[-1].num)
 
 
-def orphans(run: Run) -> list[int]:
-    """Return the session ids the index names that no session has."""
+def orphans(run: Run) -> list[object]:
+    """Return the session ids the index names that no session has, as stored."""
     return _orphans(run)
 
 
@@ -418,7 +418,7 @@ def verify_store(backend: Backend, sessions: Sequence[tuple[int, str]], add: Cal
 def verify_orphans(run: Run, add: Callable[[int | None, str], None]) -> None:
     """Report the index's rows of sessions that do not exist; ``add(pos, what)``."""
     for sid in orphans(run):
-        add(None, f"rows name session id {sid}, which does not exist")
+        add(None, f"rows name session id {sid!r}, which does not exist")
 
 
 def verify_stored_session(

@@ -122,7 +122,7 @@ class _Checked(NamedTuple):
 
 def _check_rows(rows: list[Row], spans: tuple[Backend, int] | None) -> _Checked:
     """Check rows' bodies; ``spans``: the backend and session id to check summary nodes' content digests in."""
-    hashed = iter(merkle.leaf_hashes([r.body for r in rows if r.body is not None]))
+    hashed = iter(merkle.leaf_hashes([r.body for r in rows if isinstance(r.body, bytes)]))
     leaves: list[bytes] = []
     erased: dict[int, tuple[str, str | None]] = {}
     redacts: dict[int, list[int]] = {}
@@ -131,6 +131,12 @@ def _check_rows(rows: list[Row], spans: tuple[Backend, int] | None) -> _Checked:
     digests: list[tuple[int, str]] = []
     may_give_rows = structure_index.may_give_rows
     for row in rows:
+        if row.body is not None and not isinstance(row.body, bytes):
+            # A damaged file can hold any type in any cell: not a body, so no leaf to check.
+            problems.append((row.pos, "events", f"body is not a blob but {type(row.body).__name__}"))
+            leaves.append(row.leaf if isinstance(row.leaf, bytes) and len(row.leaf) == merkle.HASH_SIZE
+                          else bytes(merkle.HASH_SIZE))
+            continue
         # Read here for the index's derivation too: the parent then derives it without
         # reading the log again, from the few rows that may give index rows (and decodes
         # only those: an unreadable one fails the derivation there as it would here).
@@ -139,7 +145,8 @@ def _check_rows(rows: list[Row], spans: tuple[Backend, int] | None) -> _Checked:
         if row.body is None:
             # Erased by a redaction: only the tree can vouch for the stored leaf.
             erased[row.pos] = (row.kind, row.idem_key)
-            leaves.append(row.leaf if len(row.leaf) == merkle.HASH_SIZE else bytes(merkle.HASH_SIZE))
+            leaves.append(row.leaf if isinstance(row.leaf, bytes) and len(row.leaf) == merkle.HASH_SIZE
+                          else bytes(merkle.HASH_SIZE))
             continue
         leaf = next(hashed)
         leaves.append(leaf)

@@ -208,8 +208,8 @@ class Backend(Protocol):
         """Return the session's redacted positions, each with the position of its redaction event."""
         ...
 
-    def orphans(self) -> list[tuple[str, int]]:
-        """Return ``(table, session_id)`` for rows that name no existing session."""
+    def orphans(self) -> list[tuple[str, object]]:
+        """Return ``(table, session_id)`` for rows that name no existing session, the id as stored."""
         ...
 
     def seq_bounds(self) -> tuple[int, int, int]:

@@ -191,8 +191,8 @@ class IndexSQL:
         return _rows(got)
 
 
-def orphans(run: Run) -> list[int]:
-    """Return the session ids the index names that no session has."""
+def orphans(run: Run) -> list[object]:
+    """Return the session ids the index names that no session has, as stored (a damaged file may hold a NULL)."""
     got = run(f"SELECT DISTINCT session_id FROM {TABLE} WHERE session_id NOT IN (SELECT id FROM sessions) "
               "ORDER BY session_id", ())
-    return [int(s) for (s,) in got]
+    return [s for (s,) in got]

@@ -462,8 +462,8 @@ class PostgresBackend:
         got = self._all("SELECT pos, by FROM redactions WHERE session_id = %s", (session_id,))
         return {int(p): int(b) for p, b in got}
 
-    def orphans(self) -> list[tuple[str, int]]:
-        out: list[tuple[str, int]] = []
+    def orphans(self) -> list[tuple[str, object]]:
+        out: list[tuple[str, object]] = []
         for table in ("events", "nodes", "heads", "redactions"):
             got = self._all(
                 f"SELECT DISTINCT session_id FROM {table} t "

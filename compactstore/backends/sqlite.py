@@ -285,13 +285,13 @@ class SQLiteBackend:
         got = self._all("SELECT pos, by FROM redactions WHERE session_id = ?", (session_id,))
         return {int(p): int(b) for p, b in got}
 
-    def orphans(self) -> list[tuple[str, int]]:
-        out: list[tuple[str, int]] = []
+    def orphans(self) -> list[tuple[str, object]]:
+        out: list[tuple[str, object]] = []
         for table in ("events", "nodes", "heads", "redactions"):
             got = self._all(
                 f"SELECT DISTINCT session_id FROM {table} WHERE session_id NOT IN (SELECT id FROM sessions)"
             )
-            out.extend((table, int(sid)) for (sid,) in got)
+            out.extend((table, sid) for (sid,) in got)  # as stored: a damaged file may hold a NULL
         return out
 
     def seq_bounds(self) -> tuple[int, int, int]:
