@@ -349,6 +349,8 @@ def stored_span(backend: Backend, session_id: int, start: int, stop: int) -> Sto
                     missing = nxt
                 nxt += 1
                 redacted = redacted or r.body is None
+                if r.body is not None and not isinstance(r.body, bytes):  # a damaged file's cell
+                    raise IntegrityError(f"position {r.pos} holds a body that is not a blob")
             yield [r.body or b"" for r in chunk]
 
     digest = content_digest_of(bodies())

@@ -22,6 +22,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from ..errors import IntegrityError
+
 TABLE = "structure_index"
 
 #: ``(sql, args) -> rows``: one statement run by a backend or a writer.
@@ -78,7 +80,10 @@ _COLS = "pos, rel, key, num, text"
 
 
 def _rows(got: Iterable[tuple[Any, ...]]) -> list[IndexTuple]:
-    return [(int(p), str(r), str(k), int(n), str(t)) for p, r, k, n, t in got]
+    try:
+        return [(int(p), str(r), str(k), int(n), str(t)) for p, r, k, n, t in got]
+    except (TypeError, ValueError) as exc:  # a damaged file can hold any type in any cell
+        raise IntegrityError(f"the structural index holds a damaged row: {exc}") from exc
 
 
 def _chunks(values: Sequence[int], size: int = 500) -> list[Sequence[int]]:
