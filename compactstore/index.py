@@ -167,7 +167,7 @@ class Index:
 class _Prior:
     """What came before a derivation, read from the index and the log inside the write transaction."""
 
-    def __init__(self, sql: IndexSQL, before: int = 0, pending: Sequence[ev.Event] = ()) -> None:
+    def __init__(self, sql: IndexSQL, before: int, pending: Sequence[ev.Event]) -> None:
         self.sql = sql
         # The events of the append being indexed, from position ``before``: written in the
         # same transaction, after the index.

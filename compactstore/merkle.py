@@ -359,19 +359,7 @@ def _leaves(entries: Iterable[bytes], algo: str) -> list[bytes]:
 def _pairs(level: Sequence[bytes], algo: str) -> list[bytes]:
     """Return the next level up: neighbours paired, an odd last node dropped."""
     pairs = iter(level)
-    if algo == "blake3":
-        # One hasher reset per node, as for leaves; one update of 65 bytes is cheaper than three.
-        h = blake3()
-        reset, update, digest = h.reset, h.update, h.digest
-        prefix = NODE_PREFIX
-        out: list[bytes] = []
-        append = out.append
-        for a, b in zip(pairs, pairs):
-            reset()
-            update(prefix + a + b)
-            append(digest())
-        return out
-    node = _hasher(algo)[1]
+    node = _node_fn(algo)
     return [node(a, b) for a, b in zip(pairs, pairs)]
 
 
