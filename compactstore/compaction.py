@@ -411,21 +411,16 @@ def _read_span(session: Session, start: int, stop: int, records: bool) -> _SpanR
     return _SpanRead(None if redacted else digest, out, missing, matched and not redacted)
 
 
-def _content(session: Session, size: int, start: int, stop: int, span_root: bytes, got: _SpanRead) -> bytes | None:
-    """Return the content digest a node over ``[start, stop)`` records, from the span read under the lock.
+class Vouch(NamedTuple):
+    """What a compaction's one read of its span found, handed with its node to the commit.
 
-    When every body matched its leaf, the node needs no second read at commit: see :func:`_vouch`.
+    Each body of ``[start, stop)`` matched its stored leaf, read under the session's lock
+    at head ``first``; ``digest`` is their content digest and ``span_root`` the stored
+    tree's root of the span. That is what :func:`check_content_digest` would find reading
+    them again for a node written at ``first`` (the log before a head never changes: a
+    redaction appends), so it takes that node without the second read.
     """
-    if got.missing is not None:
-        raise IntegrityError(f"position {got.missing} is missing", session=session.name, pos=got.missing)
-    if got.digest is not None and got.matched:
-        _vouch(session, size, start, stop, got.digest, span_root)
-    return got.digest
 
-
-class _Vouched(NamedTuple):
-    store: weakref.ref[Any]
-    session: str
     first: int
     start: int
     stop: int
@@ -433,30 +428,23 @@ class _Vouched(NamedTuple):
     span_root: str
 
 
-_vouched = threading.local()
+def _content(session: Session, size: int, start: int, stop: int, span_root: bytes,
+             got: _SpanRead) -> tuple[str | None, Vouch | None]:
+    """Return the content digest (hex) a node over ``[start, stop)`` records, from the span read under the lock.
 
-
-def _vouch(session: Session, first: int, start: int, stop: int, digest: bytes, span_root: bytes) -> None:
-    """Record that the bodies of ``[start, stop)`` were just read under the session's lock, at head ``first``.
-
-    Each matched its stored leaf, ``digest`` is their content digest and ``span_root`` the
-    stored tree's root of the span: what :func:`check_content_digest` would find reading
-    them again before a node written at ``first`` (the log before a head never changes:
-    a redaction appends). It takes that node without the second read; any other node,
-    or the same at another head, session or store, is read again.
+    With it, the :class:`Vouch` its commit takes instead of a second read, when every
+    body matched its leaf.
     """
-    _vouched.last = _Vouched(weakref.ref(session.store), session.name, first, start, stop, digest.hex(), span_root.hex())
+    if got.missing is not None:
+        raise IntegrityError(f"position {got.missing} is missing", session=session.name, pos=got.missing)
+    if got.digest is None:
+        return None, None
+    digest = got.digest.hex()
+    return digest, Vouch(size, start, stop, digest, span_root.hex()) if got.matched else None
 
 
-def _was_vouched(session: Session, node: ev.Summary, first: int) -> bool:
-    last: _Vouched | None = getattr(_vouched, "last", None)
-    _vouched.last = None  # one node per read
-    return last is not None and last.store() is session.store and last == _Vouched(
-        last.store, session.name, first, node.start, node.stop, node.content_digest or "", node.span_root
-    )
-
-
-def check_content_digest(session: Session, node: ev.Summary, pos: int, pending: Sequence[Row]) -> None:
+def check_content_digest(session: Session, node: ev.Summary, pos: int, pending: Sequence[Row],
+                         vouch: Vouch | None = None) -> None:
     """Refuse a node at ``pos`` whose content digest is not that of its span's bodies.
 
     A node is trusted with its content digest only because nothing else can enter the
@@ -464,7 +452,8 @@ def check_content_digest(session: Session, node: ev.Summary, pos: int, pending: 
     it records, and the bodies must be the stored ones, or those of ``pending`` (the
     rows of the same batch before it). Then a restoration that proves the node's leaf
     in a sealed head and matches the digest has the very bodies the tree holds,
-    without rehashing the tree.
+    without rehashing the tree. A ``vouch`` from the compaction that built the node
+    under this lock stands for reading the span again when it names this node and head.
 
     Raises:
         InvalidEvent: naming ``content_digest`` or ``span_root``; nothing is written.
@@ -473,7 +462,7 @@ def check_content_digest(session: Session, node: ev.Summary, pos: int, pending: 
     if not (isinstance(start, int) and isinstance(stop, int) and 0 <= start < stop <= pos):
         raise InvalidEvent("content_digest", f"span [{start}, {stop}) is not a non-empty span before pos {pos}")
     first = pending[0].pos if pending else pos
-    if stop <= first and _was_vouched(session, node, first):
+    if stop <= first and vouch == Vouch(first, start, stop, node.content_digest or "", node.span_root):
         return  # its span was read and digested under this lock, at this head
     leaves: list[bytes] = []  # kept only when part of the span is in this batch, with no stored roots yet
 
@@ -837,7 +826,7 @@ def compact(
     if summary is not None and not isinstance(summary, str):
         raise InvalidArgument("summary", f"must be str, got {type(summary).__name__}")
 
-    def build_events(size: int) -> list[tuple[ev.Event, str | None]]:
+    def build_events(size: int) -> list[tuple[ev.Event, str | None, Vouch | None]]:
         _check_span(start, stop, size)
         s = facts_at(session, size)
         _overlap(s, 1, start, stop)
@@ -877,18 +866,15 @@ def compact(
             if not isinstance(text, str):
                 raise InvalidArgument("summarizer", f"must return str, got {type(text).__name__}")
         root = session.span_root(start, stop)
+        content, vouch = _content(session, size, start, stop, root, got)
         node = ev.Summary(
             tier=1, start=start, stop=stop, span_root=root.hex(), summary=text,
             loss=loss, negative_facts=facts, unresolved=items, resolved=done, kept=kept, spills=refs, contract=contract,
-            content_digest=_hex(_content(session, size, start, stop, root, got)),
+            content_digest=content,
         )
-        return [(e, None) for e in [*spill_events, node]]
+        return [*((e, None, None) for e in spill_events), (node, None, vouch)]
 
     return Node.from_record(session._commit(build_events)[-1])
-
-
-def _hex(digest: bytes | None) -> str | None:
-    return None if digest is None else digest.hex()
 
 
 def _loss(loss: object) -> LossClass:
@@ -930,7 +916,7 @@ def digest(
     if _LOSS_ORDER[wanted] < _LOSS_ORDER[floor]:
         raise CompactionInvariantError(f"an L2 node cannot be {wanted.value} over children that are {floor.value}")
 
-    def build_events(size: int) -> list[tuple[ev.Event, str | None]]:
+    def build_events(size: int) -> list[tuple[ev.Event, str | None, Vouch | None]]:
         s = facts_at(session, size)
         _overlap(s, 2, start, stop)
         # The children's facts, and what became negative inside the span after they were
@@ -954,16 +940,16 @@ def digest(
         if text is None:
             text = (summarizer or extractive)([session.read(c.pos) for c in children])
         root = session.span_root(start, stop)
-        content = _content(session, size, start, stop, root, _read_span(session, start, stop, records=False))
+        content, vouch = _content(session, size, start, stop, root, _read_span(session, start, stop, records=False))
         node = ev.Summary(
             tier=2, start=start, stop=stop, span_root=root.hex(), summary=text,
             loss=wanted, children=[c.pos for c in children], negative_facts=facts, unresolved=items, resolved=done,
             kept=_dedupe(e for c in children for e in c.kept),
             spills=sorted({r for c in children for r in c.spills}, key=lambda r: r.handle),
             contract="; ".join(c.contract for c in children if c.contract) or None,
-            content_digest=_hex(content),
+            content_digest=content,
         )
-        return [(node, None)]
+        return [(node, None, vouch)]
 
     return Node.from_record(session._commit(build_events)[-1])
 

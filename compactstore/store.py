@@ -47,6 +47,13 @@ class _Prepared(msgspec.Struct, gc=False):
     key: str | None
     #: whether the store stamped ``ts`` (then a retry's comparison ignores it)
     stamped: bool
+    #: for a summary node, what its compaction's read of the span found (see ``compaction.Vouch``)
+    vouch: compaction.Vouch | None = None
+
+
+#: What a ``_commit`` build gives for each event: the event, its idempotency key, and for
+#: a summary node, optionally, the :class:`compaction.Vouch` of the read that built it.
+_Staged = tuple[ev.Event, str | None] | tuple[ev.Event, str | None, compaction.Vouch | None]
 
 
 # Not tracked by the cycle collector (gc=False): a record holds strings, ints, bytes and
@@ -315,7 +322,7 @@ class Session:
             append(_Prepared(canon, body, None, True))
         return out
 
-    def _commit(self, build: Callable[[int], Sequence[_Prepared | tuple[ev.Event, str | None]]], *,
+    def _commit(self, build: Callable[[int], Sequence[_Prepared | _Staged]], *,
                 speculate: bool = False) -> list[Record]:
         """Append what ``build(first_position)`` returns, in one transaction under the session's lock.
 
@@ -335,7 +342,7 @@ class Session:
                 pass
         return self._commit_with(build, False)
 
-    def _commit_with(self, build: Callable[[int], Sequence[_Prepared | tuple[ev.Event, str | None]]],
+    def _commit_with(self, build: Callable[[int], Sequence[_Prepared | _Staged]],
                      speculate: bool) -> list[Record]:
         store, backend = self.store, self.store.backend
         with backend.writer(self.name, speculate=speculate) as w:
@@ -343,7 +350,8 @@ class Session:
             head = w.head()
             frontier = self._frontier(sid, head, w.hashes)
             built = build(frontier.size)
-            prepared = [p if isinstance(p, _Prepared) else self._prepare(i, p[0], p[1], len(built) > 1)
+            batch = len(built) > 1
+            prepared = [p if isinstance(p, _Prepared) else self._prepare(i, p[0], p[1], batch, p[2] if len(p) > 2 else None)
                         for i, p in enumerate(built)]
             # Retries of idempotent appends replay their first record and write nothing.
             replays: dict[int, Record] = {}
@@ -386,7 +394,7 @@ class Session:
                 for j, p in enumerate(fresh):
                     if isinstance(p.event, ev.Summary) and p.event.content_digest is not None:
                         w.confirm()  # the check reads the log as it stands at this head
-                        compaction.check_content_digest(self, p.event, first + j, rows[:j])
+                        compaction.check_content_digest(self, p.event, first + j, rows[:j], p.vouch)
                 root = frontier.root()
                 prev = head.size if head else 0
                 new_head = HeadRow(frontier.size, root, prev, store._seal(self.name, frontier.size, root, prev))
@@ -406,7 +414,8 @@ class Session:
         made = iter(new)
         return [replays[i] if i in replays else next(made) for i in range(len(prepared))]
 
-    def _prepare(self, i: int, event: ev.Event, key: str | None, batch: bool) -> _Prepared:
+    def _prepare(self, i: int, event: ev.Event, key: str | None, batch: bool,
+                 vouch: compaction.Vouch | None = None) -> _Prepared:
         try:
             if key is not None:
                 if not isinstance(key, str) or not key or len(key) > 1024:
@@ -424,7 +433,7 @@ class Session:
             if not batch:
                 raise
             raise InvalidEvent(f"events[{i}].{exc.field}", exc.reason) from exc
-        return _Prepared(canon, body, key, stamped)
+        return _Prepared(canon, body, key, stamped, vouch)
 
     def _check_erasable(self, redaction: ev.Redaction, by: int) -> None:
         positions = redaction.positions
