@@ -67,7 +67,7 @@ def _matrix(section: Section, methods_by_mode: list[Mode],
             repeat: int, goal_modes: set[str], extra: dict[str, Any] | None = None) -> None:
     """Run each mode's methods interleaved; the first method of a mode is its reference."""
     for mode, n, methods in methods_by_mode:
-        got = interleaved(methods, repeat)
+        got = interleaved(methods, harness.SHORT_ROUNDS * repeat)
         ref = Stat.of(got[methods[0][0]]).median
         for name, _ in methods:
             st = Stat.of(got[name])
@@ -210,7 +210,7 @@ def scale_rows(repeat: int, sizes: list[int], singles: int) -> Section:
             for size in sizes:
                 s, p = logs[size]
                 methods.append((f"{name} at {size:,}", make(s, p)))
-            got = interleaved(methods, repeat)
+            got = interleaved(methods, harness.SHORT_ROUNDS * repeat)
             ref = Stat.of(got[methods[0][0]]).median
             for (label, _), size in zip(methods, sizes):
                 st = Stat.of(got[label])

@@ -219,7 +219,7 @@ def append_rows(repeat: int = 7, batch: int = 1000, singles: int = 100) -> Secti
             ]),
         ]
         for mode, n, methods in modes:
-            got = interleaved(methods, repeat)
+            got = interleaved(methods, harness.SHORT_ROUNDS * repeat)
             ref = Stat.of(got[methods[0][0]]).median
             for name, _ in methods:
                 st = Stat.of(got[name])

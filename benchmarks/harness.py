@@ -38,6 +38,11 @@ except ImportError:  # run from a checkout without installing
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
+#: Rounds per ``--repeat`` for rows whose rounds are short (a few batches or a hundred
+#: commits, well under a second): one slow fsync of this shared disk moves such a
+#: round by half, so their medians take this many times more rounds, at little cost.
+SHORT_ROUNDS = 5
+
 #: Distributions whose versions are recorded with every result, when installed.
 PACKAGES = (
     "compactstore",
