@@ -59,27 +59,6 @@ ROUND_BATCHES = 3
 SMALL = 10_000
 PG_ENV = "COMPACTSTORE_BENCH_PG_URL"
 
-#: One mode of :func:`_matrix`: its label, rows per timed round and its methods, reference first.
-Mode = tuple[str, int, list[tuple[str, Method]]]
-
-
-def _matrix(section: Section, methods_by_mode: list[Mode],
-            repeat: int, goal_modes: set[str], extra: dict[str, Any] | None = None) -> None:
-    """Run each mode's methods interleaved; the first method of a mode is its reference."""
-    for mode, n, methods in methods_by_mode:
-        got = interleaved(methods, harness.SHORT_ROUNDS * repeat)
-        ref = Stat.of(got[methods[0][0]]).median
-        for name, _ in methods:
-            st = Stat.of(got[name])
-            section.rows.append((mode, name, f"{n:,}", seconds(st.min), seconds(st.median), seconds(st.max),
-                                 rate(n / st.median), ratio(ref / st.median)))
-            section.data.append({"mode": mode, "method": name, "rows": n, **st.as_dict(),
-                                 "rows_per_s": n / st.median, "vs_reference": ref / st.median, **(extra or {})})
-        if mode in goal_modes:
-            ours = Stat.of(got[methods[-1][0]]).median
-            section.goals.append(Goal(f"{mode}: compactstore / plain", ref / ours, 0.8))
-
-
 def durability_rows(repeat: int, singles: int) -> Section:
     """Compare batched and single appends with plain sqlite3 at NORMAL and FULL."""
     section = Section(
@@ -91,7 +70,7 @@ def durability_rows(repeat: int, singles: int) -> Section:
     try:
         work = turns(BATCH)
         ones = work[:singles]
-        modes: list[Mode] = []
+        modes: list[harness.Mode] = []
         for sync, durable in (("NORMAL", False), ("FULL", True)):
             for kind in ("batched", "single"):
                 tag = f"{kind}-{sync}"
@@ -126,7 +105,7 @@ def durability_rows(repeat: int, singles: int) -> Section:
                     label = f"one per transaction, synchronous={sync}"
                     modes.append((label, singles, [("plain sqlite3 single-row commit", plain_fn),
                                                    ("compactstore Session.append", cs_fn)]))
-        _matrix(section, modes, repeat, {
+        harness.versus_reference(section, modes, repeat, {
             "batched 1,000 per transaction, synchronous=NORMAL", "one per transaction, synchronous=FULL"})
     finally:
         for o in opened:
@@ -321,7 +300,7 @@ def postgres_rows(repeat: int, url: str, singles: int, local: bool = False) -> S
                 return elapsed
             return run
 
-        _matrix(section, [
+        harness.versus_reference(section, [
             ("batched 1,000 per transaction", BATCH, [("plain psycopg executemany", plain_batch),
                                                       ("compactstore Session.extend", cs_batch)]),
             ("one per transaction", singles, [("plain psycopg single-row commit", costed("plain", plain_single)),

@@ -218,16 +218,7 @@ def append_rows(repeat: int = 7, batch: int = 1000, singles: int = 100) -> Secti
                 ("compactstore Session.append", cs_singles),
             ]),
         ]
-        for mode, n, methods in modes:
-            got = interleaved(methods, harness.SHORT_ROUNDS * repeat)
-            ref = Stat.of(got[methods[0][0]]).median
-            for name, _ in methods:
-                st = Stat.of(got[name])
-                section.rows.append((mode, name, f"{n:,}", seconds(st.min), seconds(st.median), seconds(st.max),
-                                     rate(n / st.median), ratio(ref / st.median)))
-                section.data.append({"mode": mode, "method": name, "rows": n, **st.as_dict(),
-                                     "rows_per_s": n / st.median, "vs_plain": ref / st.median})
-            section.goals.append(Goal(f"{mode}: compactstore / plain", ref / Stat.of(got[methods[1][0]]).median, 0.8))
+        harness.versus_reference(section, modes, repeat, {mode for mode, _, _ in modes})
         for closable in (normal, durable, pn, pf):
             closable.close()
     finally:
