@@ -331,84 +331,58 @@ class StoredSpan(NamedTuple):
     missing: int | None
     #: whether a body in the span was erased by a redaction
     redacted: bool
-
-
-def stored_span(backend: Backend, session_id: int, start: int, stop: int) -> StoredSpan:
-    """Read ``[start, stop)`` of a session once, in chunks, and digest its bodies.
-
-    What a node's content digest is made from when it is written, and checked against by
-    ``verify()``; memory stays flat however long the span.
-    """
-    nxt, missing, redacted = start, None, False
-
-    def bodies() -> Iterator[list[bytes]]:
-        nonlocal nxt, missing, redacted
-        for chunk in chunked(backend.rows(session_id, start, stop, _CHUNK), _CHUNK):
-            for r in chunk:
-                if missing is None and r.pos != nxt:
-                    missing = nxt
-                nxt += 1
-                redacted = redacted or r.body is None
-                if r.body is not None and not isinstance(r.body, bytes):  # a damaged file's cell
-                    raise IntegrityError(f"position {r.pos} holds a body that is not a blob")
-            yield [r.body or b"" for r in chunk]
-
-    digest = content_digest_of(bodies())
-    if missing is None and nxt != stop:
-        missing = nxt
-    return StoredSpan(digest, missing, redacted)
-
-
-def span_content(session: Session, start: int, stop: int) -> bytes | None:
-    """Return :func:`content_digest` of stored ``[start, stop)``, or None if a body there is redacted."""
-    got = stored_span(session.store.backend, session._require_sid(), start, stop)
-    if got.missing is not None:
-        raise IntegrityError(f"position {got.missing} is missing", session=session.name, pos=got.missing)
-    return None if got.redacted else got.digest  # an erased body can never be certified again
-
-
-class _SpanRead(NamedTuple):
-    """What :func:`_read_span` gives."""
-
-    #: :func:`span_content` of the span (None: a body there is redacted)
-    digest: bytes | None
-    #: the span's records, when asked for
-    records: list[Record]
-    #: the first position missing or out of order, None when the span is whole
-    missing: int | None
-    #: whether every body read matched its stored leaf
+    #: whether every body matched its stored leaf (False unless asked, or with one erased)
     matched: bool
 
 
-def _read_span(session: Session, start: int, stop: int, records: bool) -> _SpanRead:
-    """Read ``[start, stop)`` once: its content digest, each body checked against its leaf, and its records if asked."""
-    backend, sid = session.store.backend, session._require_sid()
-    nxt, missing, redacted, matched = start, None, False, True
-    out: list[Record] = []
-    erased: dict[int, int] | None = None
+def stored_span(backend: Backend, session_id: int, start: int, stop: int, *, match_leaves: bool = False,
+                each: Callable[[list[Row]], object] | None = None) -> StoredSpan:
+    """Read ``[start, stop)`` of a session once, in chunks, and digest its bodies.
+
+    What a node's content digest is made from when it is written, and checked against by
+    ``verify()``; memory stays flat however long the span. ``match_leaves``: also hash
+    each body and compare it with its stored leaf. ``each``: called with every chunk of
+    rows as it is read.
+    """
+    nxt, missing, redacted, matched = start, None, False, match_leaves
 
     def bodies() -> Iterator[list[bytes]]:
-        nonlocal nxt, missing, redacted, matched, erased
-        for chunk in chunked(backend.rows(sid, start, stop, _CHUNK), _CHUNK):
+        nonlocal nxt, missing, redacted, matched
+        for chunk in chunked(backend.rows(session_id, start, stop, _CHUNK), _CHUNK):
             for r in chunk:
                 if missing is None and r.pos != nxt:
                     missing = nxt
                 nxt += 1
                 if r.body is None:
                     redacted = True
-                    if records and erased is None:
-                        erased = backend.redactions(sid)
+                elif not isinstance(r.body, bytes):  # a damaged file's cell
+                    raise IntegrityError(f"position {r.pos} holds a body that is not a blob")
             got = [r.body or b"" for r in chunk]
             if matched and not redacted:
                 matched = all(leaf == r.leaf for leaf, r in zip(merkle.leaf_hashes(got), chunk))
-            if records:
-                out.extend(session._record(r, erased) for r in chunk)
+            if each is not None:
+                each(chunk)
             yield got
 
     digest = content_digest_of(bodies())
     if missing is None and nxt != stop:
         missing = nxt
-    return _SpanRead(None if redacted else digest, out, missing, matched and not redacted)
+    return StoredSpan(digest, missing, redacted, matched and not redacted)
+
+
+def _read_span(session: Session, start: int, stop: int, records: bool) -> tuple[StoredSpan, list[Record]]:
+    """Read ``[start, stop)`` once: its content digest, each body checked against its leaf, and its records if asked."""
+    backend, sid = session.store.backend, session._require_sid()
+    out: list[Record] = []
+    erased: dict[int, int] | None = None
+
+    def keep(chunk: list[Row]) -> None:
+        nonlocal erased
+        if erased is None and any(r.body is None for r in chunk):
+            erased = backend.redactions(sid)  # once for the span, not per erased row
+        out.extend(session._record(r, erased) for r in chunk)
+
+    return stored_span(backend, sid, start, stop, match_leaves=True, each=keep if records else None), out
 
 
 class Vouch(NamedTuple):
@@ -429,7 +403,7 @@ class Vouch(NamedTuple):
 
 
 def _content(session: Session, size: int, start: int, stop: int, span_root: bytes,
-             got: _SpanRead) -> tuple[str | None, Vouch | None]:
+             got: StoredSpan) -> tuple[str | None, Vouch | None]:
     """Return the content digest (hex) a node over ``[start, stop)`` records, from the span read under the lock.
 
     With it, the :class:`Vouch` its commit takes instead of a second read, when every
@@ -437,8 +411,8 @@ def _content(session: Session, size: int, start: int, stop: int, span_root: byte
     """
     if got.missing is not None:
         raise IntegrityError(f"position {got.missing} is missing", session=session.name, pos=got.missing)
-    if got.digest is None:
-        return None, None
+    if got.redacted:
+        return None, None  # an erased body can never be certified again
     digest = got.digest.hex()
     return digest, Vouch(size, start, stop, digest, span_root.hex()) if got.matched else None
 
@@ -860,9 +834,9 @@ def compact(
             _check_lossless(s, start, stop, facts, items, keys, done)
         # One read of the span: the summarizer's records, the content digest, each body against its leaf.
         text = summary
-        got = _read_span(session, start, stop, records=text is None)
+        got, records = _read_span(session, start, stop, records=text is None)
         if text is None:
-            text = (summarizer or extractive)(got.records)
+            text = (summarizer or extractive)(records)
             if not isinstance(text, str):
                 raise InvalidArgument("summarizer", f"must return str, got {type(text).__name__}")
         root = session.span_root(start, stop)
@@ -940,7 +914,7 @@ def digest(
         if text is None:
             text = (summarizer or extractive)([session.read(c.pos) for c in children])
         root = session.span_root(start, stop)
-        content, vouch = _content(session, size, start, stop, root, _read_span(session, start, stop, records=False))
+        content, vouch = _content(session, size, start, stop, root, _read_span(session, start, stop, records=False)[0])
         node = ev.Summary(
             tier=2, start=start, stop=stop, span_root=root.hex(), summary=text,
             loss=wanted, children=[c.pos for c in children], negative_facts=facts, unresolved=items, resolved=done,
