@@ -240,12 +240,7 @@ def resolve(
     ``fetch`` returns the roots of a list of distinct stored coordinates, in order; it
     is called once (not at all when ``coords`` is empty).
     """
-    return _resolve(coords, fetch, _node_fn(algo))
-
-
-def _resolve(
-    coords: Iterable[Coord], fetch: Callable[[list[Coord]], list[bytes]], node: Callable[[bytes, bytes], bytes]
-) -> dict[Coord, bytes]:
+    node = _node_fn(algo)
     # Each coordinate is served by a run of 2**up stored roots: the stored level at or
     # below it (up = 0 when its own level is stored).
     runs: list[tuple[Coord, int, int, int]] = []  # (coordinate, stored level, first index, length)
@@ -307,18 +302,8 @@ def serve(
     range computed once: how a store serves proofs and span roots.
     """
     covers = [cover(a, b) for a, b in spans]
-    node = _node_fn(algo)  # one hasher for the whole proof: hashing up and folding
-    lookup = _resolve([c for cs in covers for c in cs], fetch, node)
-    out: list[bytes] = []
-    for cs in covers:
-        if not cs:
-            out.append(empty_root(algo))
-            continue
-        acc = lookup[cs[-1]]
-        for c in cs[-2::-1]:
-            acc = node(lookup[c], acc)
-        out.append(acc)
-    return out
+    lookup = resolve([c for cs in covers for c in cs], fetch, algo)
+    return [fold([lookup[c] for c in cs], algo) for cs in covers]
 
 
 # --- roots and proofs over in-memory entries ---------------------------------------
