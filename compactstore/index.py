@@ -129,7 +129,6 @@ class Index:
                 raise IntegrityError(f"structural index row at pos {r.pos} is not a list of keys", pos=r.pos) from None
         return out
 
-
     def negatives_at(self, positions: Iterable[int], before: int) -> dict[int, IndexRow]:
         """Return the ``negative`` rows at ``positions`` of the events negative at checkpoint ``before``.
 

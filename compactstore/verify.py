@@ -120,6 +120,12 @@ class _Checked(NamedTuple):
     digests: list[tuple[int, str]]
 
 
+def _stored_leaf(row: Row) -> bytes:
+    """Return the leaf stored for a body that cannot be hashed: as stored, or zeros if it is not a leaf at all."""
+    leaf = row.leaf
+    return leaf if isinstance(leaf, bytes) and len(leaf) == merkle.HASH_SIZE else bytes(merkle.HASH_SIZE)
+
+
 def _check_rows(rows: list[Row], spans: tuple[Backend, int] | None) -> _Checked:
     """Check rows' bodies; ``spans``: the backend and session id to check summary nodes' content digests in."""
     hashed = iter(merkle.leaf_hashes([r.body for r in rows if isinstance(r.body, bytes)]))
@@ -134,8 +140,7 @@ def _check_rows(rows: list[Row], spans: tuple[Backend, int] | None) -> _Checked:
         if row.body is not None and not isinstance(row.body, bytes):
             # A damaged file can hold any type in any cell: not a body, so no leaf to check.
             problems.append((row.pos, "events", f"body is not a blob but {type(row.body).__name__}"))
-            leaves.append(row.leaf if isinstance(row.leaf, bytes) and len(row.leaf) == merkle.HASH_SIZE
-                          else bytes(merkle.HASH_SIZE))
+            leaves.append(_stored_leaf(row))
             continue
         # Read here for the index's derivation too: the parent then derives it without
         # reading the log again, from the few rows that may give index rows (and decodes
@@ -145,8 +150,7 @@ def _check_rows(rows: list[Row], spans: tuple[Backend, int] | None) -> _Checked:
         if row.body is None:
             # Erased by a redaction: only the tree can vouch for the stored leaf.
             erased[row.pos] = (row.kind, row.idem_key)
-            leaves.append(row.leaf if isinstance(row.leaf, bytes) and len(row.leaf) == merkle.HASH_SIZE
-                          else bytes(merkle.HASH_SIZE))
+            leaves.append(_stored_leaf(row))
             continue
         leaf = next(hashed)
         leaves.append(leaf)

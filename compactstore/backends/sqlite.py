@@ -528,16 +528,15 @@ class _SQLiteWriter:
         # Plain tuples, and no parameter for an absent key: sqlite3 reads a tuple subclass
         # item by item through the sequence protocol, and passes None through its adapter
         # lookup; together about a third of what binding a row costs.
-        if len(rows) == 1:
-            r = rows[0]
-            if r.idem_key is None:
-                conn.execute(_INSERT_KEYLESS, (r[0], r[1], r[2], r[3], r[5], r[6]))
-            else:
-                conn.execute(_INSERT, tuple(r))
-        elif all(r.idem_key is None for r in rows):
-            conn.executemany(_INSERT_KEYLESS, [(r[0], r[1], r[2], r[3], r[5], r[6]) for r in rows])
+        values: list[tuple[object, ...]]
+        if all(r.idem_key is None for r in rows):
+            sql, values = _INSERT_KEYLESS, [(r[0], r[1], r[2], r[3], r[5], r[6]) for r in rows]
         else:
-            conn.executemany(_INSERT, map(tuple, rows))
+            sql, values = _INSERT, [tuple(r) for r in rows]
+        if len(values) == 1:
+            conn.execute(sql, values[0])
+        else:
+            conn.executemany(sql, values)
         if nodes:
             conn.executemany(
                 "INSERT INTO nodes (session_id, level, idx, hash) VALUES (?, ?, ?, ?)",
