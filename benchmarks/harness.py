@@ -280,12 +280,11 @@ class Section:
 Mode = tuple[str, int, list[tuple[str, Method]]]
 
 
-def versus_reference(section: Section, modes: Sequence[Mode], repeat: int, goal_modes: set[str],
-                     extra: dict[str, Any] | None = None, target: float = 0.8) -> None:
+def versus_reference(section: Section, modes: Sequence[Mode], repeat: int, goal_modes: set[str]) -> None:
     """Time each mode's methods interleaved (short rounds: :data:`SHORT_ROUNDS` x ``repeat``) and add their rows.
 
     The first method of a mode is its reference; for a mode in ``goal_modes`` the last
-    method's throughput over the reference's is a goal of ``target``.
+    method's throughput over the reference's is a goal of 0.8.
     """
     for mode, n, methods in modes:
         got = interleaved(methods, SHORT_ROUNDS * repeat)
@@ -295,9 +294,9 @@ def versus_reference(section: Section, modes: Sequence[Mode], repeat: int, goal_
             section.rows.append((mode, name, f"{n:,}", seconds(st.min), seconds(st.median), seconds(st.max),
                                  rate(n / st.median), ratio(ref / st.median)))
             section.data.append({"mode": mode, "method": name, "rows": n, **st.as_dict(),
-                                 "rows_per_s": n / st.median, "vs_reference": ref / st.median, **(extra or {})})
+                                 "rows_per_s": n / st.median, "vs_reference": ref / st.median})
         if mode in goal_modes:
-            section.goals.append(Goal(f"{mode}: compactstore / plain", ref / Stat.of(got[methods[-1][0]]).median, target))
+            section.goals.append(Goal(f"{mode}: compactstore / plain", ref / Stat.of(got[methods[-1][0]]).median, 0.8))
 
 
 def print_table(header: Row, rows: Sequence[Row]) -> None:
