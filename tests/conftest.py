@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import compactstore as cs
+from compactstore import structure
 
 BACKENDS = ["sqlite", "postgres"]
 
@@ -107,3 +108,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture
+def small_snapshots(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Snapshot the open items every 4 positions, so that small sessions cross many snapshots."""
+    monkeypatch.setattr(structure, "SNAPSHOT_EVERY", 4)
+    yield

@@ -7,16 +7,11 @@ from pathlib import Path
 from typing import Any
 
 
-def drop_triggers(conn: sqlite3.Connection) -> None:
-    """Drop every trigger of the database ``conn`` is connected to."""
-    for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall():
-        conn.execute(f"DROP TRIGGER {name}")
-
-
 def unguarded(path: str | Path, **connect: Any) -> sqlite3.Connection:
     """Return a connection to the store at ``path`` with its triggers dropped."""
     conn: sqlite3.Connection = sqlite3.connect(path, **connect)
-    drop_triggers(conn)
+    for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall():
+        conn.execute(f"DROP TRIGGER {name}")
     return conn
 
 

@@ -4,29 +4,22 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_compaction import migration
-from test_structure_index import _POOL_JITTER, IDS, KEYS, _raw_event
+from test_structure_index import _POOL_JITTER, IDS, KEYS, _raw_event, append_raw
 
 import compactstore as cs
 from sqlite_edit import tamper
-from compactstore import compaction, structure
+from compactstore import compaction
 from compactstore import events as ev
 from compactstore.compaction import AUTO, Facts, FullFacts, IndexedFacts
 
 _names = itertools.count()
-
-
-@pytest.fixture
-def small_snapshots(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Snapshot the open items every 4 positions, so that small sessions cross many snapshots."""
-    monkeypatch.setattr(structure, "SNAPSHOT_EVERY", 4)
-    yield
 
 
 def _full(session: cs.Session, size: int) -> Facts:
@@ -125,10 +118,7 @@ def _run(s: cs.Session, steps: list[tuple[str, object]]) -> list[object]:
     out: list[object] = []
     for what, arg in steps:
         if what == "raw":
-            try:
-                s.append(arg)  # type: ignore[arg-type]
-            except cs.InvalidEvent:
-                pass
+            append_raw(s, arg)
         elif what == "compact":
             kwargs = dict(arg)  # type: ignore[call-overload]
             start, stop = _span(kwargs.pop("span"), s.size)
@@ -238,7 +228,7 @@ def test_the_migration_story_compacts_alike_both_ways(open_store: Callable[..., 
     for name, path in (("indexed", None), ("full", _full_path)):
         s = open_store().session(name)
         migration(s)
-        with path() if path else _nothing():
+        with path() if path else nullcontext():
             with pytest.raises(cs.CompactionInvariantError) as info:
                 s.compact(0, 8)
             a = s.compact(0, 8, on_risk="spill", negative_facts=AUTO)
@@ -246,11 +236,6 @@ def test_the_migration_story_compacts_alike_both_ways(open_store: Callable[..., 
             l2 = s.digest([a, b])
         got.append((str(info.value), _log(s), l2.resolved, l2.unresolved))
     assert got[0] == got[1]
-
-
-@contextmanager
-def _nothing() -> Iterator[None]:
-    yield
 
 
 # --- one read of the span ----------------------------------------------------------------------
@@ -273,11 +258,19 @@ def test_a_compaction_reads_its_span_once(store: cs.Store, monkeypatch: pytest.M
     """compact and digest digest the span as they read it under the lock; a node appended as is is read again."""
     s = store.session("m")
     migration(s)
+    spans: list[tuple[int, int]] = []  # every read of stored rows, by span
+    rows = store.backend.rows
+
+    def counted(sid: int, start: int, stop: int, *args: object) -> object:
+        spans.append((start, stop))
+        return rows(sid, start, stop, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(store.backend, "rows", counted)
     reads = _count_rereads(monkeypatch)
-    a = s.compact(0, 8, on_risk="spill")
+    a = s.compact(0, 8, on_risk="spill")  # the summarizer's records come from the same read
     b = s.compact(8, 11)
     l2 = s.digest([a, b])
-    assert reads == []
+    assert reads == [] and spans == [(0, 8), (8, 11), (0, 11)]
     assert [s.restore_span(n.pos).certified_by for n in (a, b, l2)] == ["content_digest"] * 3
     again = s.append(msgspec.structs.replace(s.read(b.pos).event, ts=None))  # the same node, appended by hand
     assert reads == [(8, 11)] and again.event.content_digest == s.read(b.pos).event.content_digest
@@ -292,13 +285,13 @@ def test_what_a_compaction_read_vouches_for_no_other_node(store: cs.Store, monke
     node = ev.Summary(tier=1, start=0, stop=8, span_root=root.hex(), summary="s", content_digest=digest.hex())
     vouch = compaction.Vouch(size, 0, 8, digest.hex(), root.hex())
     false = compaction.content_digest([b"x"]).hex()
-    for given, appended in [
+    for vouched, appended in [
         (vouch, {"content_digest": false}),  # another digest than the read's
         (vouch, {"span_root": s.span_root(0, 7).hex()}),  # another root
         (vouch, {"start": 1}),  # another span
         (vouch._replace(first=size - 1, digest=false), {"content_digest": false}),  # read at another head
     ]:
-        staged = [(msgspec.structs.replace(node, **appended), None, given)]
+        staged = [(msgspec.structs.replace(node, **appended), None, vouched)]
         with pytest.raises(cs.InvalidEvent, match="content_digest|span_root"):
             s._commit(lambda _size, staged=staged: staged)
     assert s.size == size

@@ -471,19 +471,25 @@ def test_frontier_resumes_from_a_compact_range_and_copies_independently() -> Non
 @FAST
 @given(entries=sts.any_entry_lists(300), cuts=st.lists(st.integers(0, 300), max_size=6), algo=sts.algos)
 def test_frontier_extend_equals_appends_one_by_one(entries: list[bytes], cuts: list[int], algo: str) -> None:
-    """Extending by chunks reports the same subtrees, level by level in each chunk, and reaches the same hashes."""
+    """Extending by chunks reports the same subtrees, level by level in each chunk, and reaches the same hashes.
+
+    With ``every``, only the subtrees at levels that are multiples of it: what a store keeps.
+    """
     leaves = merkle.leaf_hashes(entries, algo)
     assert leaves == [merkle.leaf_hash(e, algo) for e in entries]
-    one, chunked = merkle.Frontier(algo=algo), merkle.Frontier(algo=algo)
+    one, chunked, tiled = merkle.Frontier(algo=algo), merkle.Frontier(algo=algo), merkle.Frontier(algo=algo)
     made_one = [m for leaf in leaves for m in one.append(leaf)]
     bounds = sorted({0, len(leaves), *(c for c in cuts if c <= len(leaves))})
-    made_chunked = []
+    made_chunked, made_tiled = [], []
     for a, b in zip(bounds, bounds[1:]):
         made = chunked.extend(leaves[a:b])
         assert made == sorted(made, key=lambda m: (m[0], m[1]))
         made_chunked += made
+        made_tiled += tiled.extend(leaves[a:b], every=merkle.TILE_HEIGHT)
     assert sorted(made_chunked) == sorted(made_one)
+    assert sorted(made_tiled) == sorted(m for m in made_one if merkle.is_stored(m[0]))
     assert (chunked.size, chunked.hashes, chunked.root()) == (one.size, one.hashes, one.root())
+    assert (tiled.size, tiled.hashes) == (one.size, one.hashes)
 
 
 @pytest.mark.parametrize("algo", ALGOS)

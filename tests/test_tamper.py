@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import compactstore as cs
-from sqlite_edit import drop_triggers
+from sqlite_edit import unguarded
 
 TABLES = ("meta", "sessions", "events", "nodes", "heads", "redactions", "structure_index")
 
@@ -106,8 +106,7 @@ def test_every_single_cell_change_is_detected(tmp_path: Path, key: bytes | None,
     tried, missed = 0, []
     for table, row, col, new in _sample(_cells(clean), request.config.getoption("--slow")):
         shutil.copyfile(clean, work)
-        conn = sqlite3.connect(work)
-        drop_triggers(conn)
+        conn = unguarded(work)
         try:
             conn.execute(f"UPDATE {table} SET {col} = ? WHERE {_where(conn, table)[1]}", (new, *row))
         except sqlite3.DatabaseError:
@@ -133,8 +132,7 @@ def test_deleting_any_row_is_detected(tmp_path: Path) -> None:
     missed = []
     for table, row in rows:
         shutil.copyfile(clean, work)
-        conn = sqlite3.connect(work)
-        drop_triggers(conn)
+        conn = unguarded(work)
         assert conn.execute(f"DELETE FROM {table} WHERE {_where(conn, table)[1]}", row).rowcount == 1
         conn.commit()
         conn.close()
@@ -150,8 +148,7 @@ def test_a_consistent_rewrite_without_the_key_is_caught(tmp_path: Path) -> None:
 
     path = tmp_path / "s.db"
     _build(path, b"k" * 32)
-    conn = sqlite3.connect(path)
-    drop_triggers(conn)
+    conn = unguarded(path)
     sid = conn.execute("SELECT id FROM sessions WHERE name = 'agent-b'").fetchone()[0]
     rows = conn.execute("SELECT body, leaf FROM events WHERE session_id = ? ORDER BY pos", (sid,)).fetchall()
     body = rows[2][0].replace(b"b2", b"b9")
@@ -191,8 +188,7 @@ def test_parallel_verify_reports_exactly_what_serial_verify_reports(tmp_path: Pa
     with cs.open(str(path)) as st:
         clean = st.verify(workers=2)
         assert clean.ok and clean.events == st.verify(workers=1).events and clean.redacted == 3
-    conn = sqlite3.connect(path)
-    drop_triggers(conn)
+    conn = unguarded(path)
     conn.execute("UPDATE events SET body = CAST(replace(CAST(body AS TEXT), 'turn 3-5', 'turn 3-6') AS BLOB) WHERE pos = 6005")
     conn.execute("UPDATE nodes SET hash = zeroblob(32) WHERE level = 8 AND idx = 3")
     conn.execute("UPDATE events SET leaf = zeroblob(32) WHERE pos = 9000")
@@ -251,8 +247,7 @@ def test_verify_by_whole_chunks_reports_what_row_by_row_reports(
     path = tmp_path / "c.db"
     shutil.copyfile(chunked_store, path)
     if sql:
-        conn = sqlite3.connect(path)
-        drop_triggers(conn)
+        conn = unguarded(path)
         conn.execute(sql)
         conn.commit()
         conn.close()
