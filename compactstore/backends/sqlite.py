@@ -527,7 +527,7 @@ class _SQLiteWriter:
         conn, sid = self._conn, self.session_id
         # Plain tuples, and no parameter for an absent key: sqlite3 reads a tuple subclass
         # item by item through the sequence protocol, and passes None through its adapter
-        # lookup; together about a third of what binding a row costs.
+        # lookup, which formats and drops AttributeErrors (8% of a batched append).
         values: list[tuple[object, ...]]
         if all(r.idem_key is None for r in rows):
             sql, values = _INSERT_KEYLESS, [(r[0], r[1], r[2], r[3], r[5], r[6]) for r in rows]
