@@ -496,12 +496,11 @@ def risks(s: Facts, start: int, stop: int, kept: set[str] = frozenset()) -> list
 
 def _risk_error(found: list[Risk], start: int, stop: int) -> CompactionInvariantError:
     lines = "; ".join(str(r) for r in found)
-    err = CompactionInvariantError(
+    return CompactionInvariantError(
         f"compacting [{start}, {stop}) would lose what open obligations need: {lines}",
+        risks=found,
         hint='pass on_risk="preserve" to keep these bindings verbatim, or on_risk="spill" to spill them',
     )
-    err.risks = found  # type: ignore[attr-defined]
-    return err
 
 
 # --- compaction -------------------------------------------------------------------

@@ -65,8 +65,44 @@ class ConflictError(CompactStoreError):
         self.pos = pos
 
 
+class SessionMoved(ConflictError):
+    """A compare-and-append found the session at another size than expected; nothing was written.
+
+    Attributes:
+        got: the session's size when the append was tried.
+        want: the size the caller expected (``expect_size``).
+    """
+
+    def __init__(self, *, session: str, got: int, want: int) -> None:
+        super().__init__(f"session {session!r} is at size {got}, not the expected {want}", session=session)
+        self.hint = "read what was appended since, decide again, and retry"
+        self.got = got
+        self.want = want
+
+
+class StaleHead(ConflictError):
+    """A writer that built on a remembered head found the session moved on; nothing was written.
+
+    Raised only by a backend writer opened with ``speculate=True``; the store then builds
+    the append again under the lock, so it never reaches a caller.
+    """
+
+
+class LockTimeout(ConflictError):
+    """A lock or serialization timeout (the database was busy); nothing was written. Retrying may succeed."""
+
+
 class CompactionInvariantError(CompactStoreError):
-    """A compaction would lose a non-regenerable binding an open obligation needs."""
+    """A compaction would lose what an open obligation needs, or claims a loss class it does not meet.
+
+    Attributes:
+        risks: for a gate refusal, each open obligation and the binding it would lose
+            (:class:`compactstore.gate.Risk`); empty for other refusals.
+    """
+
+    def __init__(self, message: str, *, risks: Sequence[object] = (), hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.risks = list(risks)
 
 
 class MarkerInvalid(CompactStoreError):

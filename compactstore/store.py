@@ -24,8 +24,8 @@ from .compaction import AUTO, Finding, Node, OnRisk, Summarizer, _as_list, _Auto
 from .events import LossClass
 from .markers import Marker
 from .resolver import Artifact, Resolution, RestoredSpan
-from .backends import SCHEMA_VERSION, UPGRADES_FROM, Backend, HeadRow, Row, StaleHead, open_backend
-from .errors import CompactStoreError, ConflictError, IntegrityError, InvalidArgument, InvalidEvent
+from .backends import SCHEMA_VERSION, UPGRADES_FROM, Backend, HeadRow, Row, open_backend
+from .errors import CompactStoreError, ConflictError, IntegrityError, InvalidArgument, InvalidEvent, SessionMoved, StaleHead
 from .seal import derive_key, head_mac, key_check, seal
 
 if TYPE_CHECKING:
@@ -278,14 +278,30 @@ class Session:
         return self._commit(lambda _pos: prepared, speculate=True)[0]
 
     def extend(
-        self, events: Sequence[ev.Event], *, idempotency_keys: Sequence[str | None] | None = None
+        self,
+        events: Sequence[ev.Event],
+        *,
+        idempotency_keys: Sequence[str | None] | None = None,
+        expect_size: int | None = None,
     ) -> list[Record]:
         """Append events in one transaction; all are written or none.
 
+        This is the one commit of the store: every other write (``append``, ``compact``,
+        ``mark``, the adapters) goes through it.
+
+        Args:
+            idempotency_keys: one key (or None) per event; a retried event with the same
+                key returns its first record and writes nothing.
+            expect_size: compare-and-append: write only if the session holds exactly this
+                many events when the write transaction has its lock.
+
         Raises:
             InvalidEvent: naming the event's index and field; nothing is written.
+            SessionMoved: the session is not at ``expect_size``; nothing is written.
             ConflictError: an idempotency key was already used for a different event.
         """
+        if expect_size is not None:
+            _position("expect_size", expect_size)
         events = _as_list("events", events)
         if idempotency_keys is not None:
             idempotency_keys = _as_list("idempotency_keys", idempotency_keys)
@@ -301,7 +317,15 @@ class Session:
             prepared = [self._prepare(i, e, idempotency_keys[i], len(events) > 1) for i, e in enumerate(events)]
         if not prepared:
             return []
-        return self._commit(lambda _pos: prepared, speculate=True)
+        if expect_size is None:
+            return self._commit(lambda _pos: prepared, speculate=True)
+
+        def checked(size: int) -> list[_Prepared]:
+            if size != expect_size:
+                raise SessionMoved(session=self.name, got=size, want=expect_size)
+            return prepared
+
+        return self._commit(checked, speculate=True)
 
     def _prepare_plain(self, events: list[ev.Event]) -> list[_Prepared]:
         """Return what ``_prepare`` returns for each of ``events`` appended without idempotency keys."""
@@ -338,8 +362,8 @@ class Session:
         if speculate:
             try:
                 return self._commit_with(build, True)
-            except StaleHead:
-                pass
+            except (StaleHead, SessionMoved):
+                pass  # the remembered head may be stale either way: decide again under the lock
         return self._commit_with(build, False)
 
     def _commit_with(self, build: Callable[[int], Sequence[_Prepared | _Staged]],

@@ -19,7 +19,7 @@ from urllib.parse import quote
 from blake3 import blake3
 
 from .. import events as ev
-from ..errors import ConflictError, InvalidEvent
+from ..errors import ConflictError, InvalidEvent, SessionMoved
 from ..store import MAX_SESSION_NAME, Record, Session, Store
 from ..store import open as open_store
 
@@ -36,10 +36,6 @@ READ_GAP = 64
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 #: What a part of an idempotency key must not hold unquoted: separators, "%", controls, non-ASCII.
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.~:|\-]")
-
-
-class _Moved(Exception):
-    """The log moved on since the index was last refreshed: what was built from it may be stale."""
 
 
 class StoreUser:
@@ -154,18 +150,10 @@ class Tail:
         Raises:
             InvalidEvent: an event is not valid; nothing is written.
         """
-        prepared = self.session._prepare_plain(list(events))
-
-        def checked(size: int) -> Sequence[Any]:
-            if size != self.size:
-                raise _Moved
-            return prepared
-
         with self.lock:
             try:
-                # Session._commit runs ``checked`` inside the write transaction.
-                records = self.session._commit(checked)
-            except _Moved:
+                records = self.session.extend(list(events), expect_size=self.size)
+            except SessionMoved:
                 return None
             self.own(records)
             return records

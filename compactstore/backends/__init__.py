@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
-from ..errors import ConflictError
+from ..errors import StaleHead
 
 if TYPE_CHECKING:
     from .index import Run
@@ -37,14 +37,6 @@ if TYPE_CHECKING:
 SCHEMA_VERSION = "2"
 #: The earlier schema an open upgrades from.
 UPGRADES_FROM = "1"
-
-
-class StaleHead(ConflictError):
-    """A writer that built on a remembered head found the session moved on; nothing was written.
-
-    Raised only by a writer opened with ``speculate=True``; the store then builds the
-    append again under the lock, so it never reaches a caller.
-    """
 
 
 class Row(NamedTuple):

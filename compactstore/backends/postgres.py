@@ -38,8 +38,8 @@ from psycopg import pq
 from psycopg.types.numeric import Int8BinaryDumper
 from psycopg_pool import ConnectionPool
 
-from ..errors import CompactStoreError, ConflictError, IntegrityError, InvalidEvent
-from . import SCHEMA_VERSION, UPGRADES_FROM, HeadRow, Row, StaleHead, keyset
+from ..errors import CompactStoreError, ConflictError, IntegrityError, InvalidEvent, StaleHead
+from . import SCHEMA_VERSION, UPGRADES_FROM, HeadRow, Row, keyset
 from . import index as _index
 
 if TYPE_CHECKING:
@@ -177,7 +177,7 @@ _INSERT_FUNCTION = (
 #: An append in one round trip: lock the session, check that its latest head is still the
 #: one the writer built on (the one this backend committed last), and insert. A head that
 #: moved raises SQLSTATE CSH01 and nothing is written: the store builds the append again
-#: under the lock (see :class:`compactstore.backends.StaleHead`). The sizes alone decide:
+#: under the lock (see :class:`compactstore.errors.StaleHead`). The sizes alone decide:
 #: heads are unique per size, and a session's size only grows.
 _APPEND_FUNCTION = (
     "CREATE FUNCTION compactstore_append(p_expect bigint, p_sid bigint, p_pos bigint[], p_kind text[], "
