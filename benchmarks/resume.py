@@ -59,10 +59,20 @@ import blake3  # noqa: E402
 
 import compactstore as cs  # noqa: E402
 from compactstore import merkle  # noqa: E402
-from compactstore.compaction import content_digest  # noqa: E402
-from compactstore.resolver import _node_span  # noqa: E402
+from compactstore.content import content_digest  # noqa: E402
+import msgspec  # noqa: E402
 
-restore_fields = _node_span.decode
+
+class NodeSpan(msgspec.Struct, frozen=True, tag="node", tag_field="kind"):
+    """The fields of a summary node's body that a restoration reads."""
+
+    start: int
+    stop: int
+    span_root: str
+    content_digest: str | None = None
+
+
+restore_fields = msgspec.json.Decoder(NodeSpan).decode
 
 
 def void(_: object) -> None:
@@ -164,7 +174,7 @@ class Log:
         t0 = time.perf_counter()
         bulk = s.compact(0, self.start, summary=f"{self.start:,} turns of routine work, every call answered")
         self.node = s.compact(self.start, self.stop, on_risk="spill")
-        self.top = s.digest([bulk, self.node], summary="the session so far")
+        self.top = s.roll_up([bulk, self.node], summary="the session so far")
         self.compact_s = time.perf_counter() - t0
         self.marker = s.mark(self.top)
         self.raw_marker = s.mark_raw()

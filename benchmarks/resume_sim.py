@@ -246,7 +246,7 @@ class Agent:
             kw: dict[str, Any] = {}
             if self.drop is not None:
                 kw["negative_facts"] = self._facts(kids[0].start, kids[-1].stop)
-            self.l2.append(s.digest(kids, summary="User wants the migration reversible; agent explored approaches.",
+            self.l2.append(s.roll_up(kids, summary="User wants the migration reversible; agent explored approaches.",
                                     **kw))
             self.undigested = []
 

@@ -14,7 +14,9 @@ from .errors import (
     MarkerInvalid,
     ReconstructionUnsoundError,
 )
-from .compaction import AUTO, Finding, Node, Risk, extractive
+from .compaction import AUTO, Finding, Node
+from .rules import Risk
+from .summarize import extractive
 from .copy import CopyReport, copy
 from .events import (
     Binding,
@@ -41,7 +43,8 @@ from .events import (
 )
 from .markers import Marker, Violation
 from .resolver import Artifact, ContextItem, RawItem, Resolution, RestoredSpan, SummaryItem, reconstruct
-from .store import Record, Session, Store, TreeHead, open
+from .events import Record, TreeHead
+from .store import Session, Store, open
 from .verify import Problem, VerifyReport
 
 __all__ = [

@@ -217,7 +217,7 @@ def _story(store: Store, say: Say, out: dict[str, Any]) -> None:
     say(f"   spilled: L1 node {first.pos} over [0, {split}), {first.loss.value}; {ref.key!r} spilled to "
         f"{ref.handle}, digest {ref.digest[:16]}…", "ok")
     second = s.compact(split, raw_stop)
-    top = s.digest([first, second])
+    top = s.roll_up([first, second])
     say(f"   L1 node {second.pos} over [{split}, {raw_stop}); L2 node {top.pos} digests both: "
         f"{len(top.negative_facts)} negative facts and {len(top.unresolved)} open items carried")
 
@@ -244,10 +244,14 @@ def _story(store: Store, say: Say, out: dict[str, Any]) -> None:
         for v in exc.violations:
             say(f"   marker refused: {v}", "bad")
     size = s.size
-    forged = s.append(ev.RecoveryMarker(size=size, root=s.head(size).root.hex(), node=node.pos,
-                                        conditions=["closure", "negative_facts", "anchoring"]))
+    try:
+        s.append(ev.RecoveryMarker(size=size, root=s.head(size).root.hex(), node=node.pos,
+                                   conditions=["closure", "negative_facts", "anchoring"], path=[node.pos]))
+    except MarkerInvalid:
+        say("   appended by hand as a marker event instead: refused the same way, nothing written", "bad")
+    forged = s.mark_raw()
     fallback = s.resume(forged.pos)
-    say(f"   forged into the log anyway as marker {forged.pos}: resume gives {fallback.mode}", "ok")
+    say(f"   a raw-checkpoint marker {forged.pos} is always safe: resume gives {fallback.mode}", "ok")
     for reason in fallback.reasons:
         say(f"     because {_clip(reason, 96)}")
     say(f"     context: the {len(fallback.context)} raw events up to checkpoint {fallback.size}, verified "

@@ -13,12 +13,12 @@ from __future__ import annotations
 import enum
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Literal, TypeAlias, Union
 
 import msgspec
 
-from .errors import InvalidEvent
+from .errors import InvalidArgument, InvalidEvent
 
 #: A JSON value: None, bool, int, float (finite), str, list, or dict with str keys.
 JSON: TypeAlias = Any
@@ -602,3 +602,49 @@ def _field_of(message: str) -> str:
         path = message.split(marker, 1)[1].split("`", 1)[0]
         return path.lstrip(".") or "event"
     return "event"
+
+
+# Not tracked by the cycle collector (gc=False): a record holds strings, ints, bytes and
+# an event of JSON values, none of which can lead back to it, and tracking a batch's
+# thousand records cost the append several collections.
+class Record(msgspec.Struct, frozen=True, gc=False):
+    """One stored event.
+
+    Attributes:
+        session: the session's name.
+        seq: the global sequence number (order of commit across sessions).
+        pos: the position in the session, gapless from 0.
+        kind: the event's kind tag.
+        event: the decoded event.
+        body: exactly the bytes hashed: the event's canonical encoding.
+        leaf: ``H(0x00 || body)``.
+    """
+
+    session: str
+    seq: int
+    pos: int
+    kind: str
+    event: Event
+    body: bytes
+    leaf: bytes
+
+
+class TreeHead(msgspec.Struct, frozen=True):
+    """The root of a session's tree at ``size``, with a MAC when the store is keyed."""
+
+    session: str
+    size: int
+    root: bytes
+    mac: bytes | None = None
+
+
+def as_list(field: str, value: object) -> list[Any]:
+    """Return ``value`` as a list.
+
+    Raises:
+        InvalidArgument: naming ``field``: a str or bytes (it would be split into
+            characters) or a value that is not iterable.
+    """
+    if isinstance(value, str | bytes) or not isinstance(value, Iterable):
+        raise InvalidArgument(field, f"want a list, got {type(value).__name__}")
+    return list(value)

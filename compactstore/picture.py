@@ -17,7 +17,9 @@ from . import events as ev
 from . import merkle
 from .compaction import Finding, Node
 from .errors import IntegrityError
-from .markers import Marker, check
+from .facts import FullFacts
+from .markers import Marker
+from .rules import check_marker
 from .structure import build, text_of
 
 if TYPE_CHECKING:
@@ -135,7 +137,8 @@ def picture(session: Session) -> Picture:
             continue
         n = Node.from_record(r)
         anchored = merkle.span_root_of_leaves(leaves, n.start, n.stop) == n.span_root if n.stop <= n.pos else False
-        violations, _ = check(events, leaves, n.pos, structure)
+        facts = FullFacts(events, lambda a, b: merkle.span_root_of_leaves(leaves, a, b), structure)
+        violations, _ = check_marker(facts, n.pos)
         bars.append(Bar(
             n.pos, n.tier, n.start, n.stop, n.loss.value, n.summary, n.children, n.negative_facts, n.unresolved,
             n.kept, n.spills, n.contract, anchored, [str(v) for v in violations], n.resolved,

@@ -17,25 +17,21 @@ replaced, exactly as logged, certified against the node and the node against the
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 import msgspec
 from blake3 import blake3
 
 from . import events as ev
-from . import merkle
-from .compaction import Node, _unhex, content_digest_of
-from .errors import CompactStoreError, IntegrityError, InvalidArgument, ReconstructionUnsoundError
+from . import merkle, rules
+from .compaction import Node
+from .errors import IntegrityError, InvalidArgument, ReconstructionUnsoundError
 from .events import JSON, LossClass
-from .backends.index import IndexSQL
-from .index import Index
-from .markers import CONDITIONS, Marker, Reader, check, check_indexed
-from .seal import head_mac
-
-if TYPE_CHECKING:
-    from .store import Record, Session
+from .facts import FullFacts, IndexedFacts
+from .markers import Marker
+from .rules import CONDITIONS
+from .view import SessionView
 
 TOLERANT_OPS = frozenset({"summarize", "plan", "brainstorm", "rank"})
 RESTORATION_OPS = frozenset({"authorize", "commit", "emit_authoritative", "retry_idempotent"})
@@ -98,182 +94,117 @@ class Resolution(msgspec.Struct, frozen=True):
     digest: bytes
 
 
-def _verified_prefix(session: Session, marker_pos: int) -> tuple[list[ev.Event], list[bytes]]:
+def _verified_prefix(view: SessionView, marker_pos: int) -> tuple[list[ev.Event], list[bytes]]:
     """Return events and re-computed leaves ``[0, marker_pos]``, checked against the stored tree."""
     events, leaves = [], []
-    for r in session.scan(0, marker_pos + 1):
+    for r in view.scan(0, marker_pos + 1):
         # A redacted body is gone; its stored leaf is vouched for by the tree below.
         leaf = r.leaf if isinstance(r.event, ev.Redacted) else merkle.leaf_hash(r.body)
         if leaf != r.leaf:
-            raise IntegrityError(f"event at pos {r.pos} does not match its leaf", session=session.name, pos=r.pos)
+            raise IntegrityError(f"event at pos {r.pos} does not match its leaf", session=view.name, pos=r.pos)
         events.append(r.event)
         leaves.append(leaf)
     if len(leaves) != marker_pos + 1:
-        raise IntegrityError(f"positions missing before pos {marker_pos}", session=session.name)
-    if merkle.root_of_leaves(leaves) != session.head(marker_pos + 1).root:
+        raise IntegrityError(f"positions missing before pos {marker_pos}", session=view.name)
+    if merkle.root_of_leaves(leaves) != view.head(marker_pos + 1).root:
         raise IntegrityError(
-            f"events [0, {marker_pos + 1}) do not give the stored tree's root", session=session.name, pos=marker_pos
+            f"events [0, {marker_pos + 1}) do not give the stored tree's root", session=view.name, pos=marker_pos
         )
     return events, leaves
 
 
-def resume(session: Session, marker: Marker | int, *, rehash: bool = False) -> Resolution:
-    """Resume from ``marker``; see :meth:`Session.resume`."""
-    pos = marker.pos if isinstance(marker, Marker) else marker
-    if not isinstance(pos, int):
-        raise InvalidArgument("marker", f"want a Marker or its position, got {type(marker).__name__}")
-    record = session.read(pos)
+def resume(view: SessionView, pos: int, *, rehash: bool = False) -> Resolution:
+    """Resume from the marker at ``pos``; see :meth:`compactstore.store.Session.resume`."""
+    record = view.read(pos)
     m = Marker.from_record(record)
-    index = None
     if not rehash and m.node is not None and 0 <= m.size <= pos and tuple(m.conditions) == CONDITIONS:
-        index = Index.of(session, m.size)
-    if index is not None:
-        resolution = _resume_indexed(session, record, m, index)
+        resolution = _resume_certified(view, record, m)
         if resolution is not None:
             return resolution
-    return _resume_full(session, pos, m)
+    return _resume_full(view, pos, m)
 
 
-def _resume_indexed(session: Session, record: Record, m: Marker, index: Index) -> Resolution | None:
-    """Resume from a certified marker reading only what the context holds; None when it falls back.
+def _resume_certified(view: SessionView, record: ev.Record, m: Marker) -> Resolution | None:
+    """Resume from a certified marker reading only what the context holds; None when the full path must decide.
 
     The checkpoint root is the stored tree's at ``m.size`` (O(log n) subtree roots). Every
     body read (the marker, the nodes on the path, their excerpts' and spills' sources,
     the events behind the negative facts the node retains, and the raw events of the
     context) is re-hashed and held against that root and the stored head after the
     marker; bodies not read are vouched for by the stored tree, and by
-    :meth:`Store.verify`, which re-hashes every one.
+    :meth:`Store.verify`, which re-hashes every one. A session whose facts come from a
+    full pass (it has redactions), or a marker whose conditions fail, takes the full path.
     """
     pos, size, node = m.pos, m.size, m.node
     assert node is not None
-    reader = Reader(session, size, verify=True)
+    reader = view.reader(size)
+    f = view.facts(size, reader=reader)
+    if not isinstance(f, IndexedFacts):
+        return None
     marker_leaf = merkle.leaf_hash(record.body)
     if marker_leaf != record.leaf:
-        raise IntegrityError(f"event at pos {pos} does not match its leaf", session=session.name, pos=pos)
-    root = session.head(size).root
-    _check_checkpoint(session, m, root)
-    violations, path = check_indexed(reader, lambda a, b: session.span_root(a, b).hex(), index, node, size)
+        raise IntegrityError(f"event at pos {pos} does not match its leaf", session=view.name, pos=pos)
+    head = view.head(size)
+    _check_checkpoint(view, m, head.root, head.mac)
+    violations, path = rules.check_marker(f, node)
     if violations:
         return None  # the fallback's context is every raw event: the full path gives it, reasons and all
     top = reader(node)
     assert isinstance(top, ev.Summary)
-    reader.prefetch(f.pos for f in top.negative_facts)
-    raw: list[Record] = []
+    reader.prefetch(x.pos for x in top.negative_facts)
+    raw: list[ev.Record] = []
     for start, stop in ((0, top.start), (top.stop, size)):
-        for r in session.scan(start, stop):
+        for r in view.scan(start, stop):
             reader.add(r)
             raw.append(r)
     if len(raw) != top.start + size - top.stop:
-        raise IntegrityError(f"positions missing before pos {size}", session=session.name)
-    if _root_with(session, index.sql, reader.leaves, size) != m.root:
+        raise IntegrityError(f"positions missing before pos {size}", session=view.name)
+    if view.root_with(reader.leaves, size) != m.root:
         raise IntegrityError(
             f"events read under marker at pos {pos} do not give the stored tree's root at its checkpoint (size {size})",
-            session=session.name,
+            session=view.name,
             pos=pos,
         )
-    if _root_with(session, index.sql, {pos: marker_leaf}, pos + 1) != session.head(pos + 1).root:
-        raise IntegrityError(
-            f"marker at pos {pos} does not give the stored tree's root", session=session.name, pos=pos
-        )
+    if view.root_with({pos: marker_leaf}, pos + 1) != view.head(pos + 1).root:
+        raise IntegrityError(f"marker at pos {pos} does not give the stored tree's root", session=view.name, pos=pos)
     reasons = [f"every condition holds and every digest on path {path} matches the log"]
-    item = _summary_item(node, top)
     context: list[ContextItem] = [
         *(RawItem(r.pos, r.event) for r in raw if r.pos < top.start and r.event.kind not in ev.DERIVED_KINDS),
-        item,
+        _summary_item(node, top),
         *(RawItem(r.pos, r.event) for r in raw if r.pos >= top.stop and r.event.kind not in ev.DERIVED_KINDS),
     ]
-    return _resolution(session, pos, "certified", size, root, context, reasons)
+    return _resolution(view, pos, "certified", size, head.root, context, reasons)
 
 
-def _check_checkpoint(session: Session, m: Marker, root: bytes) -> None:
-    """Raise IntegrityError unless the marker names ``root`` (with a valid MAC on a keyed store)."""
+def _check_checkpoint(view: SessionView, m: Marker, root: bytes, mac: bytes | None) -> None:
+    """Raise IntegrityError unless the marker names ``root`` and, on a store opened with its key, its MAC ``mac``."""
     if root != m.root:
         raise IntegrityError(
             f"raw checkpoint of marker at pos {m.pos} does not verify: root of [0, {m.size}) is {root.hex()[:16]}…, "
             f"the marker names {m.root.hex()[:16]}…",
-            session=session.name,
+            session=view.name,
             pos=m.pos,
         )
-    key = session.store.mac_key
-    if key is not None and m.mac != head_mac(key, session.name, m.size, root):
-        raise IntegrityError(f"marker at pos {m.pos}: checkpoint MAC does not verify", session=session.name, pos=m.pos)
+    if mac is not None and m.mac != mac:
+        raise IntegrityError(f"marker at pos {m.pos}: checkpoint MAC does not verify", session=view.name, pos=m.pos)
 
 
-def _root_with(session: Session, sql: IndexSQL, leaves: Mapping[int, bytes], size: int) -> bytes:
-    """Return the root of ``[0, size)`` from the ``leaves`` given and stored subtree roots for the rest.
-
-    A subtree holding no given position comes from the store (O(log n) of them per run
-    of given positions), so the root equals the stored tree's only if every given leaf
-    is the one the tree holds.
-    """
-    known = sorted(p for p in leaves if p < size)
-    need: set[tuple[int, int]] = set()
-
-    def has(level: int, idx: int) -> bool:
-        lo = bisect_left(known, idx << level)
-        return lo < len(known) and known[lo] < (idx + 1) << level
-
-    def plan(level: int, idx: int) -> None:
-        if not has(level, idx):
-            need.add((level, idx))
-        elif level:
-            plan(level - 1, 2 * idx)
-            plan(level - 1, 2 * idx + 1)
-
-    cover = merkle.cover(0, size)
-    for level, idx in cover:
-        plan(level, idx)
-    stored = merkle.resolve(need, lambda coords: _subtrees(session, sql, coords)) if need else {}
-
-    def root(level: int, idx: int) -> bytes:
-        if not has(level, idx):
-            return stored[(level, idx)]
-        if level == 0:
-            return leaves[idx]
-        return merkle.node_hash(root(level - 1, 2 * idx), root(level - 1, 2 * idx + 1))
-
-    return merkle.fold([root(level, idx) for level, idx in cover]) if cover else merkle.empty_root()
-
-
-def _subtrees(session: Session, sql: IndexSQL, coords: list[tuple[int, int]]) -> list[bytes]:
-    """Return the stored roots at ``coords``, reading runs of neighbours with one range query each."""
-    got: dict[tuple[int, int], bytes] = {}
-    for level in sorted({lv for lv, _ in coords}):
-        wanted = sorted(i for lv, i in coords if lv == level)
-        runs: list[list[int]] = [[wanted[0], wanted[0]]]
-        for i in wanted[1:]:
-            if i - runs[-1][1] <= _GAP:
-                runs[-1][1] = i
-            else:
-                runs.append([i, i])
-        for lo, hi in runs:
-            got.update(((level, i), h) for i, h in sql.subtrees(level, lo, hi + 1))
-    missing = [c for c in coords if c not in got]
-    if missing:
-        level, idx = missing[0]
-        raise IntegrityError(f"subtree ({level}, {idx}) is missing", session=session.name, pos=idx << level)
-    return [got[c] for c in coords]
-
-
-#: Neighbouring stored roots closer than this are read by one range query, the ones between included.
-_GAP = 16
-
-
-def _resume_full(session: Session, pos: int, m: Marker) -> Resolution:
-    """Resume re-hashing every body up to the marker and re-running the full checks."""
-    events, leaves = _verified_prefix(session, pos)
+def _resume_full(view: SessionView, pos: int, m: Marker) -> Resolution:
+    """Resume re-hashing every body up to the marker and re-running the checks over the events."""
+    events, leaves = _verified_prefix(view, pos)
     size = m.size
     if not 0 <= size <= pos:
-        raise IntegrityError(f"marker at pos {pos} names checkpoint size {size}, after itself", session=session.name, pos=pos)
+        raise IntegrityError(f"marker at pos {pos} names checkpoint size {size}, after itself", session=view.name, pos=pos)
     root = merkle.root_of_leaves(leaves[:size])
-    _check_checkpoint(session, m, root)
+    _check_checkpoint(view, m, root, view.head(size).mac)
     events, leaves = events[:size], leaves[:size]
     reasons: list[str]
     mode: Mode
     if m.node is None:
         mode, reasons = "fallback", ["raw-checkpoint marker: the context is the raw log"]
     else:
-        violations, path = check(events, leaves, m.node)
+        f = FullFacts(events, lambda a, b: merkle.span_root_of_leaves(leaves, a, b))
+        violations, path = rules.check_marker(f, m.node)
         reasons = [str(v) for v in violations]
         if tuple(m.conditions) != CONDITIONS:
             reasons.insert(0, f"marker certified {m.conditions}, not every condition {list(CONDITIONS)}")
@@ -281,15 +212,15 @@ def _resume_full(session: Session, pos: int, m: Marker) -> Resolution:
         if mode == "certified":
             reasons = [f"every condition holds and every digest on path {path} matches the log"]
     context = _certified(events, m.node) if mode == "certified" and m.node is not None else _raw(events, 0, size)
-    return _resolution(session, pos, mode, size, root, context, reasons)
+    return _resolution(view, pos, mode, size, root, context, reasons)
 
 
 def _resolution(
-    session: Session, pos: int, mode: Mode, size: int, root: bytes, context: list[ContextItem], reasons: list[str]
+    view: SessionView, pos: int, mode: Mode, size: int, root: bytes, context: list[ContextItem], reasons: list[str]
 ) -> Resolution:
     body = _encoder.encode({"marker": pos, "mode": mode, "size": size, "root": root.hex(), "context": context})
     digest = blake3(b"compactstore/resolution/v1\x00" + body).digest()
-    return Resolution(session.name, pos, mode, size, root, context, reasons, digest)
+    return Resolution(view.name, pos, mode, size, root, context, reasons, digest)
 
 
 def _raw(events: list[ev.Event], start: int, stop: int) -> list[ContextItem]:
@@ -338,11 +269,11 @@ def literal_name(excerpt: ev.Excerpt, binding_keys: Mapping[int, str]) -> str:
     return f"{excerpt.pos}:{excerpt.path}"
 
 
-def artifact(session: Session, node: Node) -> Artifact:
-    """Return the artifact of ``node``; see :meth:`Session.artifact`."""
+def artifact(view: SessionView, node: Node) -> Artifact:
+    """Return the artifact of ``node``; see :meth:`compactstore.store.Session.artifact`."""
     keys = {}
     for e in node.kept:
-        event = session.read(e.pos).event
+        event = view.read(e.pos).event
         if isinstance(event, ev.Binding):
             keys[e.pos] = event.key
     literals = {literal_name(e, keys): e.value for e in node.kept}
@@ -434,54 +365,53 @@ def _canonical(value: JSON) -> bytes:
     return _encoder.encode(value)
 
 
-def lookup(session: Session, name: str) -> JSON | None:
+def lookup(view: SessionView, name: str) -> JSON | None:
     """Return the exact value of a literal from the log: a binding key, or ``pos:path``."""
-    from .compaction import _extract
-
     if ":" in name and name.split(":", 1)[0].isdigit():
         pos_text, path = name.split(":", 1)
         pos = int(pos_text)
-        if not 0 <= pos < session.size:
+        if not 0 <= pos < view.size:
             return None
-        record = session.read(pos)
+        record = view.read(pos)
         if merkle.leaf_hash(record.body) != record.leaf:
-            raise IntegrityError(f"event at pos {pos} does not match its leaf", session=session.name, pos=pos)
+            raise IntegrityError(f"event at pos {pos} does not match its leaf", session=view.name, pos=pos)
         try:
-            return _extract(record.event, path)
-        except (KeyError, IndexError, ValueError):
+            return rules.extract(record.event, path)
+        except KeyError:
             return None
     found = None
-    for record in session.scan():
-        if record.kind == "binding" and record.event.key == name:  # type: ignore[attr-defined]
+    for record in view.scan():
+        event = record.event
+        if isinstance(event, ev.Binding) and event.key == name:
             if merkle.leaf_hash(record.body) != record.leaf:
-                raise IntegrityError(f"binding at pos {record.pos} does not match its leaf", session=session.name, pos=record.pos)
-            found = record.event.value  # type: ignore[attr-defined]
+                raise IntegrityError(f"binding at pos {record.pos} does not match its leaf", session=view.name, pos=record.pos)
+            found = event.value
     return found
 
 
 def restore(
-    session: Session,
+    view: SessionView,
     artifact: Artifact,
     operation: str,
     *,
     uses: Mapping[str, JSON] | None = None,
     tool_results: Iterable[JSON] = (),
     attempt: str | None = None,
-) -> dict[str, JSON]:
-    """Reconstruct against this session's log, recording the attempt's literals under ``attempt``."""
+) -> tuple[dict[str, JSON], ev.Attempt | None]:
+    """Reconstruct against the log; return the payload and, under ``attempt``, the attempt to record."""
     prior = None
     if attempt is not None:
-        for record in session.scan():
+        for record in view.scan():
             if isinstance(record.event, ev.Attempt) and record.event.key == attempt:
                 prior = record.event.literals
     payload = reconstruct(
-        artifact, operation, lambda n: lookup(session, n), uses=uses, tool_results=tool_results, prior=prior
+        artifact, operation, lambda n: lookup(view, n), uses=uses, tool_results=tool_results, prior=prior
     )
-    if attempt is not None:
-        raw = payload.get("literals")
-        used = {**(raw if isinstance(raw, dict) else {}), **(uses or {})}
-        session.append(ev.Attempt(key=attempt, operation=operation, literals=used))
-    return payload
+    if attempt is None:
+        return payload, None
+    raw = payload.get("literals")
+    used = {**(raw if isinstance(raw, dict) else {}), **(uses or {})}
+    return payload, ev.Attempt(key=attempt, operation=operation, literals=used)
 
 
 # --- restoring a raw span ---------------------------------------------------------
@@ -510,86 +440,3 @@ class RestoredSpan(msgspec.Struct, frozen=True):
     def events(self) -> list[ev.Event]:
         """Return the events, decoded from their bodies (not done until asked)."""
         return [ev.decode(b) for b in self.bodies]
-
-
-class _NodeSpan(msgspec.Struct, frozen=True, tag="node", tag_field="kind"):
-    """The fields of a summary node's body that a restoration reads; the others are skipped, not built."""
-
-    start: int
-    stop: int
-    span_root: str
-    content_digest: str | None = None
-
-
-_node_span = msgspec.json.Decoder(_NodeSpan)
-
-#: Bodies joined per BLAKE3 update when a span is certified (the digest is the same for
-#: any split). A join of about a hundred KiB is reused from the heap and hashed while
-#: in cache; one join of a whole 1 MB span is a fresh allocation, paged in on each call,
-#: and costs about a quarter more CPU (1,000 bodies of 1.15 KB).
-_DIGEST_ROWS = 128
-
-
-def restore_span(session: Session, node: Node | int) -> RestoredSpan:
-    """Return the raw events a node covers, certified; see :meth:`Session.restore_span`.
-
-    What is trusted: the latest tree head, by its seal (a keyed MAC in a keyed store).
-    The node's body is re-hashed and its leaf proven in that head, so the node is the
-    one the store appended, and the store refused it at append unless its content
-    digest and span root were those of the span's stored bodies and leaves. The bodies
-    read now are then certified by matching that digest (or, for a node without one,
-    by rebuilding that span root from them). The span root is not recomputed from the
-    stored tree: the node's proven leaf already vouches for it.
-    """
-    pos = node.pos if isinstance(node, Node) else node
-    store, backend, name = session.store, session.store.backend, session.name
-    # The node is read again from the log: a Node passed in is only a position here.
-    sid = session._sid()
-    row = backend.row(sid, pos) if sid is not None else None
-    if sid is None or row is None:
-        raise InvalidArgument("node", f"no event at {pos} in session {name!r}")
-    try:
-        n = _node_span.decode(row.body)  # type: ignore[arg-type]
-    except (msgspec.DecodeError, TypeError):
-        # Not a node (or erased): the full decoding says which, in its own words.
-        Node.from_record(session._record(row))
-        raise InvalidArgument("node", f"pos {pos} is not a summary node") from None
-    if merkle.leaf_hash(row.body) != row.leaf:  # type: ignore[arg-type]
-        raise IntegrityError(f"node at pos {pos} does not match its leaf", session=name, pos=pos)
-    if store.keyed and store.mac_key is None:
-        raise CompactStoreError("this store is keyed", hint="open it with its key to certify a restoration")
-    head = backend.head(sid)
-    if head is None or head.seal != store._seal(name, head.size, head.root, head.prev):
-        raise IntegrityError("the latest tree head's seal does not verify", session=name)
-    if not 0 <= n.start < n.stop <= pos < head.size:
-        raise IntegrityError(f"node at pos {pos} covers [{n.start}, {n.stop}), not a span before it", session=name, pos=pos)
-    proof = merkle.serve(merkle.inclusion_spans(pos, head.size), lambda c: backend.hashes(sid, c))
-    if merkle.root_from_inclusion(row.leaf, pos, head.size, proof) != head.root:
-        raise IntegrityError(f"node at pos {pos} is not in the tree of the latest head", session=name, pos=pos)
-    start, stop = n.start, n.stop
-    got = backend.bodies(sid, start, stop)
-    if len(got) != stop - start:
-        raise IntegrityError(f"[{start}, {stop}) holds {len(got)} events, want {stop - start}", session=name, pos=start)
-    digest = None if n.content_digest is None else _unhex(n.content_digest)
-    try:
-        # Hashing refuses a None (redacted) body by itself: no separate pass over the span.
-        if digest is not None:
-            by: Literal["content_digest", "span_root"] = "content_digest"
-            ok = content_digest_of(got[i : i + _DIGEST_ROWS] for i in range(0, len(got), _DIGEST_ROWS)) == digest  # type: ignore[misc]
-        else:
-            by = "span_root"
-            want = _unhex(n.span_root)
-            ok = merkle.span_root_of_leaves(merkle.leaf_hashes(got), start, stop, first=start) == want  # type: ignore[arg-type]
-    except TypeError:
-        if None not in got:
-            raise
-        erased = sorted(p for p in backend.redactions(sid) if start <= p < stop)
-        raise ReconstructionUnsoundError(
-            f"[{start}, {stop}) cannot be restored: positions {erased} were redacted, only their leaves remain"
-        ) from None
-    if not ok:
-        raise IntegrityError(
-            f"the bodies of [{start}, {stop}) do not give the {by.replace('_', ' ')} of node at pos {pos}",
-            session=name, pos=pos,
-        )
-    return RestoredSpan(name, pos, start, stop, got, by)  # type: ignore[arg-type]

@@ -11,22 +11,40 @@ from __future__ import annotations
 
 import os
 import re
+import threading
+from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import msgspec
 
-from . import compaction, markers, merkle, resolver
+from . import compaction, markers, merkle, resolver, rules
 from . import index as structure_index
 from . import events as ev
-from .compaction import AUTO, Finding, Node, OnRisk, Summarizer, _as_list, _Auto
-from .events import LossClass
+from .backends import SCHEMA_VERSION, UPGRADES_FROM, Backend, HeadRow, Row, open_backend
+from .backends.index import IndexSQL
+from .compaction import AUTO, Auto, Finding, Node, OnRisk
+from .content import content_digest_of, unhex
+from .errors import (
+    CompactStoreError,
+    ConflictError,
+    IntegrityError,
+    InvalidArgument,
+    InvalidEvent,
+    ReconstructionUnsoundError,
+    SessionMoved,
+    StaleHead,
+)
+from .events import LossClass, Record as Record, TreeHead as TreeHead, as_list
+from .facts import Facts, FullFacts, IndexedFacts
+from .index import Index
 from .markers import Marker
 from .resolver import Artifact, Resolution, RestoredSpan
-from .backends import SCHEMA_VERSION, UPGRADES_FROM, Backend, HeadRow, Row, open_backend
-from .errors import CompactStoreError, ConflictError, IntegrityError, InvalidArgument, InvalidEvent, SessionMoved, StaleHead
 from .seal import derive_key, head_mac, key_check, seal
+from .structure import build
+from .summarize import Summarizer
+from .view import EventReader, SpanRead
 
 if TYPE_CHECKING:
     from .verify import VerifyReport
@@ -47,47 +65,14 @@ class _Prepared(msgspec.Struct, gc=False):
     key: str | None
     #: whether the store stamped ``ts`` (then a retry's comparison ignores it)
     stamped: bool
-    #: for a summary node, what its compaction's read of the span found (see ``compaction.Vouch``)
-    vouch: compaction.Vouch | None = None
 
 
-#: What a ``_commit`` build gives for each event: the event, its idempotency key, and for
-#: a summary node, optionally, the :class:`compaction.Vouch` of the read that built it.
-_Staged = tuple[ev.Event, str | None] | tuple[ev.Event, str | None, compaction.Vouch | None]
-
-
-# Not tracked by the cycle collector (gc=False): a record holds strings, ints, bytes and
-# an event of JSON values, none of which can lead back to it, and tracking a batch's
-# thousand records cost the append several collections.
-class Record(msgspec.Struct, frozen=True, gc=False):
-    """One stored event.
-
-    Attributes:
-        session: the session's name.
-        seq: the global sequence number (order of commit across sessions).
-        pos: the position in the session, gapless from 0.
-        kind: the event's kind tag.
-        event: the decoded event.
-        body: exactly the bytes hashed: the event's canonical encoding.
-        leaf: ``H(0x00 || body)``.
-    """
-
-    session: str
-    seq: int
-    pos: int
-    kind: str
-    event: ev.Event
-    body: bytes
-    leaf: bytes
-
-
-class TreeHead(msgspec.Struct, frozen=True):
-    """The root of a session's tree at ``size``, with a MAC when the store is keyed."""
-
-    session: str
-    size: int
-    root: bytes
-    mac: bytes | None = None
+#: Derived events the store admits only if they keep the rules (see :mod:`compactstore.rules`).
+_ADMITTED = (ev.Summary, ev.Spill, ev.RecoveryMarker)
+#: How often a builder's compare-and-append is tried again when another writer moved the session.
+_RETRIES = 16
+#: Spans whose read was checked against their leaves, kept per store for the commit that follows.
+_SPANS_KEPT = 64
 
 
 def open(  # noqa: A001 - the public name the API promises
@@ -147,6 +132,25 @@ def _position(field: str, value: object) -> int:
     return value
 
 
+class _Pass:
+    """One pass over a session's stored log and a batch after it: the facts of a commit the index cannot give."""
+
+    def __init__(self, session: Session, first: int, events: Sequence[ev.Event], leaves: Sequence[bytes]) -> None:
+        records = list(session.scan(0, first))
+        self.events = [r.event for r in records] + list(events)
+        self.leaves = [r.leaf for r in records] + list(leaves)
+        self.s = build(())
+
+    def facts(self, size: int) -> FullFacts:
+        """Return the facts of the first ``size`` events (the structure advances; it is rebuilt only to go back)."""
+        if self.s.size > size:
+            self.s = build(enumerate(self.events[:size]))
+        for pos in range(self.s.size, size):
+            self.s.add(pos, self.events[pos])
+        leaves = self.leaves
+        return FullFacts(self.events[:size], lambda a, b: merkle.span_root_of_leaves(leaves, a, b), self.s)
+
+
 class Store:
     """A compactstore: named sessions, each an append-only log with its own Merkle tree.
 
@@ -161,6 +165,11 @@ class Store:
         self.clock: ev.Clock = clock or ev.system_clock
         self.mac_key = derive_key(key) if key is not None else None
         self._frontiers: dict[int, merkle.Frontier] = {}
+        #: summary nodes read so far per session: ``sid -> (read up to, [(pos, node)])``
+        self._nodes: dict[int, tuple[int, list[tuple[int, ev.Summary]]]] = {}
+        #: spans read and checked against their leaves: ``(sid, start, stop) -> (redactions, read)``
+        self._spans: dict[tuple[int, int, int], tuple[int, SpanRead]] = {}
+        self._cache_lock = threading.Lock()
         try:
             self._check_meta()
         except BaseException:
@@ -235,7 +244,8 @@ class Store:
             raise CompactStoreError("no key: open the store with its key to check head MACs")
         return head.mac is not None and head.mac == head_mac(self.mac_key, head.session, head.size, head.root)
 
-    def _seal(self, session: str, size: int, root: bytes, prev: int) -> bytes:
+    def seal_head(self, session: str, size: int, root: bytes, prev: int) -> bytes:
+        """Return the seal a stored head of ``session`` must carry (a keyed MAC when the store has a key)."""
         return seal(self.mac_key, session, size, root, prev)
 
 
@@ -302,9 +312,9 @@ class Session:
         """
         if expect_size is not None:
             _position("expect_size", expect_size)
-        events = _as_list("events", events)
+        events = as_list("events", events)
         if idempotency_keys is not None:
-            idempotency_keys = _as_list("idempotency_keys", idempotency_keys)
+            idempotency_keys = as_list("idempotency_keys", idempotency_keys)
         if idempotency_keys is not None and len(idempotency_keys) != len(events):
             raise InvalidArgument("idempotency_keys", f"{len(idempotency_keys)} keys for {len(events)} events")
         if idempotency_keys is not None:
@@ -346,16 +356,15 @@ class Session:
             append(_Prepared(canon, body, None, True))
         return out
 
-    def _commit(self, build: Callable[[int], Sequence[_Prepared | _Staged]], *,
-                speculate: bool = False) -> list[Record]:
+    def _commit(self, build: Callable[[int], Sequence[_Prepared]], *, speculate: bool = False) -> list[Record]:
         """Append what ``build(first_position)`` returns, in one transaction under the session's lock.
 
-        ``build`` runs inside the transaction, so checks it makes against the session
-        (overlaps, open obligations) cannot be invalidated by a concurrent writer.
-        ``speculate`` (events prepared already, a ``build`` that reads nothing): the
-        backend may build on the head it committed last and take the lock with the
-        insert; if another writer appended meanwhile, nothing is written and the append
-        is built again under the lock.
+        ``build`` runs inside the transaction and may refuse on the size it is given
+        (the compare of a compare-and-append). Every derived event is admitted by the
+        rules against the log as it stands under the lock (:meth:`_admit`).
+        ``speculate``: the backend may build on the head it committed last and take the
+        lock with the insert; if another writer appended meanwhile, nothing is written
+        and the append is built again under the lock.
         """
         if self.store.keyed and self.store.mac_key is None:
             raise CompactStoreError("this store is keyed", hint="open it with its key to append")
@@ -366,17 +375,13 @@ class Session:
                 pass  # the remembered head may be stale either way: decide again under the lock
         return self._commit_with(build, False)
 
-    def _commit_with(self, build: Callable[[int], Sequence[_Prepared | _Staged]],
-                     speculate: bool) -> list[Record]:
+    def _commit_with(self, build: Callable[[int], Sequence[_Prepared]], speculate: bool) -> list[Record]:
         store, backend = self.store, self.store.backend
         with backend.writer(self.name, speculate=speculate) as w:
             sid = w.session_id
             head = w.head()
             frontier = self._frontier(sid, head, w.hashes)
-            built = build(frontier.size)
-            batch = len(built) > 1
-            prepared = [p if isinstance(p, _Prepared) else self._prepare(i, p[0], p[1], batch, p[2] if len(p) > 2 else None)
-                        for i, p in enumerate(built)]
+            prepared = build(frontier.size)
             # Retries of idempotent appends replay their first record and write nothing.
             replays: dict[int, Record] = {}
             fresh: list[_Prepared] = []
@@ -414,14 +419,13 @@ class Session:
                     # tuple.__new__ is Row(...) without the Python-level __new__ a NamedTuple adds.
                     rows.append(_new_tuple(Row, (at, sid, first + j, kind, p.key, leaf, body)))
                     new.append(Record(name, at, first + j, kind, event, body, leaf))
+                if any(isinstance(p.event, _ADMITTED) for p in fresh):
+                    w.confirm()  # the rules read the log as it stands at this head
+                    self._admit(first, fresh, rows, leaves)
                 nodes = frontier.extend(leaves, every=merkle.TILE_HEIGHT)  # the levels a store keeps
-                for j, p in enumerate(fresh):
-                    if isinstance(p.event, ev.Summary) and p.event.content_digest is not None:
-                        w.confirm()  # the check reads the log as it stands at this head
-                        compaction.check_content_digest(self, p.event, first + j, rows[:j], p.vouch)
                 root = frontier.root()
                 prev = head.size if head else 0
-                new_head = HeadRow(frontier.size, root, prev, store._seal(self.name, frontier.size, root, prev))
+                new_head = HeadRow(frontier.size, root, prev, store.seal_head(self.name, frontier.size, root, prev))
                 # The index first: an insert may be the transaction's last statement (it
                 # commits in the same message on PostgreSQL).
                 structure_index.extend(w, sid, prev, [p.event for p in fresh])
@@ -438,8 +442,7 @@ class Session:
         made = iter(new)
         return [replays[i] if i in replays else next(made) for i in range(len(prepared))]
 
-    def _prepare(self, i: int, event: ev.Event, key: str | None, batch: bool,
-                 vouch: compaction.Vouch | None = None) -> _Prepared:
+    def _prepare(self, i: int, event: ev.Event, key: str | None, batch: bool) -> _Prepared:
         try:
             if key is not None:
                 if not isinstance(key, str) or not key or len(key) > 1024:
@@ -457,7 +460,113 @@ class Session:
             if not batch:
                 raise
             raise InvalidEvent(f"events[{i}].{exc.field}", exc.reason) from exc
-        return _Prepared(canon, body, key, stamped, vouch)
+        return _Prepared(canon, body, key, stamped)
+
+    def _admit(self, first: int, fresh: Sequence[_Prepared], rows: Sequence[Row], leaves: Sequence[bytes]) -> None:
+        """Refuse the batch appended at ``first`` unless every derived event in it keeps the rules.
+
+        Each summary node, spill and marker is held, by :mod:`compactstore.rules`, to the
+        log before it as it stands under the lock; a node's span root and content digest
+        to the span's bodies. The facts come from the structural index when the event
+        reads only the stored log (what ``compact``, ``roll_up`` and ``mark`` append:
+        spills and a node, or a marker, at the head), else from one pass over the stored
+        log and the batch before the event.
+
+        Raises:
+            InvalidEvent, InvalidArgument: a derived event is malformed or contradicts the log.
+            CompactionInvariantError: a node claims a loss class it does not meet, or loses
+                what an open obligation needs.
+            MarkerInvalid: a marker's conditions do not hold at its checkpoint.
+        """
+        events = [p.event for p in fresh]
+        sid = self._sid()
+        redacted = sid is not None and bool(self.store.backend.redactions(sid))
+        reader = self.reader(first)
+
+        def get(pos: int) -> ev.Event | None:
+            return events[pos - first] if first <= pos < first + len(events) else reader(pos)
+
+        passed: _Pass | None = None
+        for j, event in enumerate(events):
+            if not isinstance(event, _ADMITTED):
+                continue
+            pos = first + j
+            needs = event.size if isinstance(event, ev.RecoveryMarker) else pos
+            # Spills give no structural facts: the index at ``first`` still answers after them.
+            stored = (not redacted and all(isinstance(e, ev.Spill) for e in events[:j])
+                      and (not isinstance(event, ev.Summary) or event.stop <= first))
+            f: Facts
+            if stored:
+                f = IndexedFacts(self._index(), min(needs, first), get, self.span_root, self._nodes_before,
+                                 readable=needs)
+            else:
+                if passed is None:
+                    passed = _Pass(self, first, events, leaves)
+                f = passed.facts(needs)
+            try:
+                self._admit_one(f, event, pos, first, rows)
+            except (InvalidEvent, IntegrityError) as exc:
+                if len(events) == 1 or not isinstance(exc, InvalidEvent):
+                    raise
+                raise InvalidEvent(f"events[{j}].{exc.field}", exc.reason) from exc
+
+    def _admit_one(self, f: Facts, event: ev.Event, pos: int, first: int, rows: Sequence[Row]) -> None:
+        if isinstance(event, ev.Summary):
+            rules.admit_node(f, event, pos)
+            self._check_content(event, first, rows)
+        elif isinstance(event, ev.Spill):
+            rules.admit_spill(f, event, pos)
+        elif isinstance(event, ev.RecoveryMarker):
+            rules.admit_marker(f, event, pos)
+            root = f.span_root(0, event.size) if event.size else merkle.empty_root(HASH)
+            if event.root != root.hex():
+                raise InvalidEvent("root", f"got {event.root[:16]}…, the log's root at size {event.size} is {root.hex()[:16]}…")
+            # Its MAC is held to the key at resume: a copy into a store with another key keeps the source's.
+
+    def _check_content(self, node: ev.Summary, first: int, rows: Sequence[Row]) -> None:
+        """Refuse a node whose span root or content digest is not that of its span's bodies.
+
+        A node is trusted with its content digest only because nothing else can enter the
+        log: a restoration that proves the node's leaf in a sealed head and matches the
+        digest then has the very bodies the tree holds, without rehashing the tree. The
+        bodies are the stored ones, or those of ``rows`` (the batch, from ``first``).
+        """
+        start, stop = node.start, node.stop
+        try:
+            if stop <= first:
+                got = self._span(start, stop)
+                root, digest = got.span_root, got.digest
+            else:
+                root, digest = self._pending_span(start, stop, first, rows)
+        except IntegrityError as exc:
+            raise InvalidEvent("content_digest", exc.args[0]) from exc
+        if root.hex() != node.span_root:
+            raise InvalidEvent("span_root", f"[{start}, {stop}) gives {root.hex()[:16]}…, the node says {node.span_root[:16]}…")
+        want = None if digest is None else digest.hex()
+        if node.content_digest != want:
+            if want is None:
+                raise InvalidEvent("content_digest", f"[{start}, {stop}) holds a redacted body: nothing to digest")
+            got_text = node.content_digest or "none"
+            raise InvalidEvent("content_digest", f"got {got_text[:16]}…, the bodies of [{start}, {stop}) give {want[:16]}…")
+
+    def _pending_span(self, start: int, stop: int, first: int, rows: Sequence[Row]) -> tuple[bytes, bytes | None]:
+        """Return the span root and content digest of ``[start, stop)``, part of it in this batch's ``rows``."""
+        stored = list(self.scan(start, first)) if start < first else []
+        if len(stored) != max(0, first - start):
+            raise IntegrityError(f"[{start}, {first}) is not complete", session=self.name)
+        leaves, bodies, redacted = [], [], False
+        for r in stored:
+            if r.kind == "redacted":
+                redacted = True
+            elif merkle.leaf_hash(r.body) != r.leaf:
+                raise IntegrityError(f"the body at pos {r.pos} does not match its leaf", session=self.name, pos=r.pos)
+            leaves.append(r.leaf)
+            bodies.append(r.body)
+        for row in rows[max(0, start - first) : stop - first]:
+            leaves.append(row.leaf)
+            bodies.append(row.body or b"")
+        root = merkle.span_root_of_leaves(leaves, start, stop, first=start)
+        return root, None if redacted else content_digest_of([bodies])
 
     def _check_erasable(self, redaction: ev.Redaction, by: int) -> None:
         positions = redaction.positions
@@ -522,7 +631,7 @@ class Session:
 
     def oblige(self, name: str, needs: Sequence[str] = ()) -> Record:
         """Open obligation ``name``, which will need the bindings ``needs``."""
-        return self.append(ev.Obligation(name=name, needs=_as_list("needs", needs)))
+        return self.append(ev.Obligation(name=name, needs=as_list("needs", needs)))
 
     def fulfil(self, name: str) -> Record:
         """Close obligation ``name``.
@@ -530,12 +639,24 @@ class Session:
         Raises:
             InvalidArgument: no such obligation is open.
         """
-        def build(size: int) -> list[tuple[ev.Event, str | None]]:
-            if not any(n == name for _, n, _ in compaction.facts_at(self, size).open_obligations()):
-                raise InvalidArgument("name", f"no open obligation {name!r} in session {self.name!r}")
-            return [(ev.Fulfilment(name=name), None)]
 
-        return self._commit(build)[0]
+        def build(size: int) -> list[ev.Event]:
+            if not any(n == name for _, n, _ in self.facts(size).open_obligations()):
+                raise InvalidArgument("name", f"no open obligation {name!r} in session {self.name!r}")
+            return [ev.Fulfilment(name=name)]
+
+        return self._built(build)[0]
+
+    def _built(self, build: Callable[[int], list[ev.Event]]) -> list[Record]:
+        """Append what ``build(size)`` returns from the session at ``size``, building again if it moved meanwhile."""
+        for _ in range(_RETRIES):
+            size = self.size
+            events = build(size)
+            try:
+                return self.extend(events, expect_size=size)
+            except SessionMoved:
+                continue
+        raise ConflictError(f"session {self.name!r} kept moving while an append was built", session=self.name)
 
     def compact(
         self,
@@ -545,11 +666,11 @@ class Session:
         summary: str | None = None,
         summarizer: Summarizer | None = None,
         loss: LossClass = LossClass.LOSSY_GIST,
-        negative_facts: Iterable[ev.Fact | int] | _Auto = AUTO,
-        unresolved: Iterable[ev.Item | str] | _Auto = AUTO,
+        negative_facts: Iterable[ev.Fact | int] | Auto = AUTO,
+        unresolved: Iterable[ev.Item | str] | Auto = AUTO,
         keep: Iterable[str | tuple[int, str]] = (),
         on_risk: OnRisk = "refuse",
-        resolved: Iterable[ev.Item | str] | _Auto = AUTO,
+        resolved: Iterable[ev.Item | str] | Auto = AUTO,
     ) -> Node:
         """Append a compaction: an L1 summary node over raw positions ``[start, stop)``.
 
@@ -570,37 +691,36 @@ class Session:
                 that does not keep every literal and fact of its span.
             InvalidArgument: the span is empty, out of range, or overlaps an L1 node.
         """
-        return compaction.compact(
-            self, start, stop, summary=summary, summarizer=summarizer, loss=loss,
+        return Node.from_record(self._built(lambda size: compaction.compaction(
+            self, size, start, stop, summary=summary, summarizer=summarizer, loss=loss,
             negative_facts=negative_facts, unresolved=unresolved, keep=keep, on_risk=on_risk, resolved=resolved,
-        )
+        ))[-1])
 
-    def digest(
+    def roll_up(
         self,
         nodes: Sequence[Node | int],
         *,
         summary: str | None = None,
         summarizer: Summarizer | None = None,
         loss: LossClass | None = None,
-        negative_facts: Iterable[ev.Fact | int] | _Auto = AUTO,
-        unresolved: Iterable[ev.Item | str] | _Auto = AUTO,
-        resolved: Iterable[ev.Item | str] | _Auto = AUTO,
+        negative_facts: Iterable[ev.Fact | int] | Auto = AUTO,
+        unresolved: Iterable[ev.Item | str] | Auto = AUTO,
+        resolved: Iterable[ev.Item | str] | Auto = AUTO,
     ) -> Node:
         """Append an L2 node over contiguous L1 ``nodes``, carrying their retained facts forward.
 
         ``resolved`` (filled from the log's structure unless given) lists the items opened
-        before its span and closed anywhere in it.
-
-        Its loss class defaults to the weakest of its children's, and cannot be stronger.
+        before its span and closed anywhere in it. Its loss class defaults to the weakest
+        of its children's, and cannot be stronger.
 
         Raises:
             InvalidArgument: the nodes are not contiguous L1 nodes, or overlap an L2 node.
             CompactionInvariantError: ``loss`` claims more than the children give.
         """
-        return compaction.digest(
-            self, nodes, summary=summary, summarizer=summarizer, loss=loss,
+        return Node.from_record(self._built(lambda size: compaction.roll_up(
+            self, size, nodes, summary=summary, summarizer=summarizer, loss=loss,
             negative_facts=negative_facts, unresolved=unresolved, resolved=resolved,
-        )
+        ))[-1])
 
     def assert_compaction_safe(self, start: int, stop: int, keep: Iterable[str] = ()) -> None:
         """Raise CompactionInvariantError if a lossy compaction of ``[start, stop)`` loses a needed binding.
@@ -608,15 +728,35 @@ class Session:
         Every open obligation is classified by whether the bindings it needs are
         regenerable; the error's ``risks`` list each obligation and binding at risk.
         """
-        compaction.assert_compaction_safe(self, start, stop, keep)
+        size = self.size
+        if not isinstance(start, int) or not isinstance(stop, int) or not 0 <= start < stop <= size:
+            raise InvalidArgument("span", f"[{start}, {stop}) is not a non-empty span of the session's {size} positions")
+        found = rules.risks(self.facts(size), start, stop, set(as_list("keep", keep)))
+        if found:
+            raise rules.gate_error(found, start, stop)
 
     def spilled(self, handle: str) -> ev.JSON:
         """Return the exact value spilled under ``handle``, checked against the tree and its digest.
 
         Raises:
+            InvalidArgument: ``handle`` names no spill.
             IntegrityError: the spill does not match its leaf, the tree or its digest.
         """
-        return compaction.spilled(self, handle)
+        pos = rules.spill_position(handle) if isinstance(handle, str) else None
+        if pos is None:
+            raise InvalidArgument("handle", f"want 'spill:<pos>', got {handle!r}")
+        record = self.read(pos)
+        spill = record.event
+        if not isinstance(spill, ev.Spill):
+            raise InvalidArgument("handle", f"{handle} names a {record.kind!r} event, not a spill")
+        head = self.head()
+        if merkle.leaf_hash(record.body) != record.leaf or not merkle.verify_inclusion(
+            record.body, pos, head.size, self.inclusion_proof(pos, head.size), head.root
+        ):
+            raise IntegrityError(f"spill {handle} does not match the tree", session=self.name, pos=pos)
+        if rules.value_digest(spill.value) != spill.digest:
+            raise IntegrityError(f"spill {handle}: value does not match its digest", session=self.name, pos=pos)
+        return spill.value
 
     def node(self, pos: int) -> Node:
         """Return the summary node at ``pos``."""
@@ -636,17 +776,25 @@ class Session:
         """Emit a recovery marker pointing at ``node``, at the current raw checkpoint.
 
         Checks closure, negative-fact retention and anchoring first (see
-        :mod:`compactstore.markers`) and records them as certified.
+        :func:`compactstore.rules.check_marker`) and records them as certified.
 
         Raises:
             MarkerInvalid: a condition fails; ``violations`` names each condition,
                 position and item. Nothing is written; ``mark_raw`` is the safe fallback.
         """
-        return markers.mark(self, node.pos if isinstance(node, Node) else node)
+        pos = node.pos if isinstance(node, Node) else node
+        return Marker.from_record(self._built(lambda size: [markers.marker(self, size, pos)])[-1])
 
     def mark_raw(self, size: int | None = None) -> Marker:
         """Emit a raw-checkpoint marker at ``size`` (default: now); it resumes in ``fallback`` mode."""
-        return markers.mark_raw(self, size)
+
+        def build(now: int) -> list[ev.Event]:
+            at = now if size is None else size
+            if not isinstance(at, int) or isinstance(at, bool) or not 0 <= at <= now:
+                raise InvalidArgument("size", f"must be in [0, {now}], got {at!r}")
+            return [markers.raw_marker(self, at)]
+
+        return Marker.from_record(self._built(build)[-1])
 
     def resume(self, marker: Marker | int, *, rehash: bool = False) -> Resolution:
         """Resume from ``marker``: certified summary tier, or exactly the raw events up to its checkpoint.
@@ -670,34 +818,12 @@ class Session:
             IntegrityError: a body read does not match its leaf, or the bodies read do
                 not give the checkpoint root (with ``rehash``: any body up to the marker).
         """
-        if not isinstance(marker, Marker):
-            _position("marker", marker)
-        return resolver.resume(self, marker, rehash=rehash)
+        pos = marker.pos if isinstance(marker, Marker) else _position("marker", marker)
+        return resolver.resume(self, pos, rehash=rehash)
 
     def artifact(self, node: Node | int) -> Artifact:
         """Return the artifact a later instance expands from ``node``: loss class, payload, digest."""
         return resolver.artifact(self, node if isinstance(node, Node) else self.node(node))
-
-    def restore_span(self, node: Node | int) -> RestoredSpan:
-        """Return the raw events ``node`` replaced, exactly as logged, certified against the tree.
-
-        The node is read from the log, its leaf re-hashed and proven in the latest
-        sealed tree head, in O(log n); the span root and content digest it records were
-        checked against the log when it was appended. The span's bodies are then read in
-        one query and certified by one BLAKE3 over them against the node's content
-        digest; a node written without one is certified by rebuilding its span root
-        from them instead. Bodies are not
-        decoded until :meth:`RestoredSpan.events` is called. Any loss class: the raw
-        log, not the summary, is the source.
-
-        Raises:
-            IntegrityError: a body, the node or the tree does not match: nothing is returned.
-            ReconstructionUnsoundError: a body in the span was redacted.
-            InvalidArgument: there is no summary node at that position.
-        """
-        pos = node.pos if isinstance(node, Node) else node
-        _position("node", pos)
-        return resolver.restore_span(self, pos)
 
     def lookup(self, name: str) -> ev.JSON | None:
         """Return a literal's exact value from the log (a binding key, or ``pos:path``), or None."""
@@ -723,7 +849,84 @@ class Session:
         Raises:
             ReconstructionUnsoundError: naming the literal and why.
         """
-        return resolver.restore(self, artifact, operation, uses=uses, tool_results=tool_results, attempt=attempt)
+        payload, record = resolver.restore(
+            self, artifact, operation, uses=uses, tool_results=tool_results, attempt=attempt
+        )
+        if record is not None:
+            self.append(record)
+        return payload
+
+    def restore_span(self, node: Node | int) -> RestoredSpan:
+        """Return the raw events ``node`` replaced, exactly as logged, certified against the tree.
+
+        What is trusted: the latest tree head, by its seal (a keyed MAC in a keyed
+        store). The node is read from the log, its body re-hashed and its leaf proven in
+        that head, in O(log n), so the node is the one the store appended, and the store
+        refused it at append unless its content digest and span root were those of the
+        span's stored bodies and leaves. The span's bodies are then read in one query
+        and certified by one BLAKE3 over them against the node's content digest (a node
+        over a redacted body cannot be restored). Bodies are not decoded until
+        :meth:`RestoredSpan.events` is called. Any loss class: the raw log, not the
+        summary, is the source.
+
+        Raises:
+            IntegrityError: a body, the node or the tree does not match: nothing is returned.
+            ReconstructionUnsoundError: a body in the span was redacted.
+            InvalidArgument: there is no summary node at that position.
+        """
+        _position("node", node.pos if isinstance(node, Node) else node)
+        pos = node.pos if isinstance(node, Node) else node
+        store, backend, name = self.store, self.store.backend, self.name
+        # The node is read again from the log: a Node passed in is only a position here.
+        sid = self._sid()
+        row = backend.row(sid, pos) if sid is not None else None
+        if sid is None or row is None:
+            raise InvalidArgument("node", f"no event at {pos} in session {name!r}")
+        try:
+            n = _node_span.decode(row.body)  # type: ignore[arg-type]
+        except (msgspec.DecodeError, TypeError):
+            # Not a node (or erased): the full decoding says which, in its own words.
+            Node.from_record(self._record(row))
+            raise InvalidArgument("node", f"pos {pos} is not a summary node") from None
+        if merkle.leaf_hash(row.body) != row.leaf:  # type: ignore[arg-type]
+            raise IntegrityError(f"node at pos {pos} does not match its leaf", session=name, pos=pos)
+        if store.keyed and store.mac_key is None:
+            raise CompactStoreError("this store is keyed", hint="open it with its key to certify a restoration")
+        head = backend.head(sid)
+        if head is None or head.seal != store.seal_head(name, head.size, head.root, head.prev):
+            raise IntegrityError("the latest tree head's seal does not verify", session=name)
+        if not 0 <= n.start < n.stop <= pos < head.size:
+            raise IntegrityError(f"node at pos {pos} covers [{n.start}, {n.stop}), not a span before it", session=name, pos=pos)
+        proof = merkle.serve(merkle.inclusion_spans(pos, head.size), lambda c: backend.hashes(sid, c))
+        if merkle.root_from_inclusion(row.leaf, pos, head.size, proof) != head.root:
+            raise IntegrityError(f"node at pos {pos} is not in the tree of the latest head", session=name, pos=pos)
+        start, stop = n.start, n.stop
+        got = backend.bodies(sid, start, stop)
+        if len(got) != stop - start:
+            raise IntegrityError(f"[{start}, {stop}) holds {len(got)} events, want {stop - start}", session=name, pos=start)
+        digest = None if n.content_digest is None else unhex(n.content_digest)
+        try:
+            # Hashing refuses a None (redacted) body by itself: no separate pass over the span.
+            if digest is not None:
+                by: Literal["content_digest", "span_root"] = "content_digest"
+                ok = content_digest_of(got[i : i + _DIGEST_ROWS] for i in range(0, len(got), _DIGEST_ROWS)) == digest  # type: ignore[misc]
+            else:
+                by = "span_root"
+                want = unhex(n.span_root)
+                ok = merkle.span_root_of_leaves(merkle.leaf_hashes(got), start, stop, first=start) == want  # type: ignore[arg-type]
+        except TypeError:
+            if None not in got:
+                raise
+            erased = sorted(p for p in backend.redactions(sid) if start <= p < stop)
+            raise ReconstructionUnsoundError(
+                f"[{start}, {stop}) cannot be restored: positions {erased} were redacted, only their leaves remain"
+            ) from None
+        if not ok:
+            raise IntegrityError(
+                f"the bodies of [{start}, {stop}) do not give the {by.replace('_', ' ')} of node at pos {pos}",
+                session=name, pos=pos,
+            )
+        return RestoredSpan(name, pos, start, stop, got, by)  # type: ignore[arg-type]
 
     # --- reading ---------------------------------------------------------------
 
@@ -740,6 +943,125 @@ class Session:
         if sid is None:
             raise InvalidArgument("session", f"{self.name!r} has no events")
         return sid
+
+    def _index(self) -> Index:
+        return Index(self.store.backend.index_run, self._require_sid())
+
+    def _nodes_before(self, size: int) -> list[tuple[int, ev.Summary]]:
+        """Return ``(position, node)`` of the session's summary nodes before ``size``, reading only those not read yet.
+
+        The log before a position never changes (a redaction appends), so each read
+        starts where the last stopped.
+        """
+        store, sid = self.store, self._require_sid()
+        with store._cache_lock:
+            upto, known = store._nodes.get(sid, (0, []))
+        if upto < size:
+            known = known + self._index().nodes(upto, size)
+            with store._cache_lock:
+                if store._nodes.get(sid, (0, []))[0] < size:
+                    store._nodes[sid] = (size, known)
+        return [(p, n) for p, n in known if p < size]
+
+    def reader(self, size: int) -> EventReader:
+        """Return a reader of the events before ``size`` that checks each body against its leaf.
+
+        It keeps the leaves it checked (``leaves``), so that they can be held against a
+        tree head with :meth:`root_with`.
+        """
+        return _EventReader(self, size)
+
+    def facts(self, size: int | None = None, *, reader: EventReader | None = None) -> Facts:
+        """Return the structural facts of the session at checkpoint ``size`` (default: now).
+
+        From the structural index in O(log n) queries when it answers; from one pass over
+        the events when the session has redactions (an erased body no longer gives the
+        facts it gave). ``reader`` reads the events the facts name (default: a new one).
+        """
+        size, sid = self._bounded("size", size, 0)
+        backend = self.store.backend
+        if sid is None or backend.redactions(sid):
+            events = [r.event for r in self.scan(0, size)]
+            return FullFacts(events, self.span_root)
+        return IndexedFacts(self._index(), size, reader or self.reader(size), self.span_root, self._nodes_before)
+
+    def read_span(self, start: int, stop: int, *, records: bool = False) -> SpanRead:
+        """Read ``[start, stop)`` once: each body checked against its leaf, its content digest and span root.
+
+        ``records``: also return the records. Memory stays flat however long the span
+        when they are not asked for. The digest is None when a body of the span was
+        redacted: nothing can certify that span any more.
+
+        Raises:
+            InvalidArgument: the span is not a non-empty span of the session.
+            IntegrityError: a position is missing or a body does not match its leaf.
+        """
+        stop, sid = self._bounded("stop", stop, 1)
+        if not isinstance(start, int) or isinstance(start, bool) or not 0 <= start < stop or sid is None:
+            raise InvalidArgument("start", f"must be in [0, {stop}), got {start!r}")
+        backend = self.store.backend
+        out: list[Record] = []
+        redacted = False
+        erased: dict[int, int] | None = None
+
+        def bodies(chunk: list[Row]) -> list[bytes]:
+            nonlocal redacted, erased
+            got = [r.body or b"" for r in chunk]
+            if any(r.body is None for r in chunk):
+                redacted = True
+                erased = erased if erased is not None else backend.redactions(sid)
+            for r, leaf in zip(chunk, merkle.leaf_hashes(got)):
+                if r.body is not None and leaf != r.leaf:
+                    raise IntegrityError(f"the body at pos {r.pos} does not match its leaf", session=self.name, pos=r.pos)
+            if records:
+                out.extend(self._record(r, erased) for r in chunk)
+            return got
+
+        def stream() -> Iterator[list[bytes]]:
+            pos, chunk = start, []
+            for row in backend.rows(sid, start, stop, _CHUNK):
+                if row.pos != pos:
+                    break
+                pos += 1
+                chunk.append(row)
+                if len(chunk) == _CHUNK:
+                    yield bodies(chunk)
+                    chunk = []
+            if chunk:
+                yield bodies(chunk)
+            if pos != stop:
+                raise IntegrityError(f"position {pos} is missing", session=self.name, pos=pos)
+
+        digest = content_digest_of(stream())
+        got = SpanRead(out, None if redacted else digest, self.span_root(start, stop))
+        with self.store._cache_lock:
+            spans = self.store._spans
+            if len(spans) >= _SPANS_KEPT:
+                spans.pop(next(iter(spans)))
+            spans[(sid, start, stop)] = (len(backend.redactions(sid)), got._replace(records=[]))
+        return got
+
+    def _span(self, start: int, stop: int) -> SpanRead:
+        """Return :meth:`read_span` of ``[start, stop)`` without records, from the last read when nothing was redacted since."""
+        sid = self._require_sid()
+        with self.store._cache_lock:
+            kept = self.store._spans.get((sid, start, stop))
+        if kept is not None and kept[0] == len(self.store.backend.redactions(sid)):
+            return kept[1]
+        return self.read_span(start, stop)
+
+    def root_with(self, leaves: Mapping[int, bytes], size: int) -> bytes:
+        """Return the root of ``[0, size)`` from the ``leaves`` given and stored subtree roots for the rest.
+
+        A subtree holding no given position comes from the store (O(log n) of them per
+        run of given positions), so the root equals the stored tree's only if every
+        given leaf is the one the tree holds.
+
+        Raises:
+            IntegrityError: a stored subtree root is missing.
+        """
+        sid = self._require_sid()
+        return _root_with(self.name, IndexSQL(self.store.backend.index_run, sid), leaves, size)
 
     def read(self, pos: int) -> Record:
         """Return the record at ``pos``.
@@ -821,4 +1143,126 @@ class Session:
         if not isinstance(old_size, int) or not 0 <= old_size <= new_size:
             raise InvalidArgument("old_size", f"must be in [0, {new_size}], got {old_size!r}")
         return self._roots(merkle.consistency_spans(old_size, new_size), sid)
+
+
+class _EventReader:
+    """Reads events of a session before a checkpoint, each once, checking each body against its leaf.
+
+    The leaves checked are kept in ``leaves``, so that the caller can hold them against
+    a tree head (:meth:`Session.root_with`).
+    """
+
+    def __init__(self, session: Session, size: int) -> None:
+        self.session, self.size = session, size
+        self.events: dict[int, ev.Event] = {}
+        self.leaves: dict[int, bytes] = {}
+
+    def __call__(self, pos: int) -> ev.Event | None:
+        """Return the event at ``pos``, or None when ``pos`` is not before the checkpoint."""
+        if not 0 <= pos < self.size:
+            return None
+        if pos not in self.events:
+            self.add(self.session.read(pos))
+        return self.events[pos]
+
+    def prefetch(self, positions: Iterable[int]) -> None:
+        """Read the events at ``positions`` (those before the checkpoint and not read yet) in one query."""
+        session = self.session
+        sid = session._sid()
+        wanted = sorted({p for p in positions if 0 <= p < self.size and p not in self.events})
+        if sid is None or not wanted:
+            return
+        for row in IndexSQL(session.store.backend.index_run, sid).events_at(wanted):
+            self.add(session._record(Row(*row)))
+
+    def add(self, record: Record) -> None:
+        """Take in a record read elsewhere, checking it like the ones read here.
+
+        Raises:
+            IntegrityError: its body does not match its leaf.
+        """
+        leaf = record.leaf if isinstance(record.event, ev.Redacted) else merkle.leaf_hash(record.body)
+        if leaf != record.leaf:
+            raise IntegrityError(
+                f"event at pos {record.pos} does not match its leaf", session=self.session.name, pos=record.pos
+            )
+        self.leaves[record.pos] = leaf
+        self.events[record.pos] = record.event
+
+
+def _root_with(name: str, sql: IndexSQL, leaves: Mapping[int, bytes], size: int) -> bytes:
+    """Return the root of ``[0, size)`` from the ``leaves`` given and stored subtree roots for the rest.
+
+    A subtree holding no given position comes from the store (O(log n) of them per run
+    of given positions), so the root equals the stored tree's only if every given leaf
+    is the one the tree holds.
+    """
+    known = sorted(p for p in leaves if p < size)
+    need: set[tuple[int, int]] = set()
+
+    def has(level: int, idx: int) -> bool:
+        lo = bisect_left(known, idx << level)
+        return lo < len(known) and known[lo] < (idx + 1) << level
+
+    def plan(level: int, idx: int) -> None:
+        if not has(level, idx):
+            need.add((level, idx))
+        elif level:
+            plan(level - 1, 2 * idx)
+            plan(level - 1, 2 * idx + 1)
+
+    cover = merkle.cover(0, size)
+    for level, idx in cover:
+        plan(level, idx)
+    stored = merkle.resolve(need, lambda coords: _subtrees(name, sql, coords)) if need else {}
+
+    def root(level: int, idx: int) -> bytes:
+        if not has(level, idx):
+            return stored[(level, idx)]
+        if level == 0:
+            return leaves[idx]
+        return merkle.node_hash(root(level - 1, 2 * idx), root(level - 1, 2 * idx + 1))
+
+    return merkle.fold([root(level, idx) for level, idx in cover]) if cover else merkle.empty_root()
+
+
+def _subtrees(name: str, sql: IndexSQL, coords: list[tuple[int, int]]) -> list[bytes]:
+    """Return the stored roots at ``coords``, reading runs of neighbours with one range query each."""
+    got: dict[tuple[int, int], bytes] = {}
+    for level in sorted({lv for lv, _ in coords}):
+        wanted = sorted(i for lv, i in coords if lv == level)
+        runs: list[list[int]] = [[wanted[0], wanted[0]]]
+        for i in wanted[1:]:
+            if i - runs[-1][1] <= _GAP:
+                runs[-1][1] = i
+            else:
+                runs.append([i, i])
+        for lo, hi in runs:
+            got.update(((level, i), h) for i, h in sql.subtrees(level, lo, hi + 1))
+    missing = [c for c in coords if c not in got]
+    if missing:
+        level, idx = missing[0]
+        raise IntegrityError(f"subtree ({level}, {idx}) is missing", session=name, pos=idx << level)
+    return [got[c] for c in coords]
+
+
+#: Neighbouring stored roots closer than this are read by one range query, the ones between included.
+_GAP = 16
+
+
+class _NodeSpan(msgspec.Struct, frozen=True, tag="node", tag_field="kind"):
+    """The fields of a summary node's body that a restoration reads; the others are skipped, not built."""
+
+    start: int
+    stop: int
+    span_root: str
+    content_digest: str | None = None
+
+
+_node_span = msgspec.json.Decoder(_NodeSpan)
+
+#: Bodies joined per BLAKE3 update when a span is certified (the digest is the same for
+#: any split): a join of about a hundred KiB stays in cache (benchmarks/README.md).
+_DIGEST_ROWS = 128
+
 

@@ -29,7 +29,8 @@ from . import index as structure_index
 from . import merkle
 from .backends.index import TABLE
 from .backends import Backend, HeadRow, Row, all_heads, chunked, open_backend
-from .errors import InvalidEvent
+from .content import content_digest_of
+from .errors import IntegrityError, InvalidEvent
 
 if TYPE_CHECKING:
     from .store import Store
@@ -625,7 +626,7 @@ def _check_head(store: Store, name: str, head: HeadRow, prev: int, root: bytes |
         found.add(name, "heads", head.size, f"root mismatch: got {_short(head.root)}, want {_short(root)}")
     if head.prev != prev:
         found.add(name, "heads", head.size, f"chain broken: previous head is at size {head.prev}, want {prev}")
-    if head.seal != store._seal(name, head.size, head.root, head.prev):
+    if head.seal != store.seal_head(name, head.size, head.root, head.prev):
         found.add(name, "heads", head.size, "seal does not match (session name, size, root, prev)" + (" under the key" if store.mac_key else ""))
 
 
@@ -636,11 +637,9 @@ def _content_digest_problem(backend: Backend, sid: int, pos: int, node: ev.Summa
     content digest, which restoration trusts in place of a Merkle rehash, to the bodies.
     A span with a redacted body is skipped: nothing can certify it any more.
     """
-    from .compaction import stored_span
-
     if not 0 <= node.start < node.stop <= pos:
         return f"node covers [{node.start}, {node.stop}), not a span before it"
-    span = stored_span(backend, sid, node.start, node.stop)
+    span = _stored_span(backend, sid, node.start, node.stop)
     if span.redacted:
         return None
     if span.missing is not None:
@@ -650,3 +649,51 @@ def _content_digest_problem(backend: Backend, sid: int, pos: int, node: ev.Summa
         return (f"content digest of [{node.start}, {node.stop}) does not match its bodies: "
                 f"the node records {(node.content_digest or '')[:16]}…, the bodies give {got[:16]}…")
     return None
+
+
+class _StoredSpan(NamedTuple):
+    """What one streamed read of a stored span gives (see :func:`stored_span`)."""
+
+    #: :func:`content_digest` of the bodies read, an erased one counted as empty
+    digest: bytes
+    #: the first position missing or out of order, None when ``[start, stop)`` is whole
+    missing: int | None
+    #: whether a body in the span was erased by a redaction
+    redacted: bool
+    #: whether every body matched its stored leaf (False unless asked, or with one erased)
+    matched: bool
+
+
+def _stored_span(backend: Backend, session_id: int, start: int, stop: int, *, match_leaves: bool = False,
+                each: Callable[[list[Row]], object] | None = None) -> _StoredSpan:
+    """Read ``[start, stop)`` of a session once, in chunks, and digest its bodies.
+
+    What a node's content digest is made from when it is written, and checked against by
+    ``verify()``; memory stays flat however long the span. ``match_leaves``: also hash
+    each body and compare it with its stored leaf. ``each``: called with every chunk of
+    rows as it is read.
+    """
+    nxt, missing, redacted, matched = start, None, False, match_leaves
+
+    def bodies() -> Iterator[list[bytes]]:
+        nonlocal nxt, missing, redacted, matched
+        for chunk in chunked(backend.rows(session_id, start, stop, _CHUNK), _CHUNK):
+            for r in chunk:
+                if missing is None and r.pos != nxt:
+                    missing = nxt
+                nxt += 1
+                if r.body is None:
+                    redacted = True
+                elif not isinstance(r.body, bytes):  # a damaged file's cell
+                    raise IntegrityError(f"position {r.pos} holds a body that is not a blob")
+            got = [r.body or b"" for r in chunk]
+            if matched and not redacted:
+                matched = all(leaf == r.leaf for leaf, r in zip(merkle.leaf_hashes(got), chunk))
+            if each is not None:
+                each(chunk)
+            yield got
+
+    digest = content_digest_of(bodies())
+    if missing is None and nxt != stop:
+        missing = nxt
+    return _StoredSpan(digest, missing, redacted, matched and not redacted)

@@ -169,7 +169,7 @@ def test_l2_digest_carries_facts_forward(session: cs.Session) -> None:
     b = session.compact(5, 11, on_risk="preserve")
     assert any(i.id == "c2" for i in b.unresolved)
     c = session.compact(11, session.size - 1, on_risk="preserve")  # covers the result of c2
-    top = session.digest([a, b, c])
+    top = session.roll_up([a, b, c])
     assert (top.tier, top.start, top.stop, top.children) == (2, 0, c.stop, [a.pos, b.pos, c.pos])
     assert [f.pos for f in top.negative_facts] == [2, 4]
     assert [i.id for i in top.unresolved] == ["finish-migration", "psql-1"]
@@ -177,7 +177,7 @@ def test_l2_digest_carries_facts_forward(session: cs.Session) -> None:
     assert top.loss is cs.LossClass.LOSSY_GIST
     assert top.span_root == session.span_root(0, c.stop)
     with pytest.raises(cs.InvalidArgument, match="overlaps"):
-        session.digest([a, b])
+        session.roll_up([a, b])
 
 
 def test_l2_refuses_gaps_and_stronger_loss_claims(session: cs.Session) -> None:
@@ -185,12 +185,12 @@ def test_l2_refuses_gaps_and_stronger_loss_claims(session: cs.Session) -> None:
     a = session.compact(0, 3)
     c = session.compact(4, 5)
     with pytest.raises(cs.InvalidArgument, match="not contiguous"):
-        session.digest([a, c])
+        session.roll_up([a, c])
     b = session.compact(3, 4)
     with pytest.raises(cs.CompactionInvariantError):
-        session.digest([a, b], loss=cs.LossClass.LOSSLESS)
+        session.roll_up([a, b], loss=cs.LossClass.LOSSLESS)
     with pytest.raises(cs.InvalidArgument):
-        session.digest([session.digest([a, b])])
+        session.roll_up([session.roll_up([a, b])])
 
 
 def test_nodes_survive_reopen_and_are_covered_by_verify(target: str) -> None:
@@ -270,7 +270,7 @@ def test_l2_retains_what_became_negative_after_its_children_were_written(store: 
     a = s.compact(0, 2)
     s.append(cs.Turn("assistant", "Plan B", supersedes=0))  # 3
     b = s.compact(2, 4)  # from the first node's own event on: contiguous with it
-    top = s.digest([a, b])
+    top = s.roll_up([a, b])
     assert [(f.pos, f.status) for f in top.negative_facts] == [(0, "superseded")]
     assert s.resume(s.mark(top)).mode == "certified"
 

@@ -15,26 +15,32 @@ from test_structure_index import _POOL_JITTER, IDS, KEYS, _raw_event, append_raw
 
 import compactstore as cs
 from sqlite_edit import tamper
-from compactstore import compaction
+from compactstore import compaction, content
 from compactstore import events as ev
-from compactstore.compaction import AUTO, Facts, FullFacts, IndexedFacts
+from compactstore import rules
+from compactstore.compaction import AUTO
+from compactstore.facts import Facts, FullFacts, IndexedFacts
 
 _names = itertools.count()
 
 
 def _full(session: cs.Session, size: int) -> Facts:
-    return FullFacts(compaction._structure(session, size))
+    return FullFacts([r.event for r in session.scan(0, size)], session.span_root)
 
 
 @contextmanager
 def _full_path() -> Iterator[None]:
     """Make compaction take the full pass over the events, as a session with redactions does."""
-    indexed = compaction.facts_at
-    compaction.facts_at = _full
+    indexed = cs.Session.facts
+
+    def full(self: cs.Session, size: int | None = None, *, reader: object = None) -> Facts:
+        return _full(self, self.size if size is None else size)
+
+    cs.Session.facts = full  # type: ignore[method-assign, assignment]
     try:
         yield
     finally:
-        compaction.facts_at = indexed
+        cs.Session.facts = indexed  # type: ignore[method-assign]
 
 
 # --- random sessions, compactions with every kind of argument ---------------------------------
@@ -129,13 +135,13 @@ def _run(s: cs.Session, steps: list[tuple[str, object]]) -> list[object]:
             for run in (l1[i : i + n] for i in range(len(l1))):
                 if len(run) == n and all(x.stop == y.start for x, y in zip(run, run[1:])):
                     kwargs = {} if facts is None else {"negative_facts": facts}
-                    out.append(_outcome(lambda: s.digest(run, summary=None, loss=loss, **kwargs), s.name))  # noqa: B023
+                    out.append(_outcome(lambda: s.roll_up(run, summary=None, loss=loss, **kwargs), s.name))  # noqa: B023
                     break
         elif what == "forge":
             at, past, tier = arg  # type: ignore[misc]
             a, b = _span(at, s.size)
-            s.append(ev.Summary(tier=tier, start=a, stop=b + past, span_root=s.span_root(a, b).hex(),
-                                summary="forged"))
+            forged = ev.Summary(tier=tier, start=a, stop=b + past, span_root=s.span_root(a, b).hex(), summary="forged")
+            out.append(_outcome(lambda: s.append(forged), s.name))  # noqa: B023  # the write path refuses it
         else:
             at, keep = arg  # type: ignore[misc]
             a, b = _span(at, s.size)
@@ -164,7 +170,7 @@ def test_compaction_from_the_index_writes_what_the_full_pass_writes(
             want = _run(full, steps)
         assert got == want
         assert _log(indexed) == _log(full)
-        assert isinstance(compaction.facts_at(indexed, indexed.size), IndexedFacts)
+        assert isinstance(indexed.facts(indexed.size), IndexedFacts)
 
 
 def _answers(f: Facts, start: int, stop: int, probe: list[object]) -> dict[str, object]:
@@ -175,7 +181,8 @@ def _answers(f: Facts, start: int, stop: int, probe: list[object]) -> dict[str, 
     bound = [f.latest_binding(k, b) for k in KEYS for b in (start, stop, size)]
     negative = f.negatives_at(probe)
     return {
-        "overlap": [f.first_overlap(t, start, stop) for t in (1, 2)],
+        "overlap": [str(rules.overlap(f, t, start, stop, size)) for t in (1, 2)],
+        "nodes": f.nodes(),
         "negatives_in": f.negatives_in(start, stop),
         "negatives_at": [negative(p) for p in probe],
         "unresolved_at": f.unresolved_at(start, stop),
@@ -205,7 +212,7 @@ def test_the_indexed_facts_equal_the_full_pass(
         start = data.draw(st.integers(0, size - 1))
         stop = data.draw(st.integers(start + 1, size))
         probe = data.draw(st.lists(st.integers(-1, size + 1) | st.sampled_from([True, 2**70]), max_size=6))
-        index = compaction.facts_at(s, size)
+        index = s.facts(size)
         assert isinstance(index, IndexedFacts)
         assert _answers(index, start, stop, probe) == _answers(_full(s, size), start, stop, probe)
 
@@ -215,7 +222,7 @@ def test_a_session_with_redactions_compacts_by_the_full_pass(store: cs.Store) ->
     s = store.session("m")
     migration(s)
     s.redact([3], "personal data")
-    assert isinstance(compaction.facts_at(s, s.size), FullFacts)
+    assert isinstance(s.facts(s.size), FullFacts)
     with pytest.raises(cs.CompactionInvariantError, match="finish-migration"):
         s.compact(0, 8)
     node = s.compact(0, 8, on_risk="spill")
@@ -233,7 +240,7 @@ def test_the_migration_story_compacts_alike_both_ways(open_store: Callable[..., 
                 s.compact(0, 8)
             a = s.compact(0, 8, on_risk="spill", negative_facts=AUTO)
             b = s.compact(8, 11, loss=cs.LossClass.LOSSY_LITERAL)
-            l2 = s.digest([a, b])
+            l2 = s.roll_up([a, b])
         got.append((str(info.value), _log(s), l2.resolved, l2.unresolved))
     assert got[0] == got[1]
 
@@ -241,21 +248,8 @@ def test_the_migration_story_compacts_alike_both_ways(open_store: Callable[..., 
 # --- one read of the span ----------------------------------------------------------------------
 
 
-def _count_rereads(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
-    """Record each span check_content_digest reads again from the log."""
-    reads: list[tuple[int, int]] = []
-    rows = compaction._span_rows
-
-    def counted(session: cs.Session, start: int, stop: int) -> Iterator[list[object]]:
-        reads.append((start, stop))
-        return rows(session, start, stop)  # type: ignore[return-value]
-
-    monkeypatch.setattr(compaction, "_span_rows", counted)
-    return reads
-
-
 def test_a_compaction_reads_its_span_once(store: cs.Store, monkeypatch: pytest.MonkeyPatch) -> None:
-    """compact and digest digest the span as they read it under the lock; a node appended as is is read again."""
+    """compact and roll_up digest the span as they read it; the commit's check takes that read, not a second one."""
     s = store.session("m")
     migration(s)
     spans: list[tuple[int, int]] = []  # every read of stored rows, by span
@@ -266,40 +260,25 @@ def test_a_compaction_reads_its_span_once(store: cs.Store, monkeypatch: pytest.M
         return rows(sid, start, stop, *args)  # type: ignore[arg-type]
 
     monkeypatch.setattr(store.backend, "rows", counted)
-    reads = _count_rereads(monkeypatch)
     a = s.compact(0, 8, on_risk="spill")  # the summarizer's records come from the same read
     b = s.compact(8, 11)
-    l2 = s.digest([a, b])
-    assert reads == [] and spans == [(0, 8), (8, 11), (0, 11)]
+    l2 = s.roll_up([a, b])
+    assert spans == [(0, 8), (8, 11), (0, 11)]
     assert [s.restore_span(n.pos).certified_by for n in (a, b, l2)] == ["content_digest"] * 3
-    again = s.append(msgspec.structs.replace(s.read(b.pos).event, ts=None))  # the same node, appended by hand
-    assert reads == [(8, 11)] and again.event.content_digest == s.read(b.pos).event.content_digest
 
 
-def test_what_a_compaction_read_vouches_for_no_other_node(store: cs.Store, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A vouch stands for the second read only for the node and head it names; any other node is read again."""
+def test_a_node_appended_by_hand_is_held_to_its_span(store: cs.Store) -> None:
+    """A node whose digest, root or span is not its span's is refused at append, and nothing is written."""
     s = store.session("m")
     migration(s)
-    root, size = s.span_root(0, 8), s.size
-    digest = compaction.content_digest([r.body for r in s.scan(0, 8)])
-    node = ev.Summary(tier=1, start=0, stop=8, span_root=root.hex(), summary="s", content_digest=digest.hex())
-    vouch = compaction.Vouch(size, 0, 8, digest.hex(), root.hex())
-    false = compaction.content_digest([b"x"]).hex()
-    for vouched, appended in [
-        (vouch, {"content_digest": false}),  # another digest than the read's
-        (vouch, {"span_root": s.span_root(0, 7).hex()}),  # another root
-        (vouch, {"start": 1}),  # another span
-        (vouch._replace(first=size - 1, digest=false), {"content_digest": false}),  # read at another head
-    ]:
-        staged = [(msgspec.structs.replace(node, **appended), None, vouched)]
+    size = s.size
+    node = compaction.compaction(s, size, 8, 11, summary="s")[-1]  # built, not appended
+    false = content.content_digest([b"x"]).hex()
+    for changed in ({"content_digest": false}, {"span_root": s.span_root(8, 10).hex()}, {"start": 9}):
         with pytest.raises(cs.InvalidEvent, match="content_digest|span_root"):
-            s._commit(lambda _size, staged=staged: staged)
-    assert s.size == size
-    reads = _count_rereads(monkeypatch)
-    s._commit(lambda _size: [(node, None, vouch)])  # what the read found at this head: no second read
-    assert reads == []
-    s.append(node)  # the same node appended by hand: read again
-    assert reads == [(0, 8)]
+            s.append(msgspec.structs.replace(node, **changed))
+        assert s.size == size
+    assert s.append(node).pos == size  # the node as built keeps the rules
 
 
 def test_a_body_that_does_not_match_its_leaf_is_refused_as_before(sqlite_target: str) -> None:
@@ -309,6 +288,6 @@ def test_a_body_that_does_not_match_its_leaf_is_refused_as_before(sqlite_target:
     tamper(sqlite_target, "UPDATE events SET body = CAST(replace(CAST(body AS TEXT), 'No.', 'OK.') AS BLOB) WHERE pos = 4")
     with cs.open(sqlite_target) as st:
         s = st.session("m")
-        with pytest.raises(cs.InvalidEvent, match="the body at pos 4 does not match its leaf"):
+        with pytest.raises(cs.IntegrityError, match="the body at pos 4 does not match its leaf"):
             s.compact(0, 5)
         assert s.size == 11

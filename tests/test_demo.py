@@ -31,7 +31,7 @@ def test_the_demo_tells_the_story_and_leaves_one_verified_store(tmp_path: Path) 
         "marker 33 -> L2 node 32: certified (closure, negative_facts, anchoring)",
         "resume 33: certified; 1 summary node stands for 29 raw events",
         "marker refused: negative_facts at pos 36: rejected item dropped",
-        "forged into the log anyway as marker 42: resume gives fallback",
+        "a raw-checkpoint marker 42 is always safe: resume gives fallback",
         "authorize from it: refused: operation 'authorize' needs restoration, but the artifact is LOSSY_GIST",
         "audit: binding 'snapshot' (pos 15) was compacted away by node 30",
         "verify the copy: FAILED",

@@ -9,6 +9,7 @@ import pytest
 from test_compaction import ROLLBACK, migration
 
 import compactstore as cs
+from forge import unchecked
 from sqlite_edit import unguarded
 from compactstore import events as ev
 
@@ -112,12 +113,13 @@ def test_an_l2_lists_what_its_whole_span_closed(target: str) -> None:
         a, b = s.compact(1, 4), s.compact(4, 7)  # ssh-1 and ship opened in a, closed in b
         assert a.resolved == [ev.Item(0, "tool_call", "push-1")]
         assert b.resolved == [ev.Item(1, "handle", "ssh-1"), ev.Item(2, "obligation", "ship")]
-        l2 = s.digest([a, b])
+        l2 = s.roll_up([a, b])
         assert l2.resolved == [ev.Item(0, "tool_call", "push-1")]
         assert s.resume(s.mark(l2)).mode == "certified"
         top = s.read(l2.pos).event
         assert isinstance(top, ev.Summary)
-        forged = s.append(msgspec.structs.replace(top, resolved=[]))  # an L2 written elsewhere, without them
+        with unchecked():
+            forged = s.append(msgspec.structs.replace(top, resolved=[]))  # an L2 written elsewhere, without them
         with pytest.raises(cs.MarkerInvalid) as info:
             s.mark(forged.pos)
         assert _violations(info) == [("closure", 0)]
@@ -180,7 +182,8 @@ def test_anchoring_holds_for_a_spilled_binding(session: cs.Session) -> None:
 
 def test_anchoring_fails_for_a_forged_span_root(session: cs.Session) -> None:
     """A node whose span root does not match the log is refused at emission."""
-    forged = session.append(ev.Summary(tier=1, start=0, stop=2, span_root="00" * 32, summary="x"))
+    with unchecked():
+        forged = session.append(ev.Summary(tier=1, start=0, stop=2, span_root="00" * 32, summary="x"))
     with pytest.raises(cs.MarkerInvalid) as info:
         session.mark(forged.pos)
     assert ("anchoring", forged.pos) in _violations(info)
@@ -205,9 +208,10 @@ def test_a_forged_marker_written_past_emission_falls_back(session: cs.Session) -
     with pytest.raises(cs.MarkerInvalid):
         session.mark(node)
     size = session.size
-    forged = session.append(ev.RecoveryMarker(
-        size=size, root=session.head(size).root.hex(), node=node.pos, conditions=["closure", "negative_facts", "anchoring"],
-    ))
+    with unchecked():
+        forged = session.append(ev.RecoveryMarker(
+            size=size, root=session.head(size).root.hex(), node=node.pos, conditions=["closure", "negative_facts", "anchoring"],
+        ))
     res = session.resume(forged.pos)
     assert res.mode == "fallback"
     assert any("negative_facts at pos 2" in r for r in res.reasons)
@@ -219,8 +223,9 @@ def test_a_marker_that_certified_less_falls_back(session: cs.Session) -> None:
     """A marker that does not claim every condition is not trusted."""
     node = session.compact(0, 8, on_risk="preserve")
     size = session.size
-    partial = session.append(ev.RecoveryMarker(size=size, root=session.head(size).root.hex(), node=node.pos,
-                                               conditions=["closure"]))
+    with unchecked():
+        partial = session.append(ev.RecoveryMarker(size=size, root=session.head(size).root.hex(), node=node.pos,
+                                                   conditions=["closure"]))
     assert session.resume(partial.pos).mode == "fallback"
 
 
@@ -248,8 +253,9 @@ def test_a_keyed_marker_carries_and_checks_a_mac(target: str) -> None:
         assert marker.mac is not None and st.check_head(s.head(marker.size))
         assert s.resume(marker).mode == "certified"
         size = s.size
-        forged = s.append(ev.RecoveryMarker(size=size, root=s.head(size).root.hex(), node=marker.node,
-                                            conditions=list(marker.conditions)))
+        with unchecked():
+            forged = s.append(ev.RecoveryMarker(size=size, root=s.head(size).root.hex(), node=marker.node,
+                                                conditions=list(marker.conditions)))
         with pytest.raises(cs.IntegrityError, match="MAC"):
             s.resume(forged.pos)
 

@@ -48,8 +48,8 @@ def test_the_picture_holds_nodes_markers_facts_and_findings(pic: Picture) -> Non
         (30, 1, 0, 17, "LOSSY_GIST"), (31, 1, 17, 29, "LOSSY_GIST"), (32, 2, 0, 29, "LOSSY_GIST"),
         (41, 1, 34, 41, "LOSSY_GIST")]
     assert all(b.anchored for b in pic.nodes)
-    assert [(m.pos, m.node, m.state) for m in pic.markers] == [(33, 32, "certified"), (42, 41, "fallback")]
-    assert pic.markers[1].reasons[0].startswith("negative_facts at pos 36")
+    assert [(m.pos, m.node, m.state) for m in pic.markers] == [(33, 32, "certified"), (42, None, "fallback")]
+    assert pic.markers[1].reasons[0].startswith("raw-checkpoint marker")
     assert [c.pos for c in pic.cells if c.negative] == [6, 7, 8, 20, 22, 36]
     assert [c.pos for c in pic.cells if c.open] == [16, 17, 27, 39]
     assert pic.cells[14].binding == "non-regenerable" and pic.cells[4].binding == "regenerable"
@@ -81,7 +81,7 @@ def test_the_terminal_picture_draws_lanes_strip_and_markers(pic: Picture) -> Non
     raw = next(line for line in lines if line.strip().startswith("raw"))
     assert "#32 LOSSY_GIST" in l2 and "#30 LOSSY_GIST" in l1 and "#41" in l1
     assert raw.count("✗") == 2 and raw.count("⊘") == 2 and raw.count("↺") == 2
-    assert "⚑33→32 ✓" in text and "⚑42→41 ✗" in text
+    assert "⚑33→32 ✓" in text and "⚑42→raw ✗" in text
     assert "✗ negative_facts at pos 36" in text and "✓ certifies" in text
     assert "audit: binding 'snapshot'" in text
     # The L2 bar spans what its children span.

@@ -90,14 +90,14 @@ def compact_command(start: int, stop: int, summary: str | None, loss: str, keep:
     emit(as_json, {"ok": True, "node": node_data(node)}, node_lines(node))
 
 
-@main.command("digest")
+@main.command("roll-up")
 @click.argument("nodes", nargs=-1, required=True, type=int)
 @click.option("--summary", help="The summary text. Default: the extractive summarizer's, over the children.")
 @click.option("--loss", type=click.Choice(LOSSES), help="Default: the weakest of the children's.")
 @store_options
-def digest_command(nodes: tuple[int, ...], summary: str | None, loss: str | None, target: str, key_env: str | None,
+def roll_up_command(nodes: tuple[int, ...], summary: str | None, loss: str | None, target: str, key_env: str | None,
                    session_name: str | None, as_json: bool) -> None:
-    """Digest contiguous L1 NODES (their positions) into an L2 node.
+    """Roll up contiguous L1 NODES (their positions) into an L2 node.
 
     The L2 node carries its children's negative facts, excerpts and spills forward, and
     lists the items still open at its boundary. Its loss class cannot be stronger than
@@ -106,5 +106,5 @@ def digest_command(nodes: tuple[int, ...], summary: str | None, loss: str | None
     with opened(target, key_env, as_json) as store:
         session = pick_session(store, session_name, target, as_json)
         with reporting(as_json):
-            node = session.digest(list(nodes), summary=summary, loss=LossClass(loss) if loss else None)
+            node = session.roll_up(list(nodes), summary=summary, loss=LossClass(loss) if loss else None)
     emit(as_json, {"ok": True, "node": node_data(node)}, node_lines(node))

@@ -127,7 +127,7 @@ def worker(path: str, wid: int, seed: int, retries: list[dict[str, Any]], limit:
             if len(run) < 2:
                 continue
             emit({"t": "B", "op": op, "kind": "digest", "session": own.name})
-            node = own.digest(run)
+            node = own.roll_up(run)
             undigested = []
             latest_node = node.pos
             emit({"t": "A", "op": op, "kind": "digest", "session": own.name, "pos": node.pos,

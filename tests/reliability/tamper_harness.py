@@ -70,7 +70,7 @@ def build(path: Path, key: bytes | None) -> None:
         a.append(cs.HandleClosed(handle="psql-1"))
         n2 = a.compact(n1.stop, a.size, keep=[(9, "args.sql")])
         a.mark(n1)
-        n3 = a.digest([n1, n2])
+        n3 = a.roll_up([n1, n2])
         a.append(cs.Turn("assistant", "resumed", meta={"why": "marker"}, uses=["rollback"]))
         a.mark(n3)
         a.mark_raw(5)

@@ -239,7 +239,7 @@ def test_compact_and_digest(target: Target, request: pytest.FixtureRequest) -> N
                   st.one_of(st.just(cs.AUTO), lists), st.one_of(st.just(()), st.lists(st.one_of(
                       text, st.tuples(positions, text)), max_size=2)), st.one_of(garbage, st.sampled_from(
                           ["refuse", "preserve", "spill"]))),
-        st.tuples(st.just("digest"), st.lists(positions, max_size=3), st.none(), st.one_of(st.none(), garbage),
+        st.tuples(st.just("roll_up"), st.lists(positions, max_size=3), st.none(), st.one_of(st.none(), garbage),
                   st.one_of(st.none(), garbage), st.just(cs.AUTO), st.just(()), st.none()),
     )
 
@@ -251,7 +251,7 @@ def test_compact_and_digest(target: Target, request: pytest.FixtureRequest) -> N
                 kwargs["loss"] = loss
             target.attempt(lambda: target.s.compact(a, b, **kwargs))
         else:
-            target.attempt(lambda: target.s.digest(a, summary=summary, loss=loss))
+            target.attempt(lambda: target.s.roll_up(a, summary=summary, loss=loss))
 
     fuzz(request, calls, body)
 
@@ -374,9 +374,9 @@ def test_decode_of_any_bytes(request: pytest.FixtureRequest) -> None:
         ("compact keep", lambda s: s.compact(13, 15, keep=[(0, "no.such.path")]), "keep"),
         ("compact overlap", lambda s: s.compact(2, 4), "span"),
         ("compact fact", lambda s: s.compact(13, 15, negative_facts=[object()]), "negative_facts"),
-        ("digest none", lambda s: s.digest([]), "nodes"),
-        ("digest not a node", lambda s: s.digest([1]), "node"),
-        ("digest summary type", lambda s: s.digest([12], summary=5), "summary"),  # type: ignore[arg-type]
+        ("digest none", lambda s: s.roll_up([]), "nodes"),
+        ("digest not a node", lambda s: s.roll_up([1]), "node"),
+        ("digest summary type", lambda s: s.roll_up([12], summary=5), "summary"),  # type: ignore[arg-type]
         ("mark type", lambda s: s.mark("12"), "node"),  # type: ignore[arg-type]
         ("mark_raw size", lambda s: s.mark_raw(-1), "size"),
         ("mark_raw bool", lambda s: s.mark_raw(True), None),
@@ -461,7 +461,7 @@ def test_a_string_is_not_taken_for_a_list(target: Target, which: str) -> None:
     lambda s: s.oblige("o", needs=None),
     lambda s: s.compact(13, 15, keep=5),
     lambda s: s.compact(13, 15, negative_facts=5),
-    lambda s: s.digest(None),
+    lambda s: s.roll_up(None),
     lambda s: s.lookup(5),
     lambda s: list(s.scan("a")),
 ], ids=["extend", "oblige", "compact-keep", "compact-facts", "digest", "lookup", "scan"])

@@ -1,0 +1,275 @@
+"""The structural facts of a session at a checkpoint, behind one interface.
+
+Every rule (:mod:`compactstore.rules`) reads a session through :class:`Facts`: which
+events are negative facts, which items are open or closed where, where each binding
+was bound, which obligations are open, the summary nodes, an event's body and a span's
+root. Two sources serve it and give the same answers for every session (property tests
+hold them side by side):
+
+- :class:`FullFacts`, one pass over the events (:class:`compactstore.structure.Structure`):
+  the reference, and the source for a session with redactions (an erased body no
+  longer gives the facts it gave when appended);
+- :class:`IndexedFacts`, the structural index written with each append
+  (:class:`IndexSource`), plus the few events it names, in O(log n) queries plus the
+  size of the answer.
+
+Only the source of the facts varies; the rules are written once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Protocol
+
+from . import events as ev
+from .events import Fact, Item
+from .structure import IndexRow, Structure, build, split_item
+
+#: Reads the event at a position (None when there is none before the checkpoint).
+Get = Callable[[int], "ev.Event | None"]
+#: Returns the root the log gives for positions ``[start, stop)``.
+SpanRoot = Callable[[int, int], bytes]
+
+
+class Facts(Protocol):
+    """What the rules read of a session at checkpoint ``size`` (positions ``[0, size)``)."""
+
+    size: int
+
+    def event(self, pos: int) -> ev.Event | None:
+        """Return the event at ``pos``, or None when ``pos`` is not in ``[0, size)``."""
+        ...
+
+    def span_root(self, start: int, stop: int) -> bytes:
+        """Return the root the log gives for ``[start, stop)`` (``0 <= start < stop <= size``)."""
+        ...
+
+    def nodes(self) -> list[tuple[int, ev.Summary]]:
+        """Return ``(position, node)`` of every summary node before ``size``, by position."""
+        ...
+
+    def negatives_in(self, start: int, stop: int) -> list[Fact]:
+        """Return the negative facts a node over ``[start, stop)`` must retain (see :meth:`Structure.negatives_in`)."""
+        ...
+
+    def negatives_at(self, positions: Sequence[object]) -> Callable[[object], Fact | None]:
+        """Return a lookup of the negative fact at each of ``positions`` (None: not one)."""
+        ...
+
+    def unresolved_at(self, start: int, stop: int) -> list[Item]:
+        """Return the items opened in ``[start, stop)`` and still open at ``stop``."""
+        ...
+
+    def resolved_in(self, start: int, stop: int) -> list[Item]:
+        """Return the items opened before ``start``, open there, and closed in ``[start, stop)``."""
+        ...
+
+    def resolved_before(self, items: Sequence[Item], stop: int) -> set[Item]:
+        """Return those of ``items`` closed at a position after their opening and before ``stop``."""
+        ...
+
+    def latest_binding(self, key: str, before: int) -> tuple[int, bool] | None:
+        """Return ``(position, regenerable)`` of the last binding of ``key`` before ``before``."""
+        ...
+
+    def binding(self, pos: int) -> ev.Binding:
+        """Return the binding at ``pos`` (one a query above named)."""
+        ...
+
+    def keys_at(self, positions: Iterable[object]) -> set[str]:
+        """Return the keys of the bindings at ``positions``."""
+        ...
+
+    def keys_in(self, start: int, stop: int) -> set[str]:
+        """Return the keys bound at a position in ``[start, stop)``."""
+        ...
+
+    def open_obligations(self) -> list[tuple[int, str, list[str]]]:
+        """Return ``(position, name, needs)`` of each obligation open at ``size``, by position."""
+        ...
+
+
+class FullFacts:
+    """:class:`Facts` from one pass over the events ``[0, size)``."""
+
+    def __init__(self, events: Sequence[ev.Event], span_root: SpanRoot, structure: Structure | None = None) -> None:
+        self.events = events
+        self.size = len(events)
+        self.s = structure if structure is not None else build(enumerate(events))
+        self._span_root = span_root
+        self._bound: dict[int, ev.Binding] | None = None
+
+    def event(self, pos: int) -> ev.Event | None:
+        return self.events[pos] if 0 <= pos < self.size else None
+
+    def span_root(self, start: int, stop: int) -> bytes:
+        return self._span_root(start, stop)
+
+    def nodes(self) -> list[tuple[int, ev.Summary]]:
+        return sorted(self.s.nodes.items())
+
+    def negatives_in(self, start: int, stop: int) -> list[Fact]:
+        return self.s.negatives_in(start, stop)
+
+    def negatives_at(self, positions: Sequence[object]) -> Callable[[object], Fact | None]:
+        negatives = self.s.negatives
+        return lambda p: negatives.get(p) if isinstance(p, int) else None
+
+    def unresolved_at(self, start: int, stop: int) -> list[Item]:
+        return self.s.unresolved_at(start, stop)
+
+    def resolved_in(self, start: int, stop: int) -> list[Item]:
+        return self.s.resolved_in(start, stop)
+
+    def resolved_before(self, items: Sequence[Item], stop: int) -> set[Item]:
+        return {i for i in items if self.s.resolved_before(i, stop)}
+
+    def latest_binding(self, key: str, before: int) -> tuple[int, bool] | None:
+        found = self.s.latest_binding(key, before)
+        return None if found is None else (found[0], found[1].regenerable)
+
+    def binding(self, pos: int) -> ev.Binding:
+        if self._bound is None:
+            self._bound = {p: b for bound in self.s.bindings.values() for p, b in bound}
+        return self._bound[pos]
+
+    def keys_at(self, positions: Iterable[object]) -> set[str]:
+        at = set(positions)
+        return {key for key, bound in self.s.bindings.items() if any(p in at for p, _ in bound)}
+
+    def keys_in(self, start: int, stop: int) -> set[str]:
+        return {k for k, bound in self.s.bindings.items() if any(start <= p < stop for p, _ in bound)}
+
+    def open_obligations(self) -> list[tuple[int, str, list[str]]]:
+        return [(pos, o.name, list(o.needs)) for pos, o in self.s.open_obligations()]
+
+
+class IndexSource(Protocol):
+    """The structural index of one session (see :class:`compactstore.index.Index`)."""
+
+    def open_at(self, at: int) -> dict[int, str]:
+        """Return the items open at boundary ``at`` (position -> item)."""
+        ...
+
+    def negatives(self, start: int, stop: int) -> list[IndexRow]:
+        """Return the ``negative`` rows a node over ``[start, stop)`` is held to, by position."""
+        ...
+
+    def negatives_at(self, positions: Iterable[int], before: int) -> dict[int, IndexRow]:
+        """Return the ``negative`` rows at ``positions`` of the events negative at checkpoint ``before``."""
+        ...
+
+    def latest_binding(self, key: str, before: int) -> IndexRow | None:
+        """Return the ``binding`` row of the last binding of ``key`` before ``before``."""
+        ...
+
+    def needs(self, positions: Sequence[int]) -> dict[int, list[str]]:
+        """Return the bindings each obligation opened at ``positions`` needs."""
+        ...
+
+    def bindings_at(self, positions: Iterable[int]) -> list[IndexRow]:
+        """Return the ``binding`` rows at ``positions``, by position."""
+        ...
+
+    def bindings_in(self, start: int, stop: int) -> list[IndexRow]:
+        """Return the ``binding`` rows of positions ``[start, stop)``, by position."""
+        ...
+
+    def closes(self, start: int, stop: int) -> list[IndexRow]:
+        """Return the ``close`` rows of positions ``[start, stop)``, by position."""
+        ...
+
+
+def _positions(values: Iterable[object], size: int) -> list[int]:
+    """Return the positions among ``values`` (ints, bools counted as ints, as a dict lookup does) before ``size``."""
+    return sorted({int(v) for v in values if isinstance(v, int) and 0 <= v < size})
+
+
+def _item(pos: int, name: str) -> Item:
+    kind, ident = split_item(name)
+    return Item(pos, kind, ident)  # type: ignore[arg-type]
+
+
+class IndexedFacts:
+    """:class:`Facts` from the structural index, the summary nodes and a few events read one by one.
+
+    ``get`` reads an event (it may check each body against its leaf), ``span_root``
+    serves a span's root from the stored tree, and ``nodes`` lists the summary nodes
+    before a size (they give no index rows).
+    """
+
+    def __init__(
+        self, index: IndexSource, size: int, get: Get, span_root: SpanRoot,
+        nodes: Callable[[int], list[tuple[int, ev.Summary]]], *, readable: int | None = None,
+    ) -> None:
+        self.index, self.size = index, size
+        #: events before this position may be read (after ``size`` only when the index
+        #: gives the same facts there, as it does across spills)
+        self.readable = size if readable is None else readable
+        self._get, self._span_root, self._nodes_before = get, span_root, nodes
+        self._nodes: list[tuple[int, ev.Summary]] | None = None
+        self._open: dict[int, dict[int, str]] = {}
+
+    def _open_at(self, at: int) -> dict[int, str]:
+        if at not in self._open:
+            self._open[at] = self.index.open_at(at)
+        return self._open[at]
+
+    def event(self, pos: int) -> ev.Event | None:
+        return self._get(pos) if 0 <= pos < self.readable else None
+
+    def span_root(self, start: int, stop: int) -> bytes:
+        return self._span_root(start, stop)
+
+    def nodes(self) -> list[tuple[int, ev.Summary]]:
+        if self._nodes is None:
+            self._nodes = self._nodes_before(self.size)
+        return self._nodes
+
+    def negatives_in(self, start: int, stop: int) -> list[Fact]:
+        # A position made negative only at or after the boundary was not negative there.
+        return [Fact(r.pos, r.key, r.text) for r in self.index.negatives(start, stop) if r.num < stop]  # type: ignore[arg-type]
+
+    def negatives_at(self, positions: Sequence[object]) -> Callable[[object], Fact | None]:
+        rows = self.index.negatives_at(_positions(positions, self.size), self.size)
+        found = {p: Fact(r.pos, r.key, r.text) for p, r in rows.items()}  # type: ignore[arg-type]
+        return lambda p: found.get(int(p)) if isinstance(p, int) and 0 <= p < self.size else None
+
+    def unresolved_at(self, start: int, stop: int) -> list[Item]:
+        return [_item(p, name) for p, name in sorted(self._open_at(stop).items()) if start <= p]
+
+    def resolved_in(self, start: int, stop: int) -> list[Item]:
+        # Open at the start and no longer at the stop: closed inside the span (a close
+        # closes every earlier open of its item).
+        at_stop = self._open_at(stop)
+        got = [_item(p, name) for p, name in self._open_at(start).items() if p not in at_stop]
+        return sorted(got, key=lambda i: (i.pos, i.kind, i.id))
+
+    def resolved_before(self, items: Sequence[Item], stop: int) -> set[Item]:
+        if not items:
+            return set()
+        closes: dict[tuple[str, str], list[int]] = {}
+        for r in self.index.closes(max(0, min(i.pos for i in items) + 1), stop):
+            closes.setdefault(split_item(r.key), []).append(r.pos)
+        return {i for i in items if any(i.pos < c < stop for c in closes.get((i.kind, i.id), []))}
+
+    def latest_binding(self, key: str, before: int) -> tuple[int, bool] | None:
+        row = self.index.latest_binding(key, before)
+        return None if row is None else (row.pos, bool(row.num))
+
+    def binding(self, pos: int) -> ev.Binding:
+        event = self._get(pos)
+        assert isinstance(event, ev.Binding), (pos, event)  # the index named it
+        return event
+
+    def keys_at(self, positions: Iterable[object]) -> set[str]:
+        return {r.key for r in self.index.bindings_at(_positions(positions, self.size))}
+
+    def keys_in(self, start: int, stop: int) -> set[str]:
+        return {r.key for r in self.index.bindings_in(start, stop)}
+
+    def open_obligations(self) -> list[tuple[int, str, list[str]]]:
+        obligations = {p: _item(p, name).id for p, name in self._open_at(self.size).items()
+                       if split_item(name)[0] == "obligation"}
+        needs = self.index.needs(sorted(obligations))
+        return [(p, name, needs.get(p, [])) for p, name in sorted(obligations.items())]
