@@ -407,7 +407,7 @@ def _messages(saver: CompactStoreSaver, config: dict[str, Any]) -> list[Any]:
 
 def test_a_growing_list_channel_stores_what_was_appended_and_reads_back_whole(store: cs.Store) -> None:
     """Each checkpoint stores only the messages added since the last; every one reads back whole, chains bounded."""
-    from compactstore.adapters.langgraph import MAX_CHAIN
+    from compactstore.adapters.langgraph_state import MAX_CHAIN
 
     turns = MAX_CHAIN * 2 + 5
     configs = _grow(CompactStoreSaver(store), "t", turns)
