@@ -1,4 +1,4 @@
-"""A LangGraph checkpointer whose checkpoints and pending writes are events in compactstore.
+"""A LangGraph checkpointer that keeps each checkpoint and pending write as an event in compactstore.
 
     from compactstore.adapters.langgraph import CompactStoreSaver
 
@@ -12,10 +12,10 @@ How a thread maps onto the log:
   ``#``, the name is ``"langgraph:#" +`` the hex BLAKE3 of the id. Every namespace of
   the thread (its subgraphs) lives in that session, so one Merkle tree covers the
   whole thread and :meth:`CompactStoreSaver.session` gives it.
-- ``put`` appends a ``checkpoint`` event: ``id``, ``ns``, ``parent``; ``meta`` is the
-  checkpoint metadata as plain JSON; ``value`` holds the rest and only the channel
-  values whose version changed, lists as the elements appended since the last one
-  (:mod:`.langgraph_state` says how).
+- ``put`` appends a ``graph_state`` event (:class:`compactstore.GraphState`): ``id``,
+  ``ns``, ``parent``; ``meta`` is the checkpoint metadata as plain JSON; ``value``
+  holds the rest and only the channel values whose version changed, lists as the
+  elements appended since the last one (:mod:`.langgraph_state` says how).
 - ``put_writes`` appends one ``write`` event per (task, idx) not written yet, all in
   one transaction: the saver decides what is new from its index of the log, under the
   session's write lock and only if no other writer appended since it last read, so a
@@ -104,7 +104,7 @@ class CompactStoreSaver(StoreUser, BaseCheckpointSaver[str]):
         return self.store.session(session_name(self.prefix, str(thread_id)))
 
     def record(self, config: RunnableConfig) -> Record | None:
-        """Return the event of the checkpoint ``config`` names (the latest when it names none).
+        """Return the graph state event of the checkpoint ``config`` names (the latest when it names none).
 
         Its position ``pos`` gives the tree head the checkpoint was committed in:
         ``saver.session(thread_id).head(record.pos + 1)``.
@@ -119,7 +119,7 @@ class CompactStoreSaver(StoreUser, BaseCheckpointSaver[str]):
         if found is None:
             return None
         record = thread.session.read(found[1])
-        return record if isinstance(record.event, ev.Checkpoint) else None
+        return record if isinstance(record.event, ev.GraphState) else None
 
     @property
     def _codec(self) -> StateCodec:
@@ -183,7 +183,7 @@ class CompactStoreSaver(StoreUser, BaseCheckpointSaver[str]):
         if pos not in records:
             records.update(read_many(thread.session, [pos]))
         event = records[pos].event
-        if not isinstance(event, ev.Checkpoint):  # redacted by another process meanwhile
+        if not isinstance(event, ev.GraphState):  # redacted by another process meanwhile
             return None
         codec = self._codec
         checkpoint = codec.snapshot(event)
@@ -248,7 +248,7 @@ class CompactStoreSaver(StoreUser, BaseCheckpointSaver[str]):
                 return None
             records = read_many(thread.session, [found[1]])
             event = records[found[1]].event
-            if not isinstance(event, ev.Checkpoint):
+            if not isinstance(event, ev.GraphState):
                 return None
             if wanted:
                 metadata = self._codec.metadata(event)
@@ -318,7 +318,7 @@ class CompactStoreSaver(StoreUser, BaseCheckpointSaver[str]):
             old = thread.holder(ident)
             # A re-put is stored whole, never as appended to a tip.
             encoded = encoder.encode({} if old is not None else thread.tips_of(ns), thread.live)
-            event = ev.Checkpoint(id=cid, ns=ns, parent=conf.get("checkpoint_id"), value=encoded.value(head), meta=meta)
+            event = ev.GraphState(id=cid, ns=ns, parent=conf.get("checkpoint_id"), value=encoded.value(head), meta=meta)
             if old is not None and _same(thread.session.read(old).event, event):
                 return [], encoded
             return [msgspec.structs.replace(event, supersedes=old)], encoded
@@ -443,13 +443,13 @@ class CompactStoreSaver(StoreUser, BaseCheckpointSaver[str]):
         thread.erase(positions, reason)
 
     def _rescue(self, thread: ThreadIndex, key: Key, doomed: set[int]) -> None:
-        """Append checkpoint ``key`` again holding whole every value it reads from ``doomed`` positions; doom its old event."""
+        """Append checkpoint ``key`` again holding whole every value it reads from ``doomed``; doom its old event."""
         ns, cid = key
         pos = thread.holder(("c", ns, cid))
         assert pos is not None
         records = {pos: thread.session.read(pos)}
         event = records[pos].event
-        if not isinstance(event, ev.Checkpoint):
+        if not isinstance(event, ev.GraphState):
             return
         codec = self._codec
         stored = event.value.get("blobs") or {}
@@ -460,7 +460,7 @@ class CompactStoreSaver(StoreUser, BaseCheckpointSaver[str]):
             return
         records.update(read_many(thread.session, missing.values()))
         whole = {ch: codec.whole(thread.session, records, at, ch) for ch, at in missing.items()
-                 if isinstance(records[at].event, ev.Checkpoint)}
+                 if isinstance(records[at].event, ev.GraphState)}
         whole.update((ch, codec.whole(thread.session, records, pos, ch)) for ch in spread)
         again = msgspec.structs.replace(event, value=with_whole(event.value, whole), ts=None, idempotency_key=None,
                                         supersedes=pos)
@@ -580,7 +580,7 @@ class _Copy:
         """Add the copy of ``record`` to the batch, unless the target already holds it."""
         event = record.event
         ident: Ident
-        if isinstance(event, ev.Checkpoint):
+        if isinstance(event, ev.GraphState):
             ident = ("c", event.ns, event.id)
             if not parts(event.value).isdisjoint(self.sources):
                 self.flush()  # the parts a list value is spread over must have their target positions first

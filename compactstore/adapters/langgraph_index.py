@@ -22,7 +22,7 @@ __all__ = ["Ident", "Key", "Namespace", "ThreadIndex"]
 
 #: A checkpoint within a thread: ``(namespace, checkpoint id)``.
 Key = tuple[str, str]
-#: What a checkpoint event (``("c", ns, id)``) or a write event (``("w", ns, checkpoint
+#: What a graph state event (``("c", ns, id)``) or a write event (``("w", ns, checkpoint
 #: id, task id, idx)``) stands for: a later event for the same supersedes it.
 Ident = tuple[Any, ...]
 
@@ -57,25 +57,25 @@ class ThreadIndex(Tail):
         self.namespaces: dict[str, Namespace] = {}
         #: position -> what it holds: ("c", ns, id, blob keys) or ("w", ns, id, (task, idx))
         self.at: dict[int, tuple[Any, ...]] = {}
-        #: a thread id read from a checkpoint event (for sessions named by digest)
+        #: a thread id read from a graph state event (for sessions named by digest)
         self.thread_id: str | None = None
-        #: checkpoint position -> the earlier positions its list values are spread over
+        #: graph state position -> the earlier positions its list values are spread over
         self.deps: dict[int, set[int]] = {}
         #: namespace -> channel -> the list value this process last stored there
         self.tips: dict[str, dict[str, Tip]] = {}
 
     def apply(self, record: Record) -> None:
-        """Index one live checkpoint or write event."""
+        """Index one live graph state or write event."""
         event, pos = record.event, record.pos
-        if isinstance(event, ev.Checkpoint):
-            self._apply_checkpoint(event, pos)
+        if isinstance(event, ev.GraphState):
+            self._apply_state(event, pos)
         elif isinstance(event, ev.Write):
             space = self._space(event.ns)
             wkey = (event.task, event.idx)
             space.writes.setdefault(event.checkpoint, {}).setdefault(wkey, []).append(pos)
             self.at[pos] = ("w", event.ns, event.checkpoint, wkey)
 
-    def _apply_checkpoint(self, event: ev.Checkpoint, pos: int) -> None:
+    def _apply_state(self, event: ev.GraphState, pos: int) -> None:
         space = self._space(event.ns)
         if event.id not in space.where:
             bisect.insort(space.ids, event.id)

@@ -1,6 +1,6 @@
-"""How the LangGraph saver encodes a checkpoint's state in an event, and how it reads it back.
+"""How the LangGraph saver stores a checkpoint in a ``graph_state`` event, and how it reads it back.
 
-A ``checkpoint`` event's ``value`` holds:
+A ``graph_state`` event's ``value`` holds:
 
 - ``thread``: the thread id;
 - ``checkpoint``: LangGraph's checkpoint without its channel values, as plain JSON when
@@ -60,7 +60,7 @@ Packed = list[str]
 #: tells them apart, whatever type names a serializer uses.
 Stored = list[Any]
 #: Events a list channel's value may be spread over (a full one, then appended parts)
-#: before a checkpoint stores it whole again: bounds the rows one read costs.
+#: before a graph state stores it whole again: bounds the rows one read costs.
 MAX_CHAIN = 32
 #: The int range msgpack (so the default serializer) carries: beyond it serde decides.
 _INTS = (-(2**63), 2**64)
@@ -98,7 +98,7 @@ def is_plain(value: object, depth: int = 0, *, msgpack: bool = False) -> bool:
 
 
 class StateCodec:
-    """Encodes and decodes the values of checkpoint and write events through one serializer.
+    """Encodes and decodes the values of graph state and write events through one serializer.
 
     Args:
         serde: LangGraph's serializer for the values JSON cannot carry (and for every
@@ -131,7 +131,7 @@ class StateCodec:
 
     def head(self, thread_id: str, snapshot: dict[str, Any],
              metadata: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any] | None]:
-        """Return the value of a checkpoint event without its channels, and its ``meta``.
+        """Return the value of a graph state event without its channels, and its ``meta``.
 
         ``snapshot`` is the checkpoint without its channel values. Its structure (ids,
         versions, versions seen) stays readable JSON, as PostgresSaver keeps it;
@@ -146,12 +146,12 @@ class StateCodec:
             return value, None
         return value, meta
 
-    def snapshot(self, event: ev.Checkpoint) -> dict[str, Any]:
+    def snapshot(self, event: ev.GraphState) -> dict[str, Any]:
         """Return the checkpoint ``event`` holds, without its channel values."""
         got = event.value["checkpoint"]
         return dict(got) if isinstance(got, dict) else dict(self.unpack(got))
 
-    def metadata(self, event: ev.Checkpoint) -> dict[str, Any]:
+    def metadata(self, event: ev.GraphState) -> dict[str, Any]:
         """Return the checkpoint metadata ``event`` holds."""
         value = event.value if isinstance(event.value, dict) else {}
         if "metadata" in value:
@@ -171,7 +171,7 @@ class StateCodec:
         return _msgpack_elements(data) if kind == "msgpack" else None
 
     def channel(self, session: Session, records: dict[int, Record], at: int, ch: str) -> tuple[bool, Any]:
-        """Return ``(True, value)`` of channel ``ch`` as the checkpoint at ``at`` stores it, ``(False, None)`` if empty.
+        """Return ``(True, value)`` of channel ``ch`` as the graph state at ``at`` stores it, ``(False, None)`` if empty.
 
         A list value may be spread over a chain of earlier events (a full value, then
         the parts appended to it): they are read (``records`` caches them) and joined.
@@ -180,7 +180,7 @@ class StateCodec:
             IntegrityError: a part of the chain is erased.
         """
         holder = records[at].event
-        if not isinstance(holder, ev.Checkpoint):
+        if not isinstance(holder, ev.GraphState):
             return False, None
         stored = holder.value["blobs"][ch][1:]
         chain = (holder.value.get("deltas") or {}).get(ch)
@@ -194,15 +194,15 @@ class StateCodec:
         out: list[Any] = []
         for p in chain:
             part = records[p].event
-            if not isinstance(part, ev.Checkpoint):  # erased under it: the log no longer holds the value
-                raise IntegrityError(f"checkpoint at pos {at} of {session.name!r} reads channel {ch!r} "
+            if not isinstance(part, ev.GraphState):  # erased under it: the log no longer holds the value
+                raise IntegrityError(f"graph state at pos {at} of {session.name!r} reads channel {ch!r} "
                                      f"from pos {p}, which is erased", session=session.name, pos=p)
             out.extend(self.load(part.value["blobs"][ch][1:]))
         out.extend(self.load(stored))
         return True, out
 
     def channels(self, session: Session, records: dict[int, Record], holders: Mapping[str, int]) -> dict[str, Any]:
-        """Return the value of each channel that ``holders`` maps to the position of the checkpoint storing it.
+        """Return the value of each channel that ``holders`` maps to the position of the graph state storing it.
 
         Channels stored empty are left out.
         """
@@ -214,9 +214,9 @@ class StateCodec:
         return values
 
     def whole(self, session: Session, records: dict[int, Record], at: int, ch: str) -> Stored:
-        """Return the blob of channel ``ch`` of the checkpoint at ``at``, holding its value whole."""
+        """Return the blob of channel ``ch`` of the graph state at ``at``, holding its value whole."""
         event = records[at].event
-        assert isinstance(event, ev.Checkpoint)
+        assert isinstance(event, ev.GraphState)
         blob = event.value["blobs"][ch]
         if ch not in (event.value.get("deltas") or {}):
             return list(blob)
@@ -342,24 +342,24 @@ def _msgpack_elements(data: bytes) -> memoryview | None:
 
 
 def blob_keys(value: Any) -> list[tuple[str, str]]:
-    """Return ``(channel, version as JSON)`` of each channel value a checkpoint event's ``value`` stores."""
+    """Return ``(channel, version as JSON)`` of each channel value a graph state event's ``value`` stores."""
     blobs = (value.get("blobs") or {}) if isinstance(value, dict) else {}
     return [(ch, encode_json(blob[0])) for ch, blob in blobs.items()]
 
 
 def parts(value: Any) -> set[int]:
-    """Return the positions of the earlier events a checkpoint event's ``value`` reads list parts from."""
+    """Return the positions of the earlier events a graph state event's ``value`` reads list parts from."""
     deltas = (value.get("deltas") or {}) if isinstance(value, dict) else {}
     return {p for chain in deltas.values() for p in chain}
 
 
 def spread_over(value: dict[str, Any], positions: Collection[int]) -> list[str]:
-    """Return the channels of a checkpoint event's ``value`` that read a part from one of ``positions``."""
+    """Return the channels of a graph state event's ``value`` that read a part from one of ``positions``."""
     return [ch for ch, chain in (value.get("deltas") or {}).items() if not set(chain).isdisjoint(positions)]
 
 
 def with_whole(value: dict[str, Any], whole: Mapping[str, Stored]) -> dict[str, Any]:
-    """Return a checkpoint event's ``value`` holding the blobs ``whole``, no longer read from earlier events."""
+    """Return a graph state event's ``value`` holding the blobs ``whole``, no longer read from earlier events."""
     out = {k: v for k, v in value.items() if k != "deltas"}
     out["blobs"] = {**(value.get("blobs") or {}), **whole}
     deltas = {ch: chain for ch, chain in (value.get("deltas") or {}).items() if ch not in whole}
@@ -370,14 +370,14 @@ def with_whole(value: dict[str, Any], whole: Mapping[str, Stored]) -> dict[str, 
 
 def copied_value(codec: StateCodec, session: Session, record: Record, thread_id: str,
                  moved: Mapping[int, int]) -> dict[str, Any]:
-    """Return the value of checkpoint ``record`` as copied to thread ``thread_id``.
+    """Return the value of graph state ``record`` as copied to thread ``thread_id``.
 
     ``moved`` maps the positions already copied to their target positions: a list part
     read from one of them is read from its copy; a list spread over a position not
     copied is stored whole.
     """
     event = record.event
-    assert isinstance(event, ev.Checkpoint)
+    assert isinstance(event, ev.GraphState)
     value: dict[str, Any] = {**event.value, "thread": thread_id}
     deltas: dict[str, list[int]] = value.pop("deltas", None) or {}
     kept = {ch: [moved[p] for p in chain] for ch, chain in deltas.items() if all(p in moved for p in chain)}
