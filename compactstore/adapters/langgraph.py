@@ -194,7 +194,7 @@ class CompactStoreSaver(StoreUser, BaseCheckpointSaver[str]):
         wanted += [p for p in thread.spread(holders.values()) if p not in records]
         records.update(read_many(thread.session, wanted))
         channel_values = codec.channels(thread.session, records, holders)
-        pending = self._pending(records, writes)
+        pending = _pending(codec, records, writes)
         conf = {"thread_id": thread_id, "checkpoint_ns": ns}
         return CheckpointTuple(
             config={"configurable": {**conf, "checkpoint_id": cid}},
@@ -203,18 +203,6 @@ class CompactStoreSaver(StoreUser, BaseCheckpointSaver[str]):
             parent_config={"configurable": {**conf, "checkpoint_id": event.parent}} if event.parent else None,
             pending_writes=pending,
         )
-
-    def _pending(self, records: dict[int, Record], positions: Sequence[int]) -> list[PendingWrite]:
-        """Return the writes at ``positions`` (read into ``records``) in LangGraph's order."""
-        codec = self._codec
-        pending = []
-        for p in positions:
-            write = records[p].event
-            if isinstance(write, ev.Write):
-                pending.append((writes_sort_key(write.path, write.task, write.idx),
-                                (write.task, write.channel, codec.load(write.value))))
-        pending.sort(key=lambda p: p[0])
-        return [p[1] for p in pending]
 
     def _candidates(self, config: RunnableConfig | None,
                     before: RunnableConfig | None) -> list[tuple[ThreadIndex, Any, str, str]]:
@@ -635,6 +623,18 @@ def _settle(thread: ThreadIndex, decide: Callable[[], tuple[list[ev.Event], T]],
         thread.refresh()
         fresh = True
     raise ConflictError(f"gave up writing {what} after {RETRIES} conflicts", session=thread.session.name)
+
+
+def _pending(codec: StateCodec, records: dict[int, Record], positions: Sequence[int]) -> list[PendingWrite]:
+    """Return the writes at ``positions`` (read into ``records``) in LangGraph's order."""
+    pending = []
+    for p in positions:
+        write = records[p].event
+        if isinstance(write, ev.Write):
+            pending.append((writes_sort_key(write.path, write.task, write.idx),
+                            (write.task, write.channel, codec.load(write.value))))
+    pending.sort(key=lambda p: p[0])
+    return [p[1] for p in pending]
 
 
 def _same(a: ev.Event, b: ev.Event) -> bool:

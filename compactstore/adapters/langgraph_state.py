@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from blake3 import blake3
@@ -237,7 +237,7 @@ class Tip:
 
     def at(self, pos: int) -> Tip:
         """Return this tip once its last part is stored at ``pos``."""
-        return replace(self, chain=(*self.chain, pos))
+        return Tip(self.count, self.nbytes, self.digest, (*self.chain, pos))
 
     def extended_by(self, count: int, elements: memoryview, prefix: bytes, live: Collection[int]) -> bool:
         """Return whether a list of ``count`` elements (``elements`` their msgpack) may be stored as appended to this.
