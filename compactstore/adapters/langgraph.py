@@ -188,7 +188,7 @@ class CompactStoreSaver(StoreUser, BaseCheckpointSaver[str]):
         codec = self._codec
         checkpoint = codec.snapshot(event)
         holders = thread.holders(ns, pos, checkpoint.get("channel_versions", {}))
-        writes = [w[-1] for w in thread.namespaces[ns].writes.get(cid, {}).values()]
+        writes = thread.writes(ns, cid)
         # One read for every row the tuple needs: values, the parts lists are spread over, writes.
         wanted = [p for p in holders.values() if p not in records] + writes
         wanted += [p for p in thread.spread(holders.values()) if p not in records]

@@ -167,6 +167,10 @@ class ThreadIndex(Tail):
             where = space.writes.get(ident[2], {}).get((ident[3], ident[4]))
         return where[-1] if where else None
 
+    def writes(self, ns: str, cid: str) -> list[int]:
+        """Return the positions of the live writes pending against checkpoint ``cid``, one per (task, idx)."""
+        return [where[-1] for where in self.namespaces[ns].writes.get(cid, {}).values()]
+
     def holders(self, ns: str, pos: int, versions: Mapping[str, Any]) -> dict[str, int]:
         """Return, per channel of ``versions``, the position of an event storing that version's value.
 
