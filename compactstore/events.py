@@ -266,11 +266,12 @@ class Redacted(Event, frozen=True, tag="redacted"):
     by: int
 
 
-class Checkpoint(Event, frozen=True, tag="checkpoint"):
-    """A snapshot ``id`` of an agent framework's state in namespace ``ns``, taken after ``parent``.
+class GraphState(Event, frozen=True, tag="graph_state"):
+    """Holds snapshot ``id`` of an agent framework's graph state in namespace ``ns``, taken after ``parent``.
 
-    ``value`` is the snapshot as the framework encoded it; the store keeps it verbatim
-    and never interprets it.
+    LangGraph calls such a snapshot a checkpoint; here a checkpoint is a raw tree
+    checkpoint (a session's size and root). ``value`` is the snapshot as the framework
+    encoded it; the store keeps it verbatim and never interprets it.
     """
 
     id: str
@@ -280,10 +281,11 @@ class Checkpoint(Event, frozen=True, tag="checkpoint"):
 
 
 class Write(Event, frozen=True, tag="write"):
-    """A ``value`` that task ``task`` wrote to ``channel``, pending against checkpoint ``checkpoint``.
+    """A ``value`` that task ``task`` wrote to ``channel``, pending against graph state ``checkpoint``.
 
     ``idx`` orders one task's writes (a framework may reserve negative ones for special
-    channels), ``path`` names where the task ran, ``ns`` the checkpoint's namespace.
+    channels), ``path`` names where the task ran, ``ns`` the graph state's namespace.
+    ``checkpoint`` keeps LangGraph's name for the id.
     """
 
     checkpoint: str
@@ -310,7 +312,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     RecoveryMarker,
     Attempt,
     Redaction,
-    Checkpoint,
+    GraphState,
     Write,
 )
 #: Kinds the store derives from other events; the rest are raw (L0) events.
@@ -330,7 +332,7 @@ _REQUIRED_TEXT: dict[type[Event], tuple[str, ...]] = {
     Spill: ("key",),
     Attempt: ("key", "operation"),
     Redaction: ("reason",),
-    Checkpoint: ("id",),
+    GraphState: ("id",),
     Write: ("checkpoint",),
 }
 

@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from .store import Session
 
 _RELS = frozenset({"open", "close", "negative", "binding", "open_at"})
-_PLAIN = ev.Checkpoint(id="-")  # stands for an event that gives no row
+_PLAIN = ev.GraphState(id="-")  # stands for an event that gives no row
 _CHUNK = 2048
 
 

@@ -74,18 +74,18 @@ def test_every_event_type_has_a_distinct_kind() -> None:
     assert isinstance(msgspec.json.decode(ev.encode(cs.Turn("u", "x"))), dict)
 
 
-def test_checkpoint_and_write_events_have_fixed_bytes() -> None:
+def test_graph_state_and_write_events_have_fixed_bytes() -> None:
     """A framework's snapshot and pending write encode canonically; empty ids are refused."""
-    _, cp = ev.canonical(cs.Checkpoint(id="c1", parent="c0", value={"b": 1}, ts=1))
-    assert cp == b'{"id":"c1","kind":"checkpoint","parent":"c0","ts":1,"value":{"b":1}}'
+    _, cp = ev.canonical(cs.GraphState(id="c1", parent="c0", value={"b": 1}, ts=1))
+    assert cp == b'{"id":"c1","kind":"graph_state","parent":"c0","ts":1,"value":{"b":1}}'
     _, w = ev.canonical(cs.Write(checkpoint="c1", task="t", channel="ch", idx=-1, value="v", ts=1))
     assert w == b'{"channel":"ch","checkpoint":"c1","idx":-1,"kind":"write","task":"t","ts":1,"value":"v"}'
-    for bad, field in ((cs.Checkpoint(id=""), "id"), (cs.Write(checkpoint="", task="t", channel="c"), "checkpoint")):
+    for bad, field in ((cs.GraphState(id=""), "id"), (cs.Write(checkpoint="", task="t", channel="c"), "checkpoint")):
         with pytest.raises(cs.InvalidEvent) as info:
             ev.canonical(bad)
         assert info.value.field == field
     with pytest.raises(cs.InvalidEvent) as info:
-        ev.canonical(cs.Checkpoint(id="c", value={"x": float("nan")}))
+        ev.canonical(cs.GraphState(id="c", value={"x": float("nan")}))
     assert info.value.field == "value.x"
 
 

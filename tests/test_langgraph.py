@@ -99,7 +99,7 @@ def test_a_graph_with_an_interrupt_runs_end_to_end_and_its_history_proves_consis
     assert paused["__interrupt__"][0].value == {"question": "apply migration 003?"}
     assert app.get_state(config).next == ("review",)
     at_pause = saver.record(config)
-    assert at_pause is not None and at_pause.kind == "checkpoint"
+    assert at_pause is not None and at_pause.kind == "graph_state"
 
     done = app.invoke(Command(resume="yes"), config)
     assert done == {"log": ["plan", "act"], "approved": True}
@@ -107,7 +107,7 @@ def test_a_graph_with_an_interrupt_runs_end_to_end_and_its_history_proves_consis
     assert at_end is not None and at_end.pos > at_pause.pos
 
     session = saver.session("migration-7")
-    assert {r.event.ns for r in session.scan() if isinstance(r.event, cs.Checkpoint)} > {""}  # the subgraph's too
+    assert {r.event.ns for r in session.scan() if isinstance(r.event, cs.GraphState)} > {""}  # the subgraph's too
     old, new = session.head(at_pause.pos + 1), session.head(at_end.pos + 1)
     proof = session.consistency_proof(old.size, new.size)
     assert merkle.verify_consistency(old.size, new.size, old.root, new.root, proof)
@@ -295,7 +295,7 @@ def test_plain_values_are_stored_as_json_and_another_serializer_sees_every_value
         c1 = _put(saver, thread, {"m": [1, "a"]}, {"m": 1}, {"m": 1})
         saver.put_writes(c1, [("m", {"role": "user"}), ("n", (1, 2))], "task")
         checkpoint, *writes = [r.event for r in saver.session(thread).scan()]
-        assert isinstance(checkpoint, cs.Checkpoint) and isinstance(writes[0], cs.Write)
+        assert isinstance(checkpoint, cs.GraphState) and isinstance(writes[0], cs.Write)
         assert (checkpoint.value["blobs"]["m"][1:] == [[1, "a"]]) == plain
         assert (writes[0].value == [{"role": "user"}]) == plain
         assert len(writes[1].value) == 2  # a tuple is not JSON: through serde
@@ -407,14 +407,14 @@ def _messages(saver: CompactStoreSaver, config: dict[str, Any]) -> list[Any]:
 
 def test_a_growing_list_channel_stores_what_was_appended_and_reads_back_whole(store: cs.Store) -> None:
     """Each checkpoint stores only the messages added since the last; every one reads back whole, chains bounded."""
-    from compactstore.adapters.langgraph import MAX_CHAIN
+    from compactstore.adapters.langgraph_state import MAX_CHAIN
 
     turns = MAX_CHAIN * 2 + 5
     configs = _grow(CompactStoreSaver(store), "t", turns)
     events = [r.event for r in store.session("langgraph:t").scan()]
-    assert sum(1 for e in events if isinstance(e, cs.Checkpoint) and "deltas" in e.value) >= turns - 4
+    assert sum(1 for e in events if isinstance(e, cs.GraphState) and "deltas" in e.value) >= turns - 4
     assert all(len(e.value.get("deltas", {}).get("messages", [])) < MAX_CHAIN for e in events
-               if isinstance(e, cs.Checkpoint))
+               if isinstance(e, cs.GraphState))
     fresh = CompactStoreSaver(store)  # reads the log from scratch
     for n, config in enumerate(configs, 1):
         assert _messages(fresh, config) == [{"role": "user", "content": f"m{i}"} for i in range(n)]
