@@ -20,11 +20,7 @@ after an item, the negative rows at given positions; the summary nodes, which gi
 rows, it reads from the log by their kind.
 
 The index of every session is complete: each append writes its rows in its own
-transaction, and a store of an earlier schema (written before the index, or with the
-``size`` rows that marked how far it went) is brought up to date, in one write
-transaction, when this version first opens it (:func:`upgrade`); the schema version it
-then records keeps earlier versions, which would append without the index, from
-writing to it. A session with redactions (a redacted body no longer gives the facts it
+transaction. A session with redactions (a redacted body no longer gives the facts it
 gave when appended) takes the full path over the events. ``verify()`` derives the whole
 index again from the bodies and reports every row that differs.
 """
@@ -202,26 +198,6 @@ def extend(writer: _Runner, session_id: int, before: int, fresh: Sequence[ev.Eve
         add(pos, event)
     if deriver.rows:
         sql.insert(deriver.rows)
-
-
-def upgrade(backend: Backend, *, rederive: bool = False) -> bool:
-    """Bring a store of the earlier schema up to this one; say if it did.
-
-    In one write transaction (no append runs meanwhile): the index of each session is
-    derived from its log up to its latest head and every row the table lacks is
-    inserted (all of them for a store written before the index; those of appends by a
-    writer without it otherwise), the ``size`` rows are dropped, and the new schema
-    version is recorded. ``rederive``: do it on a store of this schema too (its index
-    table was missing and has just been created).
-    """
-
-    def derive_missing(run: Run) -> None:
-        for sid, size in run("SELECT session_id, max(size) FROM heads GROUP BY session_id ORDER BY session_id", ()):
-            sql = IndexSQL(run, int(sid))
-            have = set(_stream(sql))
-            sql.insert([r for r in derive(run, int(sid), int(size)) if r not in have])
-
-    return backend.upgrade(derive_missing, force=rederive)
 
 
 def _log(run: Run, session_id: int, start: int, stop: int) -> Iterator[tuple[int, ev.Event]]:

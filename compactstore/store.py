@@ -24,7 +24,7 @@ from .compaction import AUTO, Finding, Node, OnRisk, Summarizer, _as_list, _Auto
 from .events import LossClass
 from .markers import Marker
 from .resolver import Artifact, Resolution, RestoredSpan
-from .backends import SCHEMA_VERSION, UPGRADES_FROM, Backend, HeadRow, Row, open_backend
+from .backends import SCHEMA_VERSION, Backend, HeadRow, Row, open_backend
 from .errors import CompactStoreError, ConflictError, IntegrityError, InvalidArgument, InvalidEvent, SessionMoved, StaleHead
 from .seal import derive_key, head_mac, key_check, seal
 
@@ -172,9 +172,10 @@ class Store:
         if self.mac_key:
             wanted["key_check"] = key_check(self.mac_key)
         meta = self.backend.init_meta(wanted)
-        if meta.get("schema_version") not in (SCHEMA_VERSION, UPGRADES_FROM):
+        if meta.get("schema_version") != SCHEMA_VERSION:
             raise CompactStoreError(
-                f"unsupported schema version {meta.get('schema_version')!r}; this library reads {SCHEMA_VERSION!r}"
+                f"unsupported schema version {meta.get('schema_version')!r}; this library reads {SCHEMA_VERSION!r}",
+                hint="open the store with the compactstore version that wrote it",
             )
         if meta.get("hash") != HASH:
             raise CompactStoreError(f"unsupported hash {meta.get('hash')!r}; want {HASH!r}")
@@ -185,11 +186,6 @@ class Store:
             raise IntegrityError("the store was created without a key", hint="open it without key=")
         if self.mac_key and meta.get("key_check") != wanted["key_check"]:
             raise IntegrityError("wrong key for this store")
-        created = getattr(self.backend, "index_created", False)  # a table found missing is derived whole
-        if meta.get("schema_version") != SCHEMA_VERSION or created:
-            structure_index.upgrade(self.backend, rederive=created)
-            if self.backend.meta().get("schema_version") != SCHEMA_VERSION:
-                raise CompactStoreError(f"the store's schema was not upgraded to {SCHEMA_VERSION!r}")
 
     def __enter__(self) -> Store:
         return self

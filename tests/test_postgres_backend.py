@@ -21,7 +21,6 @@ import psycopg  # noqa: E402
 from compactstore.backends import SCHEMA_VERSION  # noqa: E402
 from compactstore.backends.index import TABLE as INDEX_TABLE  # noqa: E402
 from compactstore.backends.postgres import (  # noqa: E402
-    _FUNCTIONS,
     _LOCK_SESSION,
     INLINE_BYTES,
     LOG_TABLES,
@@ -259,25 +258,6 @@ def test_a_sqlite_only_run_never_imports_psycopg(tmp_path: object) -> None:
     )
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
-
-
-def test_a_store_made_before_the_append_functions_gains_them_on_open(
-    pg_url: str, owner: psycopg.Connection[Any]
-) -> None:
-    """A schema-1 store without the server-side functions opens, gains them, and keeps appending and verifying."""
-    with cs.open(pg_url, key=b"k") as st:
-        st.session("s").extend(_turns(20))
-        root = st.session("s").head().root
-    for signature in _FUNCTIONS:  # as stores were made before they existed
-        owner.execute(f"DROP FUNCTION {signature}")
-    with cs.open(pg_url, key=b"k") as st:
-        for signature in _FUNCTIONS:
-            assert owner.execute("SELECT to_regprocedure(%s) IS NOT NULL", (signature,)).fetchone() == (True,)
-        s = st.session("s")
-        assert s.head().root == root
-        assert [r.pos for r in s.extend(_turns(3, "y"))] == [20, 21, 22]
-        assert st.verify().ok
-    assert owner.execute("SELECT value FROM meta WHERE name = 'schema_version'").fetchone() == (SCHEMA_VERSION,)
 
 
 def test_a_redaction_whose_erasure_fails_writes_nothing(pg_url: str, owner: psycopg.Connection[Any]) -> None:

@@ -25,18 +25,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from ..errors import StaleHead
 
-if TYPE_CHECKING:
-    from .index import Run
-
-#: The schema this library writes. "1" stores (written before the structural index, or
-#: with one ``size`` row per append) are upgraded when first opened.
+#: The schema this library writes and reads; a store of any other version is refused.
 SCHEMA_VERSION = "2"
-#: The earlier schema an open upgrades from.
-UPGRADES_FROM = "1"
 
 
 class Row(NamedTuple):
@@ -129,16 +123,6 @@ class Backend(Protocol):
         """Write ``values`` into an empty meta table; return what is stored either way."""
         ...
 
-    def upgrade(self, derive: Callable[[Run], None], *, force: bool = False) -> bool:
-        """Upgrade a store of schema UPGRADES_FROM (or, with ``force``, of this schema) in one write transaction.
-
-        No append runs meanwhile. ``derive(run)`` writes the missing structural index
-        rows through ``run``; then the earlier schema's ``size`` rows are dropped, a
-        writer of that schema is refused from then on, and SCHEMA_VERSION is recorded.
-        Says whether it ran (another process may have upgraded the store first).
-        """
-        ...
-
     def sessions(self) -> list[tuple[int, str]]:
         """Return ``(id, name)`` of every session, ordered by name."""
         ...
@@ -174,10 +158,6 @@ class Backend(Protocol):
 
     def bodies(self, session_id: int, start: int, stop: int) -> list[bytes | None]:
         """Return the bodies at positions ``[start, stop)`` in order (None where redacted), in one query."""
-        ...
-
-    def kind_rows(self, session_id: int, kind: str) -> list[Row]:
-        """Return the session's events of ``kind`` (the column, not the body), by position."""
         ...
 
     def node_range(self, session_id: int, level: int, lo: int, hi: int) -> list[tuple[int, bytes]]:

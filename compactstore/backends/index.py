@@ -8,9 +8,7 @@ at a few positions, runs of stored subtree roots).
 items, negative facts, bindings and snapshots of the open items. It is written in the
 transaction that appends the events, insert-only (triggers refuse UPDATE, DELETE and
 TRUNCATE, as on the log), and ``verify()`` derives it again from the bodies and
-compares. The ``size`` rows of the earlier schema (one per append, saying how far the
-index went) are refused: a writer of that schema fails loudly here rather than append
-without the index (see :func:`compactstore.index.upgrade`).
+compares.
 
 A backend exposes ``index_run(sql, args)`` (and its writer the same, inside the write
 transaction); the SQL here uses ``?`` placeholders and ``IN`` lists, which the
@@ -31,17 +29,6 @@ Run = Callable[[str, Sequence[object]], list[tuple[Any, ...]]]
 #: One index row as stored: ``(pos, rel, key, num, text)``.
 IndexTuple = tuple[int, str, str, int, str]
 
-#: Refuses the earlier schema's ``size`` rows (SQLite cannot add a CHECK to a table).
-NO_SIZE_SQLITE = (
-    f"CREATE TRIGGER IF NOT EXISTS {TABLE}_no_size BEFORE INSERT ON {TABLE} WHEN NEW.rel = 'size' "
-    "BEGIN SELECT RAISE(ABORT, 'compactstore: this store has a newer schema than its writer'); END"
-)
-#: The same on PostgreSQL, for a table created by the earlier schema or this one.
-NO_SIZE_POSTGRES = (
-    f"ALTER TABLE {TABLE} DROP CONSTRAINT IF EXISTS {TABLE}_no_size, "
-    f"ADD CONSTRAINT {TABLE}_no_size CHECK (rel <> 'size')"
-)
-
 SQLITE_SCHEMA = (
     f"CREATE TABLE IF NOT EXISTS {TABLE} (session_id INTEGER NOT NULL, pos INTEGER NOT NULL, "
     "rel TEXT NOT NULL, key TEXT NOT NULL, num INTEGER NOT NULL, text TEXT NOT NULL, "
@@ -58,7 +45,6 @@ SQLITE_SCHEMA = (
         f"BEGIN SELECT RAISE(ABORT, 'compactstore: {TABLE} is append-only'); END"
         for op in ("UPDATE", "DELETE")
     ),
-    NO_SIZE_SQLITE,
 )
 
 POSTGRES_SCHEMA = (
@@ -73,7 +59,6 @@ POSTGRES_SCHEMA = (
         f"FOR EACH {'STATEMENT' if op == 'truncate' else 'ROW'} EXECUTE FUNCTION compactstore_append_only()"
         for op, spec in (("update", "UPDATE"), ("delete", "DELETE"), ("truncate", "TRUNCATE"))
     ),
-    NO_SIZE_POSTGRES,
 )
 
 _COLS = "pos, rel, key, num, text"

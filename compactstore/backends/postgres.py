@@ -2,8 +2,8 @@
 
 The tables and columns are those of the SQLite backend (``bytea`` for blobs, ``bigint``
 for integers, text compared byte-wise with the ``C`` collation so that orders match).
-The library creates and migrates the schema itself, under an advisory lock so that many
-processes may open a fresh database at once, and records the schema version in ``meta``.
+The library creates the schema itself, under an advisory lock so that many processes
+may open a fresh database at once, and records the schema version in ``meta``.
 Triggers refuse UPDATE, DELETE and TRUNCATE on every log table.
 
 A write transaction takes a transaction-scoped advisory lock keyed on its session, so
@@ -20,7 +20,7 @@ round trips, each one message: BEGIN with a call of the ``compactstore_open`` fu
 ``compactstore_insert_indexed`` (the structural index's rows, the events, subtree roots
 and head) with COMMIT. A redaction commits after its erasures instead, and a batch of
 more than :data:`INLINE_BYTES` of bodies commits in a third. The functions are created
-with the schema and added on open to stores made before them.
+with the schema.
 
 Every driver error is re-raised as a :class:`~compactstore.CompactStoreError`.
 """
@@ -39,7 +39,7 @@ from psycopg.types.numeric import Int8BinaryDumper
 from psycopg_pool import ConnectionPool
 
 from ..errors import CompactStoreError, ConflictError, IntegrityError, InvalidEvent, StaleHead
-from . import SCHEMA_VERSION, UPGRADES_FROM, HeadRow, Row, keyset
+from . import SCHEMA_VERSION, HeadRow, Row, keyset
 from . import index as _index
 
 if TYPE_CHECKING:
@@ -61,7 +61,7 @@ def _fold_sql(expr: str) -> str:
     return f"({low} - CASE WHEN {low} >= 2147483648 THEN 4294967296 ELSE 0 END)::int4"
 
 
-#: The schema of version 1, created in one transaction.
+#: The log's tables, triggers and view, created in one transaction.
 _SCHEMA = (
     'CREATE TABLE meta (name text COLLATE "C" PRIMARY KEY, value text COLLATE "C" NOT NULL)',
     'CREATE TABLE sessions (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, '
@@ -113,7 +113,7 @@ _SCHEMA = (
 #: since. A concurrent creator of the same name makes the insert wait for its commit and
 #: then do nothing; the select after it finds that row. The plans of the statements inside
 #: are cached per connection, where a statement sent as text is planned on every call.
-#: Change its body only under a new name: stores are given the functions they lack.
+#: Change its body only with a new schema version: a store keeps the functions it was made with.
 _OPEN_FUNCTION = (
     "CREATE FUNCTION compactstore_open(p_name text, OUT sid bigint, OUT head_size bigint, OUT head_root bytea, "
     "OUT head_prev bigint, OUT head_seal bytea) LANGUAGE plpgsql VOLATILE AS $$ BEGIN "
@@ -139,7 +139,6 @@ _OPEN_FUNCTION = (
 #: (so seqs follow it) before their bodies are cut out: a sort of wide rows would spill to
 #: disk past work_mem. The index rows come as arrays because a statement of their own,
 #: sent as text, is parsed and planned on every append, where the plans here are cached.
-#: It succeeds ``compactstore_insert``, which took no index rows.
 _INSERT_FUNCTION = (
     "CREATE FUNCTION compactstore_insert_indexed(p_sid bigint, p_pos bigint[], p_kind text[], p_key text[], "
     "p_len int4[], p_width int4, p_leaves bytea, p_bodies bytea, p_level bigint[], p_idx bigint[], p_hashes bytea, "
@@ -194,19 +193,8 @@ _APPEND_FUNCTION = (
     "END $$"
 )
 
-#: Functions the backend calls, by signature: created with the schema, and added on open
-#: to a store whose schema predates them (they change no table, so the version stays).
-_FUNCTIONS = {
-    "compactstore_open(text)": _OPEN_FUNCTION,
-    "compactstore_insert_indexed(bigint, bigint[], text[], text[], int4[], int4, bytea, bytea, bigint[], bigint[], "
-    "bytea, bigint, bytea, bigint, bytea, bigint[], text[], text[], bigint[], text[])": _INSERT_FUNCTION,
-    "compactstore_append(bigint, bigint, bigint[], text[], text[], int4[], int4, bytea, bytea, bigint[], bigint[], "
-    "bytea, bigint, bytea, bigint, bytea, bigint[], text[], text[], bigint[], text[])": _APPEND_FUNCTION,
-}
-
-#: Migrations: from a schema version to the next, as ``(next version, statements)``.
-#: The version in ``meta`` is rewritten by the migration with the triggers disabled.
-_MIGRATIONS: dict[str, tuple[str, tuple[str, ...]]] = {}
+#: The functions the backend calls, created with the schema.
+_FUNCTIONS = (_OPEN_FUNCTION, _INSERT_FUNCTION, _APPEND_FUNCTION)
 
 
 def redact_url(url: str) -> str:
@@ -244,11 +232,9 @@ class PostgresBackend:
     """A store in one PostgreSQL database, reached through a pool of connections."""
 
     gapless_seq = False
-    #: Whether opening created the structural index in a store with a log (the store above derives it).
-    index_created = False
 
     def __init__(self, url: str, *, durable: bool = False, min_size: int = 1, max_size: int = 4) -> None:
-        """Connect to ``url``, creating or migrating the schema if needed.
+        """Connect to ``url``, creating the schema in an empty database.
 
         Args:
             url: a ``postgresql://`` (or ``postgres://``) URL, in libpq's syntax.
@@ -259,8 +245,7 @@ class PostgresBackend:
             max_size: connections the pool opens at most.
 
         Raises:
-            CompactStoreError: the server cannot be reached, its encoding is not UTF8,
-                or the database holds a schema newer than this library.
+            CompactStoreError: the server cannot be reached, or its encoding is not UTF8.
         """
         self._where = redact_url(url)
         self._durable = durable
@@ -276,7 +261,7 @@ class PostgresBackend:
                         f"PostgreSQL store {self._where}: server encoding is {encoding}, want UTF8",
                         hint="create the database with ENCODING 'UTF8'",
                     )
-                self.index_created = _ensure_schema(conn)
+                _ensure_schema(conn)
         except psycopg.Error as exc:
             raise _error(exc, f"cannot open {self._where}") from exc
         try:
@@ -334,35 +319,6 @@ class PostgresBackend:
 
         self._run("initialise meta", go)
         return self.meta()
-
-    def upgrade(self, derive: Callable[[_index.Run], None], *, force: bool = False) -> bool:
-        def go(cur: psycopg.Cursor[tuple[Any, ...]]) -> bool:
-            with cur.connection.transaction():
-                cur.execute("SELECT pg_advisory_xact_lock(%s, 0)", (_LOCK_SCHEMA,))
-                cur.execute("SELECT value FROM meta WHERE name = 'schema_version'")
-                got = cur.fetchone()
-                version = None if got is None else str(got[0])
-                if not (version == UPGRADES_FROM or (force and version == SCHEMA_VERSION)):
-                    return False  # upgraded meanwhile, or a version the store reports
-                # No append (of this schema or the earlier one) while the index is derived.
-                cur.execute("LOCK TABLE events IN EXCLUSIVE MODE")
-
-                def run(sql: str, args: Sequence[object]) -> list[tuple[Any, ...]]:
-                    cur.execute(_pg_sql(sql), args)
-                    return cur.fetchall() if cur.description else []
-
-                derive(run)
-                table = _index.TABLE
-                cur.execute(f"ALTER TABLE {table} DISABLE TRIGGER {table}_no_delete")
-                cur.execute(f"DELETE FROM {table} WHERE rel = 'size'")
-                cur.execute(f"ALTER TABLE {table} ENABLE TRIGGER {table}_no_delete")
-                cur.execute(_index.NO_SIZE_POSTGRES)
-                cur.execute("ALTER TABLE meta DISABLE TRIGGER meta_no_update")
-                cur.execute("UPDATE meta SET value = %s WHERE name = 'schema_version'", (SCHEMA_VERSION,))
-                cur.execute("ALTER TABLE meta ENABLE TRIGGER meta_no_update")
-                return True
-
-        return self._run(f"upgrade the store to schema {SCHEMA_VERSION}", go)
 
     def sessions(self) -> list[tuple[int, str]]:
         return [(int(i), str(n)) for i, n in self._all("SELECT id, name FROM sessions ORDER BY name")]
@@ -430,12 +386,6 @@ class PostgresBackend:
         )
         return [None if b is None else bytes(b) for (b,) in got]
 
-    def kind_rows(self, session_id: int, kind: str) -> list[Row]:
-        got = self._all(
-            f"SELECT {_ROW} FROM events WHERE session_id = %s AND kind = %s ORDER BY pos", (session_id, kind)
-        )
-        return [Row(*r) for r in got]
-
     def node_range(self, session_id: int, level: int, lo: int, hi: int) -> list[tuple[int, bytes]]:
         got = self._all(
             "SELECT idx, hash FROM nodes WHERE session_id = %s AND level = %s AND idx >= %s AND idx < %s ORDER BY idx",
@@ -481,42 +431,15 @@ class PostgresBackend:
         return self._all(_pg_sql(sql), args)
 
 
-def _ensure_schema(conn: psycopg.Connection[tuple[Any, ...]]) -> bool:
-    """Create the schema in an empty database, or migrate an older one, under a lock; say if the index is new."""
+def _ensure_schema(conn: psycopg.Connection[tuple[Any, ...]]) -> None:
+    """Create the schema in an empty database, under a lock (a store's version is checked by the store)."""
     with conn.transaction(), conn.cursor() as cur:
         cur.execute("SELECT pg_advisory_xact_lock(%s, 0)", (_LOCK_SCHEMA,))
         cur.execute("SELECT to_regclass('meta') IS NOT NULL")
         row = cur.fetchone()
         if not (row and row[0]):
-            cur.execute(";\n".join((*_SCHEMA, *_FUNCTIONS.values())))  # one round trip, one transaction
-            _index_schema(cur)
-            return False  # a new store: no log to derive an index from
-        cur.execute("SELECT value FROM meta WHERE name = 'schema_version'")
-        got = cur.fetchone()
-        version = None if got is None else str(got[0])
-        while version in _MIGRATIONS:
-            assert version is not None
-            version, statements = _MIGRATIONS[version]
-            for sql in statements:
-                cur.execute(sql)
-            cur.execute("ALTER TABLE meta DISABLE TRIGGER meta_no_update")
-            cur.execute("UPDATE meta SET value = %s WHERE name = 'schema_version'", (version,))
-            cur.execute("ALTER TABLE meta ENABLE TRIGGER meta_no_update")
-        # A version this library does not know is reported by the store, which reads meta.
-        cur.execute("SELECT s FROM unnest(%s::text[]) AS s WHERE to_regprocedure(s) IS NULL", (list(_FUNCTIONS),))
-        for (missing,) in cur.fetchall():
-            cur.execute(_FUNCTIONS[missing])
-        return _index_schema(cur)
-
-
-def _index_schema(cur: psycopg.Cursor[tuple[Any, ...]]) -> bool:
-    """Create the structural index's table in a store that lacks it (new, or written before it); say if it did."""
-    cur.execute("SELECT to_regclass(%s) IS NOT NULL", (_index.TABLE,))
-    row = cur.fetchone()
-    if row and row[0]:
-        return False
-    cur.execute(";\n".join(_index.POSTGRES_SCHEMA))
-    return True
+            # One round trip, one transaction.
+            cur.execute(";\n".join((*_SCHEMA, *_FUNCTIONS, *_index.POSTGRES_SCHEMA)))
 
 
 def _pg_sql(sql: str) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import sqlite_utils
 
 from ..errors import CompactStoreError, ConflictError, IntegrityError
-from . import SCHEMA_VERSION, UPGRADES_FROM, HeadRow, Row, keyset
+from . import SCHEMA_VERSION, HeadRow, Row, keyset
 from . import index as _index
 
 if TYPE_CHECKING:
@@ -83,18 +83,14 @@ def _schema(db: sqlite_utils.Database) -> None:
         "e.idem_key, hex(e.leaf) AS leaf, CAST(e.body AS TEXT) AS body "
         "FROM events e JOIN sessions s ON s.id = e.session_id"
     )
+    for sql in _index.SQLITE_SCHEMA:
+        db.execute(sql)
 
 
 class SQLiteBackend:
-    """A store in one SQLite file (or ``":memory:"``).
-
-    Stores written before nodes and heads became WITHOUT ROWID tables keep their rowid
-    tables and are read and appended to as they are: every statement works on both.
-    """
+    """A store in one SQLite file (or ``":memory:"``)."""
 
     gapless_seq = True
-    #: Whether opening created the structural index in a store with a log (the store above derives it).
-    index_created = False
 
     def __init__(self, path: str, *, durable: bool = False) -> None:
         """Open or create the database at ``path``.
@@ -124,11 +120,8 @@ class SQLiteBackend:
                 _enter_wal(conn)
             conn.execute(f"PRAGMA synchronous = {'FULL' if durable else 'NORMAL'}")
             with self._write():
-                existed = conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'meta'").fetchone() is not None
-                if not existed:
+                if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'meta'").fetchone() is None:
                     _schema(sqlite_utils.Database(conn, execute_plugins=False))
-                # Only a store with a log before it needs its new index derived.
-                self.index_created = _index_schema(conn) and existed
         except (sqlite3.Error, UnicodeDecodeError) as exc:
             conn.close()
             raise _error(exc, f"open {path!r} as a compactstore store") from exc
@@ -177,26 +170,6 @@ class SQLiteBackend:
         except (sqlite3.Error, UnicodeDecodeError) as exc:
             raise _error(exc, "read the meta table") from exc
         return self.meta()
-
-    def upgrade(self, derive: Callable[[_index.Run], None], *, force: bool = False) -> bool:
-        try:
-            with self._lock, self._write() as conn:  # BEGIN IMMEDIATE: no other writer until it commits
-                got = conn.execute("SELECT value FROM meta WHERE name = 'schema_version'").fetchone()
-                version = None if got is None else got[0]
-                if not (version == UPGRADES_FROM or (force and version == SCHEMA_VERSION)):
-                    return False  # upgraded meanwhile, or a version the store reports
-                derive(lambda sql, args: conn.execute(sql, args).fetchall())
-                # The append-only triggers step aside for these two statements only.
-                conn.execute(f"DROP TRIGGER IF EXISTS {_index.TABLE}_no_delete")
-                conn.execute(f"DELETE FROM {_index.TABLE} WHERE rel = 'size'")
-                conn.execute("DROP TRIGGER IF EXISTS meta_no_update")
-                conn.execute("UPDATE meta SET value = ? WHERE name = 'schema_version'", (SCHEMA_VERSION,))
-                conn.execute(_append_only("meta", "UPDATE"))
-                for sql in _index.SQLITE_SCHEMA:
-                    conn.execute(sql)
-        except (sqlite3.Error, UnicodeDecodeError) as exc:
-            raise _error(exc, f"upgrade the store to schema {SCHEMA_VERSION}") from exc
-        return True
 
     def sessions(self) -> list[tuple[int, str]]:
         return [(int(i), str(n)) for i, n in self._all("SELECT id, name FROM sessions ORDER BY name")]
@@ -255,14 +228,6 @@ class SQLiteBackend:
             (session_id, start, stop),
         )
         return [b for (b,) in got]
-
-    def kind_rows(self, session_id: int, kind: str) -> list[Row]:
-        got = self._all(
-            "SELECT seq, session_id, pos, kind, idem_key, leaf, body FROM events "
-            "WHERE session_id = ? AND kind = ? ORDER BY pos",
-            (session_id, kind),
-        )
-        return [Row(*r) for r in got]
 
     def node_range(self, session_id: int, level: int, lo: int, hi: int) -> list[tuple[int, bytes]]:
         return self._all(
@@ -399,15 +364,6 @@ def _hashes(conn: sqlite3.Connection, session_id: int, coords: Sequence[tuple[in
     except KeyError:
         level, idx = next(c for c in coords if c not in found)
         raise IntegrityError(f"subtree ({level}, {idx}) is missing", pos=idx << level) from None
-
-
-def _index_schema(conn: sqlite3.Connection) -> bool:
-    """Create the structural index's table in a store that lacks it (new, or written before it); say if it did."""
-    if conn.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (_index.TABLE,)).fetchone():
-        return False
-    for sql in _index.SQLITE_SCHEMA:
-        conn.execute(sql)
-    return True
 
 
 _INSERT = "INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?)"

@@ -356,8 +356,6 @@ def m_meta(conn: sqlite3.Connection, rng: random.Random, keyed: bool) -> str | N
         return f"meta delete {name}"
     if choice == "add":
         name = rng.choice(["key_check", "keyed", "hash2", "schema_version"])
-        # Not schema_version "1": a store claiming the earlier schema is upgraded on open, and
-        # the upgrade of a complete index changes nothing (test_structure_index shows it).
         conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (name, {"key_check": "0" * 64, "schema_version": "0"}.get(name, "1")))
         return f"meta set {name}"
     if choice == "upgrade":
