@@ -34,8 +34,6 @@ import msgspec
 from . import events as ev
 from . import merkle
 from .compaction import _extract, kept_keys, value_digest
-from .backends import Row
-from .backends.index import IndexSQL
 from .errors import IntegrityError, InvalidArgument, MarkerInvalid
 from .index import Index
 from .seal import head_mac
@@ -319,9 +317,8 @@ class Reader:
         wanted = sorted({p for p in positions if 0 <= p < self.size and p not in self.events})
         if sid is None or not wanted:
             return
-        run = self.session.store.backend.index_run
-        for row in IndexSQL(run, sid).events_at(wanted):
-            self.add(self.session._record(Row(*row)))
+        for row in self.session.store.backend.rows_at(sid, wanted):
+            self.add(self.session._record(row))
 
     def add(self, record: Record) -> None:
         """Take in a record read elsewhere (checking it like the ones read here)."""

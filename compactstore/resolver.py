@@ -29,12 +29,12 @@ from . import merkle
 from .compaction import Node, _unhex, content_digest_of
 from .errors import CompactStoreError, IntegrityError, InvalidArgument, ReconstructionUnsoundError
 from .events import JSON, LossClass
-from .backends.index import IndexSQL
 from .index import Index
 from .markers import CONDITIONS, Marker, Reader, check, check_indexed
 from .seal import head_mac
 
 if TYPE_CHECKING:
+    from .backends import Backend
     from .store import Record, Session
 
 TOLERANT_OPS = frozenset({"summarize", "plan", "brainstorm", "rank"})
@@ -165,13 +165,13 @@ def _resume_indexed(session: Session, record: Record, m: Marker, index: Index) -
             raw.append(r)
     if len(raw) != top.start + size - top.stop:
         raise IntegrityError(f"positions missing before pos {size}", session=session.name)
-    if _root_with(session, index.sql, reader.leaves, size) != m.root:
+    if _root_with(session, index.backend, index.sid, reader.leaves, size) != m.root:
         raise IntegrityError(
             f"events read under marker at pos {pos} do not give the stored tree's root at its checkpoint (size {size})",
             session=session.name,
             pos=pos,
         )
-    if _root_with(session, index.sql, {pos: marker_leaf}, pos + 1) != session.head(pos + 1).root:
+    if _root_with(session, index.backend, index.sid, {pos: marker_leaf}, pos + 1) != session.head(pos + 1).root:
         raise IntegrityError(
             f"marker at pos {pos} does not give the stored tree's root", session=session.name, pos=pos
         )
@@ -199,7 +199,7 @@ def _check_checkpoint(session: Session, m: Marker, root: bytes) -> None:
         raise IntegrityError(f"marker at pos {m.pos}: checkpoint MAC does not verify", session=session.name, pos=m.pos)
 
 
-def _root_with(session: Session, sql: IndexSQL, leaves: Mapping[int, bytes], size: int) -> bytes:
+def _root_with(session: Session, backend: Backend, sid: int, leaves: Mapping[int, bytes], size: int) -> bytes:
     """Return the root of ``[0, size)`` from the ``leaves`` given and stored subtree roots for the rest.
 
     A subtree holding no given position comes from the store (O(log n) of them per run
@@ -223,7 +223,7 @@ def _root_with(session: Session, sql: IndexSQL, leaves: Mapping[int, bytes], siz
     cover = merkle.cover(0, size)
     for level, idx in cover:
         plan(level, idx)
-    stored = merkle.resolve(need, lambda coords: _subtrees(session, sql, coords)) if need else {}
+    stored = merkle.resolve(need, lambda coords: _subtrees(session, backend, sid, coords)) if need else {}
 
     def root(level: int, idx: int) -> bytes:
         if not has(level, idx):
@@ -235,7 +235,7 @@ def _root_with(session: Session, sql: IndexSQL, leaves: Mapping[int, bytes], siz
     return merkle.fold([root(level, idx) for level, idx in cover]) if cover else merkle.empty_root()
 
 
-def _subtrees(session: Session, sql: IndexSQL, coords: list[tuple[int, int]]) -> list[bytes]:
+def _subtrees(session: Session, backend: Backend, sid: int, coords: list[tuple[int, int]]) -> list[bytes]:
     """Return the stored roots at ``coords``, reading runs of neighbours with one range query each."""
     got: dict[tuple[int, int], bytes] = {}
     for level in sorted({lv for lv, _ in coords}):
@@ -247,7 +247,7 @@ def _subtrees(session: Session, sql: IndexSQL, coords: list[tuple[int, int]]) ->
             else:
                 runs.append([i, i])
         for lo, hi in runs:
-            got.update(((level, i), h) for i, h in sql.subtrees(level, lo, hi + 1))
+            got.update(((level, i), h) for i, h in backend.subtree_range(sid, level, lo, hi + 1))
     missing = [c for c in coords if c not in got]
     if missing:
         level, idx = missing[0]

@@ -252,7 +252,7 @@ def _check_chunk(backend: Backend, sid: int, start: int, reds: _Redactions, keep
         if not merkle.is_stored(level):
             continue
         want, base = levels[level], start >> level
-        stored = dict(backend.node_range(sid, level, base, base + len(want)))
+        stored = dict(backend.subtree_range(sid, level, base, base + len(want)))
         for i, h in enumerate(want):
             got = stored.get(base + i)
             if got != h:
@@ -339,7 +339,7 @@ def verify_store(
     sessions = backend.sessions()
     # The structural index's problems are listed after every session's own.
     index_found: list[tuple[str | None, int | None, str]] = []
-    structure_index.verify_orphans(backend.index_run, lambda pos, what: index_found.append((None, pos, what)))
+    structure_index.verify_orphans(backend, lambda pos, what: index_found.append((None, pos, what)))
     try:
         for sid, name in sessions:
             session = _SessionCheck(store, sid, name, found)
@@ -347,7 +347,7 @@ def verify_store(
             # with redactions has only the kinds of its rows checked: nothing to derive).
             head = backend.head(sid)
             derived = (None if session.reds.erased
-                       else structure_index.Rederivation(backend.index_run, sid, 0 if head is None else head.size))
+                       else structure_index.Rederivation(backend, sid, 0 if head is None else head.size))
             digests: list[tuple[int, str]] = []
             for part in _session_parts(backend, sid, session.reds, pool, workers):
                 if isinstance(part, _Checked):
@@ -574,7 +574,7 @@ class _SessionCheck:
 
     def _check_made(self, made: dict[int, dict[int, bytes]]) -> None:
         for level, want in made.items():
-            stored = dict(self.store.backend.node_range(self.sid, level, min(want), max(want) + 1))
+            stored = dict(self.store.backend.subtree_range(self.sid, level, min(want), max(want) + 1))
             for idx, h in want.items():
                 got = stored.get(idx)
                 if got != h:
@@ -593,7 +593,7 @@ class _SessionCheck:
             found.add(name, "heads", head.size, f"head of size {head.size} beyond the log's {size} events")
         if size and self.prev != size:
             found.add(name, "heads", self.prev, f"latest head is at size {self.prev}, but the log has {size} events")
-        for level, n in self.store.backend.node_counts(self.sid).items():
+        for level, n in self.store.backend.subtree_counts(self.sid).items():
             expected = size >> level if level >= 1 and merkle.is_stored(level) else 0
             if n != expected:
                 found.add(name, "nodes", None, f"{n} subtrees stored at level {level}, want {expected}")

@@ -323,17 +323,18 @@ def _one_event(st: cs.Store) -> tuple[int, Any, Any]:
 def test_a_writers_index_rows_reach_the_index_exactly(pg_url: str, owner: psycopg.Connection[Any], read_first: bool) -> None:
     """Index rows travel as arguments of the insert's call, or as literal SQL when a read comes first; either way exactly."""
     from compactstore.backends import HeadRow
+    from compactstore.structure import IndexRow
 
     odd = ["a,b", "{x}", '"q"', "back\\slash", "NULL", "it's", "ключ ✓", ""]
-    rows = [(5, "binding", k, i, t) for i, (k, t) in enumerate(zip(odd, reversed(odd)))] + [(5, "open_at", "tool_call/c1", 4, "")]
-    insert = f"INSERT INTO {INDEX_TABLE} (session_id, pos, rel, key, num, text) VALUES "
+    rows = [IndexRow(5, "binding", k, i, t) for i, (k, t) in enumerate(zip(odd, reversed(odd)))]
+    rows.append(IndexRow(5, "open_at", "tool_call/c1", 4, ""))
     with cs.open(pg_url) as st:
         sid, head, row = _one_event(st)
         with st.backend.writer("s") as w:
-            w.index_run(insert + ", ".join(["(?, ?, ?, ?, ?, ?)"] * len(rows)), [v for r in rows for v in (sid, *r)])
+            w.insert_index(rows)
             if read_first:
-                got = w.index_run(f"SELECT count(*) FROM {INDEX_TABLE} WHERE session_id = ? AND pos = 5", (sid,))
-                assert got == [(len(rows),)]
+                got = w.index_rows(("binding", "open_at"), 5, 6)
+                assert sorted(got) == sorted(rows)
             w.insert([row._replace(pos=1)], [], HeadRow(2, head.root, 1, head.seal))
     stored = owner.execute(f"SELECT pos, rel, key, num, text FROM {INDEX_TABLE} WHERE pos = 5 ORDER BY rel, num").fetchall()
     assert stored == sorted(rows, key=lambda r: (r[1], r[3]))
@@ -342,13 +343,13 @@ def test_a_writers_index_rows_reach_the_index_exactly(pg_url: str, owner: psycop
 def test_a_nul_in_an_index_row_is_refused_before_the_server(pg_url: str) -> None:
     """Text the index cannot store is refused in the writer, and nothing is written."""
     from compactstore.backends import HeadRow
+    from compactstore.structure import IndexRow
 
     with cs.open(pg_url) as st:
         sid, head, row = _one_event(st)
         with pytest.raises(cs.CompactStoreError, match="NUL"):
             with st.backend.writer("s") as w:
-                w.index_run(f"INSERT INTO {INDEX_TABLE} (session_id, pos, rel, key, num, text) VALUES (?, ?, ?, ?, ?, ?)",
-                            (sid, 1, "binding", "a\x00b", 0, ""))
+                w.insert_index([IndexRow(1, "binding", "a\x00b", 0, "")])
                 w.insert([row._replace(pos=1)], [], HeadRow(2, head.root, 1, head.seal))
         assert st.session("s").size == 1
 

@@ -2,6 +2,8 @@
 
 A backend stores rows and answers range queries; it knows nothing of hashing, events
 or compaction. The store above it does the Merkle arithmetic once, for every backend.
+The protocol is typed verbs over rows: no SQL text crosses it, each backend writes its
+own statements (those both share are in :mod:`compactstore.backends.index`).
 
 Tables (the same in every backend):
 
@@ -28,6 +30,7 @@ from contextlib import AbstractContextManager
 from typing import Any, NamedTuple, Protocol
 
 from ..errors import StaleHead
+from ..structure import IndexRow
 
 #: The schema this library writes and reads; a store of any other version is refused.
 SCHEMA_VERSION = "2"
@@ -100,8 +103,24 @@ class Writer(Protocol):
         """Record ``positions`` as redacted by the event at ``by``: body and idem_key NULL, kind ``redacted``."""
         ...
 
-    def index_run(self, sql: str, args: Sequence[object]) -> list[tuple[Any, ...]]:
-        """Run one statement of :mod:`compactstore.backends.index` in this transaction; return its rows."""
+    def index_rows(self, rels: Sequence[str], lo: int, hi: int) -> list[IndexRow]:
+        """Return the session's index rows of kinds ``rels`` at positions ``[lo, hi)``, by position."""
+        ...
+
+    def index_rows_at(self, rel: str, positions: Sequence[int]) -> list[IndexRow]:
+        """Return the session's index rows of kind ``rel`` at ``positions`` (sorted), by position."""
+        ...
+
+    def latest_binding(self, key: str, before: int) -> IndexRow | None:
+        """Return the session's ``binding`` row of the last binding of ``key`` before position ``before``."""
+        ...
+
+    def body(self, pos: int) -> bytes | None:
+        """Return the session's stored body at ``pos`` (None: redacted or missing)."""
+        ...
+
+    def insert_index(self, rows: Sequence[IndexRow]) -> None:
+        """Insert the session's index ``rows``, before :meth:`insert` (it may commit)."""
         ...
 
 
@@ -160,12 +179,48 @@ class Backend(Protocol):
         """Return the bodies at positions ``[start, stop)`` in order (None where redacted), in one query."""
         ...
 
-    def node_range(self, session_id: int, level: int, lo: int, hi: int) -> list[tuple[int, bytes]]:
-        """Return ``(idx, hash)`` of stored nodes at ``level`` with ``lo <= idx < hi``."""
+    def rows_at(self, session_id: int, positions: Sequence[int]) -> list[Row]:
+        """Return the events at ``positions`` (sorted), by position."""
         ...
 
-    def node_counts(self, session_id: int) -> dict[int, int]:
-        """Return the number of stored nodes per level."""
+    def node_bodies(self, session_id: int, lo: int, hi: int) -> list[tuple[int, bytes | None]]:
+        """Return ``(pos, body)`` of the summary nodes (events of kind ``node``) at positions ``[lo, hi)``, by position."""
+        ...
+
+    def body(self, session_id: int, pos: int) -> bytes | None:
+        """Return the stored body at ``pos`` (None: redacted or missing)."""
+        ...
+
+    def subtree_range(self, session_id: int, level: int, lo: int, hi: int) -> list[tuple[int, bytes]]:
+        """Return ``(idx, hash)`` of the stored subtree roots at ``level`` with ``lo <= idx < hi`` (level 0: leaves)."""
+        ...
+
+    def subtree_counts(self, session_id: int) -> dict[int, int]:
+        """Return the number of stored subtree roots per level."""
+        ...
+
+    def index_rows(self, session_id: int, rels: Sequence[str], lo: int, hi: int) -> list[IndexRow]:
+        """Return the index rows of kinds ``rels`` at positions ``[lo, hi)``, by position."""
+        ...
+
+    def index_rows_at(self, session_id: int, rel: str, positions: Sequence[int]) -> list[IndexRow]:
+        """Return the index rows of kind ``rel`` at ``positions`` (sorted), by position."""
+        ...
+
+    def negatives_caused(self, session_id: int, lo: int, hi: int) -> list[IndexRow]:
+        """Return the ``negative`` rows before ``lo`` made negative in ``[lo, hi)`` (their ``num``), by position."""
+        ...
+
+    def latest_binding(self, session_id: int, key: str, before: int) -> IndexRow | None:
+        """Return the ``binding`` row of the last binding of ``key`` before position ``before``."""
+        ...
+
+    def index_after(self, session_id: int, after: tuple[int, str, int], limit: int) -> list[IndexRow]:
+        """Return up to ``limit`` index rows after ``(pos, rel, num)`` in that order, for streaming the index."""
+        ...
+
+    def index_orphans(self) -> list[object]:
+        """Return the session ids the index names that no session has, as stored (a damaged file may hold a NULL)."""
         ...
 
     def heads(self, session_id: int, after: int, limit: int) -> list[HeadRow]:
@@ -186,10 +241,6 @@ class Backend(Protocol):
 
     def seq_bounds(self) -> tuple[int, int, int]:
         """Return ``(count, min, max)`` of event sequence numbers."""
-        ...
-
-    def index_run(self, sql: str, args: Sequence[object]) -> list[tuple[Any, ...]]:
-        """Run one statement of :mod:`compactstore.backends.index`; return its rows."""
         ...
 
 

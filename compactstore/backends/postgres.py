@@ -39,11 +39,13 @@ from psycopg.types.numeric import Int8BinaryDumper
 from psycopg_pool import ConnectionPool
 
 from ..errors import CompactStoreError, ConflictError, IntegrityError, InvalidEvent, StaleHead
+from ..structure import IndexRow
 from . import SCHEMA_VERSION, HeadRow, Row, keyset
 from . import index as _index
+from .index import Reads
 
 if TYPE_CHECKING:
-    from . import Backend
+    from . import Backend, Writer
 
 LOG_TABLES = ("meta", "sessions", "events", "nodes", "heads", "redactions")
 #: How long a writer waits for its session's lock (or any row lock) before giving up.
@@ -228,8 +230,12 @@ def _text(value: str, field: str) -> str:
     return value
 
 
-class PostgresBackend:
-    """A store in one PostgreSQL database, reached through a pool of connections."""
+class PostgresBackend(Reads):
+    """A store in one PostgreSQL database, reached through a pool of connections.
+
+    The reads of the index, of events at given positions and of subtree roots come from
+    :class:`~compactstore.backends.index.Reads`, through :meth:`_all`.
+    """
 
     gapless_seq = False
 
@@ -247,6 +253,7 @@ class PostgresBackend:
         Raises:
             CompactStoreError: the server cannot be reached, or its encoding is not UTF8.
         """
+        super().__init__(self._all, _index.POSTGRES)
         self._where = redact_url(url)
         self._durable = durable
         #: session name -> (id, head) of the append this backend committed last, for speculation
@@ -386,17 +393,6 @@ class PostgresBackend:
         )
         return [None if b is None else bytes(b) for (b,) in got]
 
-    def node_range(self, session_id: int, level: int, lo: int, hi: int) -> list[tuple[int, bytes]]:
-        got = self._all(
-            "SELECT idx, hash FROM nodes WHERE session_id = %s AND level = %s AND idx >= %s AND idx < %s ORDER BY idx",
-            (session_id, level, lo, hi),
-        )
-        return [(int(i), bytes(h)) for i, h in got]
-
-    def node_counts(self, session_id: int) -> dict[int, int]:
-        got = self._all("SELECT level, count(*) FROM nodes WHERE session_id = %s GROUP BY level", (session_id,))
-        return {int(lv): int(n) for lv, n in got}
-
     def heads(self, session_id: int, after: int, limit: int) -> list[HeadRow]:
         got = self._all(
             "SELECT size, root, prev, seal FROM heads WHERE session_id = %s AND size > %s ORDER BY size LIMIT %s",
@@ -426,10 +422,6 @@ class PostgresBackend:
         n, lo, hi = self._all("SELECT count(*), coalesce(min(seq), 0), coalesce(max(seq), 0) FROM events")[0]
         return int(n), int(lo), int(hi)
 
-    def index_run(self, sql: str, args: Sequence[object]) -> list[tuple[Any, ...]]:
-        """Run one statement of :mod:`compactstore.backends.index` and return its rows."""
-        return self._all(_pg_sql(sql), args)
-
 
 def _ensure_schema(conn: psycopg.Connection[tuple[Any, ...]]) -> None:
     """Create the schema in an empty database, under a lock (a store's version is checked by the store)."""
@@ -440,11 +432,6 @@ def _ensure_schema(conn: psycopg.Connection[tuple[Any, ...]]) -> None:
         if not (row and row[0]):
             # One round trip, one transaction.
             cur.execute(";\n".join((*_SCHEMA, *_FUNCTIONS, *_index.POSTGRES_SCHEMA)))
-
-
-def _pg_sql(sql: str) -> str:
-    """Return a statement of :mod:`compactstore.backends.index` with psycopg's placeholders."""
-    return sql.replace("?", "%s")
 
 
 def _hashes(cur: psycopg.Cursor[tuple[Any, ...]], session_id: int, coords: Sequence[tuple[int, int]]) -> list[bytes]:
@@ -478,12 +465,8 @@ _INSERT_TYPES = ("bigint", "bigint[]", "text[]", "text[]", "int4[]", "int4", "by
 #: literal each, see :func:`_array`), the rest in binary (integers as int8, see :func:`_cursors`).
 _APPEND_CALL = "SELECT compactstore_append(%b::bigint, " + ", ".join(
     f"%t::{t}" if t.endswith("[]") else f"%b::{t}" for t in _INSERT_TYPES) + ")"
-#: The one statement of :mod:`compactstore.backends.index` a writer sends as arguments of
-#: ``compactstore_insert_indexed``: its rows of six values (the session's id first).
+#: The insert of index rows a writer spells out when a statement must see them before its insert.
 _INDEX_INSERT = f"INSERT INTO {_index.TABLE} (session_id, pos, rel, key, num, text) VALUES "
-_INDEX_ROW = "(?, ?, ?, ?, ?, ?)"
-#: One structural index row as the writer keeps it: ``(pos, rel, key, num, text)``.
-_IndexRow = tuple[int, str, str, int, str]
 #: Up to this many bytes of bodies an insert is written inline, in the message that
 #: commits it; beyond, its arguments travel in binary and COMMIT follows on its own
 #: (one round trip more, against a server that would otherwise read the bytes as text).
@@ -492,7 +475,7 @@ INLINE_BYTES = 64 * 1024
 
 def _insert_args(
     session_id: int, rows: Sequence[Row], nodes: Sequence[tuple[int, int, bytes]], head: HeadRow,
-    index: Sequence[_IndexRow] = (),
+    index: Sequence[IndexRow] = (),
 ) -> tuple[object, ...]:
     """Return the arguments of ``compactstore_insert_indexed``, arrays as array literals.
 
@@ -653,8 +636,8 @@ def _rollback(conn: psycopg.Connection[tuple[Any, ...]]) -> None:
 
 
 class _PGWriter:
-    __slots__ = ("_cur", "_deferred", "_expect", "_head", "_index", "_spec", "_text", "committed", "session_id",
-                 "written")
+    __slots__ = ("_cur", "_deferred", "_expect", "_head", "_index", "_reads", "_spec", "_text", "committed",
+                 "session_id", "written")
 
     def __init__(self, text: psycopg.Cursor[tuple[Any, ...]], binary: psycopg.Cursor[tuple[Any, ...]],
                  session_id: int, head: HeadRow | None | _Unread, *, speculative: str | None = None) -> None:
@@ -674,7 +657,9 @@ class _PGWriter:
         #: Index inserts as literal SQL, sent with the next statement instead of a round trip each.
         self._deferred: list[str] = []
         #: Index rows not sent yet: arguments of the insert's call, or literal SQL if another statement comes first.
-        self._index: list[_IndexRow] = []
+        self._index: list[IndexRow] = []
+        #: The shared reads, run in this transaction once what it holds back is sent.
+        self._reads = Reads(lambda sql, args: self._do("read in the write transaction", sql, args), _index.POSTGRES)
 
     def _spell_index(self) -> None:
         """Turn the index rows held as values into a deferred literal INSERT (another statement must see them)."""
@@ -822,33 +807,25 @@ class _PGWriter:
         self.written = head
         return _seqs(rows, got)
 
-    def index_run(self, sql: str, args: Sequence[object]) -> list[tuple[Any, ...]]:
-        """Run one statement of :mod:`compactstore.backends.index` inside the write transaction.
+    def index_rows(self, rels: Sequence[str], lo: int, hi: int) -> list[IndexRow]:
+        return self._reads.index_rows(self.session_id, rels, lo, hi)
 
-        An INSERT is deferred and travels with the next statement: its rows as arguments
-        of the insert's call, or as literal SQL if another statement comes first. An
-        append costs no round trip and no statement of its own for its index rows.
+    def index_rows_at(self, rel: str, positions: Sequence[int]) -> list[IndexRow]:
+        return self._reads.index_rows_at(self.session_id, rel, positions)
+
+    def latest_binding(self, key: str, before: int) -> IndexRow | None:
+        return self._reads.latest_binding(self.session_id, key, before)
+
+    def body(self, pos: int) -> bytes | None:
+        return self._reads.body(self.session_id, pos)
+
+    def insert_index(self, rows: Sequence[IndexRow]) -> None:
+        """Hold ``rows`` back: they travel as arguments of the insert's call, or as literal SQL before another statement.
+
+        An append costs no round trip and no statement of its own for its index rows.
         """
-        n = len(args) // 6
-        if (sql.startswith(_INDEX_INSERT) and len(args) == 6 * n and sql == _INDEX_INSERT + ", ".join([_INDEX_ROW] * n)
-                and all(args[i] == self.session_id for i in range(0, len(args), 6))):
-            self._open()
-            values = [v if isinstance(v, int) else str(v) for v in args]
-            self._index += [(int(p), str(r), str(k), int(num), str(t))
-                            for p, r, k, num, t in zip(*(values[i::6] for i in range(1, 6)))]
-            return []
-        if sql.startswith("INSERT"):
-            self._open()
-            self._spell_index()  # rows held earlier go first, as they came
-            parts = sql.split("?")
-            if len(parts) != len(args) + 1:
-                raise CompactStoreError(f"structural index statement takes {len(parts) - 1} values, got {len(args)}")
-            literal = [parts[0]]
-            for value, rest in zip(args, parts[1:]):
-                literal += [str(int(value)) if isinstance(value, int) else _quote(str(value)), rest]
-            self._deferred.append("".join(literal))
-            return []
-        return self._do("structural index", _pg_sql(sql), args, fetch=sql.startswith("SELECT"))
+        self._open()
+        self._index.extend(rows)
 
     def erase(self, positions: Sequence[int], by: int) -> None:
         sid, positions = self.session_id, list(positions)
@@ -867,5 +844,5 @@ class _PGWriter:
         )
 
 
-if TYPE_CHECKING:
-    _check: Backend = PostgresBackend("postgresql://")
+_: type[Backend] = PostgresBackend
+_w: type[Writer] = _PGWriter

@@ -18,11 +18,13 @@ from typing import TYPE_CHECKING, Any
 import sqlite_utils
 
 from ..errors import CompactStoreError, ConflictError, IntegrityError
+from ..structure import IndexRow
 from . import SCHEMA_VERSION, HeadRow, Row, keyset
 from . import index as _index
+from .index import Reads
 
 if TYPE_CHECKING:
-    from . import Backend
+    from . import Backend, Writer
 
 BUSY_TIMEOUT_MS = 60_000
 LOG_TABLES = ("meta", "sessions", "events", "nodes", "heads", "redactions")
@@ -87,8 +89,12 @@ def _schema(db: sqlite_utils.Database) -> None:
         db.execute(sql)
 
 
-class SQLiteBackend:
-    """A store in one SQLite file (or ``":memory:"``)."""
+class SQLiteBackend(Reads):
+    """A store in one SQLite file (or ``":memory:"``).
+
+    The reads of the index, of events at given positions and of subtree roots come from
+    :class:`~compactstore.backends.index.Reads`, through :meth:`_all`.
+    """
 
     gapless_seq = True
 
@@ -108,12 +114,15 @@ class SQLiteBackend:
         self._heads: dict[int, HeadRow] = {}
         self._next_seq: int | None = None
         self._sids: dict[str, int] = {}
+        super().__init__(self._all, _index.SQLITE)
         try:
             self._conn = conn = sqlite3.connect(
                 path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000
             )
         except sqlite3.Error as exc:
             raise _error(exc, f"open {path!r}") from exc
+        #: The same reads inside a writer's transaction, unwrapped: the writer wraps errors as it ends.
+        self._in_write = Reads(lambda sql, args: conn.execute(sql, args).fetchall(), _index.SQLITE)
         try:
             conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
             if path != ":memory:":
@@ -229,16 +238,6 @@ class SQLiteBackend:
         )
         return [b for (b,) in got]
 
-    def node_range(self, session_id: int, level: int, lo: int, hi: int) -> list[tuple[int, bytes]]:
-        return self._all(
-            "SELECT idx, hash FROM nodes WHERE session_id = ? AND level = ? AND idx >= ? AND idx < ? ORDER BY idx",
-            (session_id, level, lo, hi),
-        )
-
-    def node_counts(self, session_id: int) -> dict[int, int]:
-        got = self._all("SELECT level, count(*) FROM nodes WHERE session_id = ? GROUP BY level", (session_id,))
-        return {int(lv): int(n) for lv, n in got}
-
     def heads(self, session_id: int, after: int, limit: int) -> list[HeadRow]:
         got = self._all(
             "SELECT size, root, prev, seal FROM heads WHERE session_id = ? AND size > ? ORDER BY size LIMIT ?",
@@ -262,10 +261,6 @@ class SQLiteBackend:
     def seq_bounds(self) -> tuple[int, int, int]:
         n, lo, hi = self._all("SELECT count(*), coalesce(min(seq), 0), coalesce(max(seq), 0) FROM events")[0]
         return int(n), int(lo), int(hi)
-
-    def index_run(self, sql: str, args: Sequence[object]) -> list[Any]:
-        """Run one statement of :mod:`compactstore.backends.index` and return its rows."""
-        return self._all(sql, args)
 
 
 def _enter_wal(conn: sqlite3.Connection) -> None:
@@ -368,10 +363,6 @@ def _hashes(conn: sqlite3.Connection, session_id: int, coords: Sequence[tuple[in
 
 _INSERT = "INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?)"
 _INSERT_KEYLESS = "INSERT INTO events (seq, session_id, pos, kind, leaf, body) VALUES (?, ?, ?, ?, ?, ?)"
-
-
-def _index_run(conn: sqlite3.Connection, sql: str, args: Sequence[object]) -> list[Any]:
-    return conn.execute(sql, args).fetchall()
 
 
 class _SQLiteWriter:
@@ -503,9 +494,23 @@ class _SQLiteWriter:
         self._seq = self.seq_after = rows[-1].seq + 1
         return [r.seq for r in rows]
 
-    def index_run(self, sql: str, args: Sequence[object]) -> list[Any]:
-        """Run one statement of :mod:`compactstore.backends.index` inside the write transaction."""
-        return _index_run(self._conn, sql, args)
+    def index_rows(self, rels: Sequence[str], lo: int, hi: int) -> list[IndexRow]:
+        return self._backend._in_write.index_rows(self.session_id, rels, lo, hi)
+
+    def index_rows_at(self, rel: str, positions: Sequence[int]) -> list[IndexRow]:
+        return self._backend._in_write.index_rows_at(self.session_id, rel, positions)
+
+    def latest_binding(self, key: str, before: int) -> IndexRow | None:
+        return self._backend._in_write.latest_binding(self.session_id, key, before)
+
+    def body(self, pos: int) -> bytes | None:
+        return self._backend._in_write.body(self.session_id, pos)
+
+    def insert_index(self, rows: Sequence[IndexRow]) -> None:
+        sid, step = self.session_id, _index.INSERT_ROWS
+        for i in range(0, len(rows), step):
+            chunk = rows[i : i + step]
+            self._conn.execute(_index.SQLITE.insert_index(len(chunk)), [v for r in chunk for v in (sid, *r)])
 
     def erase(self, positions: Sequence[int], by: int) -> None:
         sid = self.session_id
@@ -516,5 +521,5 @@ class _SQLiteWriter:
         )
 
 
-if TYPE_CHECKING:
-    _check: Backend = SQLiteBackend(":memory:")
+_: type[Backend] = SQLiteBackend
+_w: type[Writer] = _SQLiteWriter

@@ -44,7 +44,7 @@ import msgspec
 
 import compactstore as cs
 from compactstore import index, merkle
-from compactstore.backends.index import IndexSQL
+from compactstore.backends import Row
 from compactstore.seal import seal
 
 KEY = b"tamper-campaign-key-0123456789ab"
@@ -237,13 +237,40 @@ def rehash(conn: sqlite3.Connection, sid: int, level: str) -> None:
                      (sid, size, root, prev, seal(None, name, size, root, prev)))
         prev = size
     # The structural index too: derived again from the rewritten log, as the library derives it.
-    conn.execute("DELETE FROM structure_index WHERE session_id = ?", (sid,))
-    run = lambda sql, args: conn.execute(sql, args).fetchall()  # noqa: E731
     try:
-        rows = index.derive(run, sid, max(sizes, default=0))
+        reindex(conn, sid, max(sizes, default=0))
     except cs.InvalidEvent:
         return  # a body the library cannot read: nothing to derive
-    IndexSQL(run, sid).insert(rows)
+
+
+class RawLog:
+    """The reads :func:`compactstore.index.derive` makes, over the attacker's own connection."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+
+    def rows(self, sid: int, start: int, stop: int | None, chunk: int) -> list[Row]:
+        """Return the events of session ``sid`` at positions ``[start, stop)``, by position."""
+        got = self.conn.execute("SELECT seq, session_id, pos, kind, idem_key, leaf, body FROM events "
+                                "WHERE session_id = ? AND pos >= ? AND pos < ? ORDER BY pos",
+                                (sid, start, 1 << 62 if stop is None else stop))
+        return [Row(*r) for r in got]
+
+    def body(self, sid: int, pos: int) -> bytes | None:
+        """Return the body at ``pos`` of session ``sid``."""
+        got = self.conn.execute("SELECT body FROM events WHERE session_id = ? AND pos = ?", (sid, pos)).fetchone()
+        return None if got is None or got[0] is None else bytes(got[0])
+
+
+def reindex(conn: sqlite3.Connection, sid: int, size: int) -> None:
+    """Replace session ``sid``'s structural index by what its first ``size`` positions give, as the library derives it.
+
+    Raises:
+        cs.InvalidEvent: a body is not a valid event (the session's index is left empty).
+    """
+    conn.execute("DELETE FROM structure_index WHERE session_id = ?", (sid,))
+    rows = index.derive(RawLog(conn), sid, size)  # type: ignore[arg-type]
+    conn.executemany("INSERT INTO structure_index VALUES (?, ?, ?, ?, ?, ?)", [(sid, *r) for r in rows])
 
 
 def m_field(level: str) -> Callable[[sqlite3.Connection, random.Random, bool], str | None]:

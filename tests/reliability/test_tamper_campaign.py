@@ -20,8 +20,7 @@ import pytest
 import tamper_harness as th
 
 import compactstore as cs
-from compactstore import index, merkle
-from compactstore.backends.index import IndexSQL
+from compactstore import merkle
 
 #: Misses and untyped errors known and accepted: none. Each gap the campaign found has a
 #: test of its own below, which now passes.
@@ -132,10 +131,8 @@ def test_a_tail_rollback_needs_a_head_held_outside_the_store(stores: dict[str, P
     for level in range(1, 8):
         conn.execute("DELETE FROM nodes WHERE session_id = ? AND level = ? AND idx >= ?", (sid, level, last >> level))
     # The structural index as the shorter log gives it.
-    conn.execute("DELETE FROM structure_index WHERE session_id = ?", (sid,))
-    run = lambda sql, args: conn.execute(sql, args).fetchall()  # noqa: E731
     heads = [n for (n,) in conn.execute("SELECT size FROM heads WHERE session_id = ?", (sid,))]
-    IndexSQL(run, sid).insert(index.derive(run, sid, max(heads, default=0)))
+    th.reindex(conn, sid, max(heads, default=0))
     # The rolled-back events must hold the largest seqs for the gapless check not to see it: renumber.
     rows = conn.execute("SELECT seq FROM events ORDER BY seq").fetchall()
     for new, (old,) in enumerate(rows, 1):
