@@ -71,9 +71,9 @@ def test_schema_is_created_with_its_version_and_triggers(pg_url: str, owner: psy
         "UPDATE heads SET root = '\\x00'",
         "DELETE FROM heads",
         "TRUNCATE heads CASCADE",
-        "DELETE FROM nodes",
-        "UPDATE nodes SET hash = '\\x00'",
-        "TRUNCATE nodes",
+        "DELETE FROM subtrees",
+        "UPDATE subtrees SET hash = '\\x00'",
+        "TRUNCATE subtrees",
         "UPDATE sessions SET name = 'x'",
         "DELETE FROM sessions",
         "TRUNCATE sessions",
@@ -92,7 +92,7 @@ def test_log_tables_reject_update_delete_and_truncate(pg_url: str, owner: psycop
     with cs.open(pg_url) as st:
         st.session("s").extend(_turns(40))  # enough for stored subtree roots
         st.session("s").redact([1], "so that redactions has a row")
-    assert owner.execute("SELECT count(*) FROM nodes").fetchone() != (0,)
+    assert owner.execute("SELECT count(*) FROM subtrees").fetchone() != (0,)
     with pytest.raises(psycopg.errors.RestrictViolation, match="append-only"):
         owner.execute(sql)
 

@@ -18,11 +18,11 @@ def _without_rowid(path: str | Path) -> dict[str, bool]:
     return got
 
 
-def test_new_stores_keep_heads_and_nodes_in_their_primary_key(sqlite_target: str) -> None:
-    """heads, nodes and the structural index are WITHOUT ROWID tables (one B-tree each); the rest keep their rowid."""
+def test_new_stores_keep_heads_and_subtrees_in_their_primary_key(sqlite_target: str) -> None:
+    """heads, subtrees and the structural index are WITHOUT ROWID tables (one B-tree each); the rest keep their rowid."""
     cs.open(sqlite_target).close()
     assert _without_rowid(sqlite_target) == {
-        "meta": False, "sessions": False, "events": False, "nodes": True, "heads": True, "redactions": False,
+        "meta": False, "sessions": False, "events": False, "subtrees": True, "heads": True, "redactions": False,
         "structure_index": True,
     }
 

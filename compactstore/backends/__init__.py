@@ -11,7 +11,8 @@ Tables (the same in every backend):
 - ``sessions(id, name)``: covered by the tree heads, whose seals include the name.
 - ``events(seq, session_id, pos, kind, idem_key, leaf, body)``: the log. ``leaf`` is
   ``H(0x00 || body)``; ``kind`` and ``idem_key`` repeat what the body says, for indexes.
-- ``nodes(session_id, level, idx, hash)``: every complete interior subtree root.
+- ``subtrees(session_id, level, idx, hash)``: the root of every complete subtree at a
+  stored level above the leaves (the leaves are ``events.leaf``).
 - ``heads(session_id, size, root, prev, seal)``: a tree head per write transaction,
   chained to the previous one by its size ``prev``, sealed with a keyed BLAKE3 MAC
   when the store has a key (a plain BLAKE3 digest otherwise). The chain makes a
@@ -89,7 +90,7 @@ class Writer(Protocol):
     def insert(
         self,
         rows: Sequence[Row],
-        nodes: Sequence[tuple[int, int, bytes]],
+        subtrees: Sequence[tuple[int, int, bytes]],
         head: HeadRow,
     ) -> list[int]:
         """Insert events, completed subtree roots and the new head; return the events' seqs.

@@ -98,10 +98,10 @@ class Queries:
         self.body = f"SELECT body FROM events WHERE session_id = {m} AND pos = {m}"
         self.leaves = f"SELECT pos, leaf FROM events WHERE session_id = {m} AND pos >= {m} AND pos < {m} ORDER BY pos"
         self.subtrees = (
-            f"SELECT idx, hash FROM nodes WHERE session_id = {m} AND level = {m} AND idx >= {m} AND idx < {m} "
+            f"SELECT idx, hash FROM subtrees WHERE session_id = {m} AND level = {m} AND idx >= {m} AND idx < {m} "
             "ORDER BY idx"
         )
-        self.subtree_counts = f"SELECT level, count(*) FROM nodes WHERE session_id = {m} GROUP BY level"
+        self.subtree_counts = f"SELECT level, count(*) FROM subtrees WHERE session_id = {m} GROUP BY level"
 
     def _in(self, n: int) -> str:
         return "(" + ", ".join([self.mark] * n) + ")"

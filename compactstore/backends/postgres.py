@@ -47,7 +47,7 @@ from .index import Reads
 if TYPE_CHECKING:
     from . import Backend, Writer
 
-LOG_TABLES = ("meta", "sessions", "events", "nodes", "heads", "redactions")
+LOG_TABLES = ("meta", "sessions", "events", "subtrees", "heads", "redactions")
 #: How long a writer waits for its session's lock (or any row lock) before giving up.
 LOCK_TIMEOUT = "60s"
 #: Advisory lock classes (the first key of the two-key form): ``"cs"`` + a tag.
@@ -76,7 +76,7 @@ _SCHEMA = (
     'session_id bigint NOT NULL, pos bigint NOT NULL, kind text COLLATE "C" NOT NULL, '
     'idem_key text COLLATE "C", leaf bytea NOT NULL, body bytea, PRIMARY KEY (session_id, pos))',
     "CREATE UNIQUE INDEX events_idem ON events (session_id, idem_key) WHERE idem_key IS NOT NULL",
-    "CREATE TABLE nodes (session_id bigint NOT NULL, level bigint NOT NULL, idx bigint NOT NULL, "
+    "CREATE TABLE subtrees (session_id bigint NOT NULL, level bigint NOT NULL, idx bigint NOT NULL, "
     "hash bytea NOT NULL, PRIMARY KEY (session_id, level, idx))",
     "CREATE TABLE heads (session_id bigint NOT NULL, size bigint NOT NULL, root bytea NOT NULL, "
     "prev bigint NOT NULL, seal bytea NOT NULL, PRIMARY KEY (session_id, size))",
@@ -168,9 +168,9 @@ _INSERT_FUNCTION = (
     "FROM u RETURNING ev.pos, ev.seq) "
     "SELECT array_agg(e.seq ORDER BY e.pos) INTO seqs FROM e; "
     "END IF; "
-    "IF cardinality(p_level) > 0 THEN INSERT INTO nodes (session_id, level, idx, hash) "
-    "SELECT p_sid, n.level, n.idx, substring(p_hashes FROM (p_width * (n.i - 1) + 1)::int4 FOR p_width) "
-    "FROM unnest(p_level, p_idx) WITH ORDINALITY AS n(level, idx, i); END IF; "
+    "IF cardinality(p_level) > 0 THEN INSERT INTO subtrees (session_id, level, idx, hash) "
+    "SELECT p_sid, t.level, t.idx, substring(p_hashes FROM (p_width * (t.i - 1) + 1)::int4 FOR p_width) "
+    "FROM unnest(p_level, p_idx) WITH ORDINALITY AS t(level, idx, i); END IF; "
     "INSERT INTO heads (session_id, size, root, prev, seal) VALUES (p_sid, p_size, p_root, p_prev, p_seal); "
     "RETURN seqs; END $$"
 )
@@ -410,7 +410,7 @@ class PostgresBackend(Reads):
 
     def orphans(self) -> list[tuple[str, object]]:
         out: list[tuple[str, object]] = []
-        for table in ("events", "nodes", "heads", "redactions"):
+        for table in ("events", "subtrees", "heads", "redactions"):
             got = self._all(
                 f"SELECT DISTINCT session_id FROM {table} t "
                 "WHERE NOT EXISTS (SELECT 1 FROM sessions s WHERE s.id = t.session_id) ORDER BY session_id"
@@ -439,10 +439,10 @@ def _hashes(cur: psycopg.Cursor[tuple[Any, ...]], session_id: int, coords: Seque
     if not coords:
         return []
     cur.execute(
-        "SELECT c.level, c.idx, CASE WHEN c.level = 0 THEN e.leaf ELSE n.hash END "
+        "SELECT c.level, c.idx, CASE WHEN c.level = 0 THEN e.leaf ELSE t.hash END "
         "FROM unnest(%s::bigint[], %s::bigint[]) WITH ORDINALITY AS c(level, idx, ord) "
         "LEFT JOIN events e ON c.level = 0 AND e.session_id = %s AND e.pos = c.idx "
-        "LEFT JOIN nodes n ON c.level > 0 AND n.session_id = %s AND n.level = c.level AND n.idx = c.idx "
+        "LEFT JOIN subtrees t ON c.level > 0 AND t.session_id = %s AND t.level = c.level AND t.idx = c.idx "
         "ORDER BY c.ord",
         ([lv for lv, _ in coords], [i for _, i in coords], session_id, session_id),
     )
@@ -474,14 +474,14 @@ INLINE_BYTES = 64 * 1024
 
 
 def _insert_args(
-    session_id: int, rows: Sequence[Row], nodes: Sequence[tuple[int, int, bytes]], head: HeadRow,
+    session_id: int, rows: Sequence[Row], subtrees: Sequence[tuple[int, int, bytes]], head: HeadRow,
     index: Sequence[IndexRow] = (),
 ) -> tuple[object, ...]:
     """Return the arguments of ``compactstore_insert_indexed``, arrays as array literals.
 
     Every leaf and subtree root must have the width of the first.
     """
-    if len(rows) == 1 and not nodes and not index:  # the common append, spelled out (the same values)
+    if len(rows) == 1 and not subtrees and not index:  # the common append, spelled out (the same values)
         r = rows[0]
         body = r.body
         return (session_id, f"{{{int(r.pos)}}}", _array([r.kind]),
@@ -489,7 +489,7 @@ def _insert_args(
                 "{-1}" if body is None else f"{{{len(body)}}}", len(r.leaf), r.leaf, b"" if body is None else body,
                 "{}", "{}", b"", head.size, head.root, head.prev, head.seal, "{}", "{}", "{}", "{}", "{}")
     width = len(rows[0].leaf) if rows else 32
-    if any(len(r.leaf) != width for r in rows) or any(len(h) != width for _, _, h in nodes):
+    if any(len(r.leaf) != width for r in rows) or any(len(h) != width for _, _, h in subtrees):
         raise IntegrityError(f"hashes of different widths in one insert (want {width} bytes each)")
     return (
         session_id,
@@ -500,9 +500,9 @@ def _insert_args(
         width,
         b"".join(r.leaf for r in rows),
         b"".join(r.body for r in rows if r.body is not None),
-        _array([lv for lv, _, _ in nodes]),
-        _array([i for _, i, _ in nodes]),
-        b"".join(h for _, _, h in nodes),
+        _array([lv for lv, _, _ in subtrees]),
+        _array([i for _, i, _ in subtrees]),
+        b"".join(h for _, _, h in subtrees),
         head.size,
         head.root,
         head.prev,
@@ -747,14 +747,14 @@ class _PGWriter:
     def next_seq(self) -> int | None:
         return None  # the identity column assigns it
 
-    def insert(self, rows: Sequence[Row], nodes: Sequence[tuple[int, int, bytes]], head: HeadRow) -> list[int]:
+    def insert(self, rows: Sequence[Row], subtrees: Sequence[tuple[int, int, bytes]], head: HeadRow) -> list[int]:
         # Unless an erasure follows, nothing more is written in this transaction (the
         # protocol's promise), so the insert may commit.
         self._open()
         final = not any(r.kind == _ERASING_KIND for r in rows)
         conn, text = self._text.connection, self._text
         index, self._index = self._index, []
-        args = _insert_args(self.session_id, rows, nodes, head, index)
+        args = _insert_args(self.session_id, rows, subtrees, head, index)
         if self._spec is not None and final and not self._deferred:
             return self._append(rows, head, args)
         inline = sum(len(r.body or b"") for r in rows) <= INLINE_BYTES

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from . import Backend, Writer
 
 BUSY_TIMEOUT_MS = 60_000
-LOG_TABLES = ("meta", "sessions", "events", "nodes", "heads", "redactions")
+LOG_TABLES = ("meta", "sessions", "events", "subtrees", "heads", "redactions")
 
 
 def _append_only(table: str, op: str) -> str:
@@ -62,10 +62,10 @@ def _schema(db: sqlite_utils.Database) -> None:
         "CREATE UNIQUE INDEX idx_events_idem ON events(session_id, idem_key) WHERE idem_key IS NOT NULL"
     )
     # WITHOUT ROWID: a row lives in its primary key's B-tree only, so a commit writes one
-    # page of heads (and of nodes) where a rowid table writes a table page and an index
+    # page of heads (and of subtrees) where a rowid table writes a table page and an index
     # page. sqlite-utils cannot create these; the columns are those it would create.
     db.execute(
-        'CREATE TABLE "nodes" (\n   "session_id" INTEGER,\n   "level" INTEGER,\n   "idx" INTEGER,\n'
+        'CREATE TABLE "subtrees" (\n   "session_id" INTEGER,\n   "level" INTEGER,\n   "idx" INTEGER,\n'
         '   "hash" BLOB NOT NULL,\n   PRIMARY KEY ("session_id", "level", "idx")\n) STRICT, WITHOUT ROWID'
     )
     db.execute(
@@ -251,7 +251,7 @@ class SQLiteBackend(Reads):
 
     def orphans(self) -> list[tuple[str, object]]:
         out: list[tuple[str, object]] = []
-        for table in ("events", "nodes", "heads", "redactions"):
+        for table in ("events", "subtrees", "heads", "redactions"):
             got = self._all(
                 f"SELECT DISTINCT session_id FROM {table} WHERE session_id NOT IN (SELECT id FROM sessions)"
             )
@@ -331,13 +331,13 @@ def _runs(coords: Sequence[tuple[int, int]]) -> list[tuple[int, int, int]]:
 
 
 def _runs_sql(n: int) -> str:
-    # Each run is one index range scan: leaves from events, higher levels from nodes.
+    # Each run is one index range scan: leaves from events, higher levels from subtrees.
     return (
         "WITH r(level, lo, hi) AS (VALUES " + ", ".join(["(?, ?, ?)"] * n) + ") "
         "SELECT 0, e.pos, e.leaf FROM r JOIN events e ON r.level = 0 AND e.session_id = ? "
         "AND e.pos >= r.lo AND e.pos < r.hi "
-        "UNION ALL SELECT n.level, n.idx, n.hash FROM r JOIN nodes n ON r.level > 0 AND n.session_id = ? "
-        "AND n.level = r.level AND n.idx >= r.lo AND n.idx < r.hi"
+        "UNION ALL SELECT t.level, t.idx, t.hash FROM r JOIN subtrees t ON r.level > 0 AND t.session_id = ? "
+        "AND t.level = r.level AND t.idx >= r.lo AND t.idx < r.hi"
     )
 
 
@@ -470,7 +470,7 @@ class _SQLiteWriter:
         # Under the write lock max(seq) + 1 is exactly what SQLite would assign.
         return int(self._conn.execute("SELECT coalesce(max(seq), 0) + 1 FROM events").fetchone()[0])
 
-    def insert(self, rows: Sequence[Row], nodes: Sequence[tuple[int, int, bytes]], head: HeadRow) -> list[int]:
+    def insert(self, rows: Sequence[Row], subtrees: Sequence[tuple[int, int, bytes]], head: HeadRow) -> list[int]:
         conn, sid = self._conn, self.session_id
         # Plain tuples, and no parameter for an absent key: sqlite3 reads a tuple subclass
         # item by item through the sequence protocol, and passes None through its adapter
@@ -484,10 +484,10 @@ class _SQLiteWriter:
             conn.execute(sql, values[0])
         else:
             conn.executemany(sql, values)
-        if nodes:
+        if subtrees:
             conn.executemany(
-                "INSERT INTO nodes (session_id, level, idx, hash) VALUES (?, ?, ?, ?)",
-                [(sid, lv, i, h) for lv, i, h in nodes],
+                "INSERT INTO subtrees (session_id, level, idx, hash) VALUES (?, ?, ?, ?)",
+                [(sid, lv, i, h) for lv, i, h in subtrees],
             )
         conn.execute("INSERT INTO heads (session_id, size, root, prev, seal) VALUES (?, ?, ?, ?, ?)", (sid, *head))
         self._head = self.written = head

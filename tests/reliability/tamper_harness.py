@@ -130,7 +130,7 @@ Address = tuple[str, tuple[Any, ...]]
 
 
 def _random_row(conn: sqlite3.Connection, rng: random.Random, table: str) -> Address | None:
-    # By primary key, not rowid: nodes and heads are WITHOUT ROWID tables.
+    # By primary key, not rowid: subtrees and heads are WITHOUT ROWID tables.
     info = conn.execute(f"PRAGMA table_info({table})").fetchall()
     keys = [r[1] for r in sorted((r for r in info if r[5]), key=lambda r: r[5])]
     rows = conn.execute(f"SELECT {', '.join(keys)} FROM {table}").fetchall()
@@ -212,13 +212,13 @@ def rehash(conn: sqlite3.Connection, sid: int, level: str) -> None:
         leaves.append(new)
     if level == "leaf":
         return
-    conn.execute("DELETE FROM nodes WHERE session_id = ?", (sid,))
+    conn.execute("DELETE FROM subtrees WHERE session_id = ?", (sid,))
     frontier = merkle.Frontier()
     roots = {}
     for i, leaf in enumerate(leaves):
         for lv, idx, h in frontier.append(leaf):
             if _stored(lv):  # the attacker stores exactly the levels the library stores
-                conn.execute("INSERT INTO nodes (session_id, level, idx, hash) VALUES (?, ?, ?, ?)", (sid, lv, idx, h))
+                conn.execute("INSERT INTO subtrees (session_id, level, idx, hash) VALUES (?, ?, ?, ?)", (sid, lv, idx, h))
         roots[i + 1] = frontier.root()
     if level == "tree":
         return
@@ -347,7 +347,7 @@ def m_splice(conn: sqlite3.Connection, rng: random.Random, keyed: bool) -> str |
 def m_inject(conn: sqlite3.Connection, rng: random.Random, keyed: bool) -> str | None:
     """Insert a copy of a row at coordinates outside the tree: a negative position, size, level or index."""
     sid = rng.choice(list(_sessions(conn)))
-    choice = rng.choice(["event", "head", "node"])
+    choice = rng.choice(["event", "head", "subtree"])
     if choice == "event":
         seq = conn.execute("SELECT max(seq) + 1 FROM events").fetchone()[0]
         row = rng.choice(conn.execute("SELECT kind, idem_key, leaf, body FROM events WHERE session_id = ?",
@@ -360,11 +360,11 @@ def m_inject(conn: sqlite3.Connection, rng: random.Random, keyed: bool) -> str |
         size = -rng.randint(0, 3)
         conn.execute("INSERT INTO heads VALUES (?, ?, ?, ?, ?)", (sid, size, *row))
         return f"inject head of size {size} in session {sid}"
-    hashes = [h for (h,) in conn.execute("SELECT hash FROM nodes WHERE session_id = ?", (sid,))]
+    hashes = [h for (h,) in conn.execute("SELECT hash FROM subtrees WHERE session_id = ?", (sid,))]
     h = rng.choice(hashes) if hashes else b"\0" * 32
     level, idx = rng.choice([(-rng.randint(1, 3), 0), (rng.randint(1, 3), -rng.randint(1, 3))])
-    conn.execute("INSERT INTO nodes VALUES (?, ?, ?, ?)", (sid, level, idx, h))
-    return f"inject node ({level}, {idx}) in session {sid}"
+    conn.execute("INSERT INTO subtrees VALUES (?, ?, ?, ?)", (sid, level, idx, h))
+    return f"inject subtree ({level}, {idx}) in session {sid}"
 
 
 def m_meta(conn: sqlite3.Connection, rng: random.Random, keyed: bool) -> str | None:
