@@ -33,12 +33,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
-from psycopg import errors as pgerr
 from psycopg import pq
 from psycopg.types.numeric import Int8BinaryDumper
 from psycopg_pool import ConnectionPool
 
-from ..errors import CompactStoreError, ConflictError, IntegrityError, InvalidEvent, StaleHead
+from ..errors import CompactStoreError, ConflictError, IntegrityError, InvalidEvent, LockTimeout, StaleHead
 from ..structure import IndexRow
 from . import SCHEMA_VERSION, HeadRow, Row, keyset
 from . import index as _index
@@ -212,15 +211,34 @@ def redact_url(url: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc[1]}"))
 
 
-def _error(exc: BaseException, doing: str) -> CompactStoreError:
-    """Return the compactstore error for a driver error raised while ``doing``."""
-    if isinstance(exc, pgerr.LockNotAvailable):
-        return ConflictError(f"PostgreSQL: {doing}: timed out waiting for another writer ({exc})")
-    if isinstance(exc, pgerr.SerializationFailure):
-        return ConflictError(f"PostgreSQL: {doing}: lost a race with another writer ({exc})")
-    if isinstance(exc, pgerr.UniqueViolation):
+#: SQLSTATEs of a lock or serialization timeout, where retrying may succeed, and what each means here.
+_RETRYABLE = {
+    "40001": "lost a race with another writer",  # serialization_failure
+    "40P01": "deadlocked with another writer",  # deadlock_detected
+    "55P03": "timed out waiting for another writer",  # lock_not_available: lock_timeout
+}
+_QUERY_CANCELED = "57014"  # statement_timeout, or a cancel request
+_UNIQUE_VIOLATION = "23505"
+_RESTRICT_VIOLATION = "23001"  # raised by the append-only triggers
+#: Raised by ``compactstore_append`` when the head moved (see :class:`compactstore.errors.StaleHead`).
+_HEAD_MOVED = "CSH01"
+
+
+def _error(exc: BaseException, doing: str, *, waits: bool = False) -> CompactStoreError:
+    """Return the compactstore error for a driver error raised while ``doing``, by its SQLSTATE.
+
+    ``waits``: the statement waits for a session's lock, so a cancelled statement (a
+    statement timeout struck while it waited) is a lock timeout too.
+    """
+    state = getattr(exc, "sqlstate", None)
+    if state in _RETRYABLE:
+        return LockTimeout(f"PostgreSQL: {doing}: {_RETRYABLE[state]} ({exc})")
+    if state == _QUERY_CANCELED and waits:
+        return LockTimeout(f"PostgreSQL: {doing}: cancelled while waiting for another writer ({exc})")
+    if state == _UNIQUE_VIOLATION:
         return ConflictError(f"PostgreSQL: {doing}: another writer got there first ({exc})")
-    return CompactStoreError(f"PostgreSQL: {doing}: {type(exc).__name__}: {exc}")
+    hint = "the log tables are append-only: only a redaction may erase a body" if state == _RESTRICT_VIOLATION else None
+    return CompactStoreError(f"PostgreSQL: {doing}: {type(exc).__name__}: {exc}", hint=hint)
 
 
 def _text(value: str, field: str) -> str:
@@ -365,7 +383,7 @@ class PostgresBackend(Reads):
             finally:
                 pool.putconn(conn)
         except psycopg.Error as exc:
-            raise _error(exc, f"append to session {name!r}") from exc
+            raise _error(exc, f"append to session {name!r}", waits=True) from exc
         if w.written is not None:
             self._last[name] = (w.session_id, w.written)
 
@@ -799,9 +817,9 @@ class _PGWriter:
             self._cur.execute(_APPEND_CALL, (expect, *args), prepare=True)
             got = self._cur.fetchone()
         except psycopg.Error as exc:
-            if getattr(exc, "sqlstate", None) == "CSH01":
-                raise StaleHead(f"session {self._spec!r} moved on from size {expect}", session=self._spec) from None
-            raise _error(exc, "append events, subtree roots and the head") from exc
+            if getattr(exc, "sqlstate", None) == _HEAD_MOVED:
+                raise StaleHead(f"session {self._spec!r} moved on from size {expect}", session=self._spec) from exc
+            raise _error(exc, "append events, subtree roots and the head", waits=True) from exc
         self._spec = None
         self.committed = True
         self.written = head

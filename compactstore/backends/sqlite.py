@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import sqlite_utils
 
-from ..errors import CompactStoreError, ConflictError, IntegrityError
+from ..errors import CompactStoreError, ConflictError, IntegrityError, LockTimeout
 from ..structure import IndexRow
 from . import SCHEMA_VERSION, HeadRow, Row, keyset
 from . import index as _index
@@ -283,17 +283,31 @@ def _enter_wal(conn: sqlite3.Connection) -> None:
         pause = min(pause * 2, 0.05)
 
 
+#: Primary result codes (the low byte of an extended one) of a lock held past the busy timeout.
+_BUSY = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
+#: Extended result codes of a row whose key is stored already.
+_DUPLICATE = frozenset({sqlite3.SQLITE_CONSTRAINT_UNIQUE, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY})
+#: Hints by primary result code.
+_HINTS = {
+    sqlite3.SQLITE_FULL: "free disk space; nothing of the failed write was kept, and everything acknowledged "
+    "before is intact",
+    sqlite3.SQLITE_READONLY: "the file or its folder is not writable; reads still work",
+}
+
+
 def _error(exc: BaseException, doing: str) -> CompactStoreError:
-    """Return the compactstore error for a driver error raised while ``doing``."""
-    text = str(exc)
-    if "locked" in text or "busy" in text:
-        return ConflictError(f"SQLite: {doing}: {text} (another connection held the lock past the busy timeout)")
-    hint = None
-    if "full" in text:
-        hint = "free disk space; nothing of the failed write was kept, and everything acknowledged before is intact"
-    elif "readonly" in text or "read-only" in text:
-        hint = "the file or its folder is not writable; reads still work"
-    return CompactStoreError(f"SQLite: {doing}: {type(exc).__name__}: {text}", hint=hint)
+    """Return the compactstore error for a driver error raised while ``doing``, by its SQLite result code."""
+    code = getattr(exc, "sqlite_errorcode", None)  # absent from a UnicodeDecodeError
+    if code is None:
+        return CompactStoreError(f"SQLite: {doing}: {type(exc).__name__}: {exc}")
+    if code & 0xFF in _BUSY:
+        return LockTimeout(f"SQLite: {doing}: {exc} (another connection held the lock past the busy timeout)")
+    if code in _DUPLICATE:
+        return ConflictError(f"SQLite: {doing}: a row with the same key is stored already ({exc})")
+    hint = _HINTS.get(code & 0xFF)
+    if code == sqlite3.SQLITE_CONSTRAINT_TRIGGER:
+        hint = "the log tables are append-only: only a redaction may erase a body"
+    return CompactStoreError(f"SQLite: {doing}: {type(exc).__name__}: {exc}", hint=hint)
 
 
 #: ``hashes`` pads its list of runs to a power of two (with runs that match nothing), so
