@@ -486,9 +486,8 @@ class _SQLiteWriter:
 
     def insert(self, rows: Sequence[Row], subtrees: Sequence[tuple[int, int, bytes]], head: HeadRow) -> list[int]:
         conn, sid = self._conn, self.session_id
-        # Plain tuples, and no parameter for an absent key: sqlite3 reads a tuple subclass
-        # item by item through the sequence protocol, and passes None through its adapter
-        # lookup, which formats and drops AttributeErrors (8% of a batched append).
+        # Plain tuples, and no parameter for an absent key: sqlite3 binds those without the
+        # slow paths a tuple subclass and None take (benchmarks/README.md has the figures).
         values: list[tuple[object, ...]]
         if all(r.idem_key is None for r in rows):
             sql, values = _INSERT_KEYLESS, [(r[0], r[1], r[2], r[3], r[5], r[6]) for r in rows]
