@@ -173,7 +173,11 @@ class Backend(Protocol):
         ...
 
     def hashes(self, session_id: int, coords: Sequence[tuple[int, int]]) -> list[bytes]:
-        """Return the subtree roots at ``coords``; raise KeyError naming a missing one."""
+        """Return the subtree roots at ``coords`` (level 0: leaves).
+
+        Raises:
+            IntegrityError: one is not stored; it names the first missing.
+        """
         ...
 
     def bodies(self, session_id: int, start: int, stop: int) -> list[bytes | None]:
