@@ -20,11 +20,7 @@ after an item, the negative rows at given positions; the summary nodes, which gi
 rows, it reads from the log by their kind.
 
 The index of every session is complete: each append writes its rows in its own
-transaction, and a store of an earlier schema (written before the index, or with the
-``size`` rows that marked how far it went) is brought up to date, in one write
-transaction, when this version first opens it (:func:`upgrade`); the schema version it
-then records keeps earlier versions, which would append without the index, from
-writing to it. A session with redactions (a redacted body no longer gives the facts it
+transaction. A session with redactions (a redacted body no longer gives the facts it
 gave when appended) takes the full path over the events. ``verify()`` derives the whole
 index again from the bodies and reports every row that differs.
 """
@@ -32,33 +28,26 @@ index again from the bodies and reports every row that differs.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 import msgspec
 
 from . import events as ev
-from .backends.index import IndexSQL, IndexTuple, Run
-from .backends.index import orphans as _orphans
 from .backends import all_heads
 from .errors import IntegrityError, InvalidEvent
 from . import structure
 from .structure import STRUCTURAL_KINDS, Deriver, IndexRow, apply_items, superseded_text
 
 if TYPE_CHECKING:
-    from .backends import Backend
+    from .backends import Backend, Writer
     from .store import Session
 
 _RELS = frozenset({"open", "close", "negative", "binding", "open_at"})
 _PLAIN = ev.GraphState(id="-")  # stands for an event that gives no row
 _CHUNK = 2048
 
-
-class _Runner(Protocol):
-    def index_run(self, sql: str, args: Sequence[object]) -> list[tuple[object, ...]]: ...
-
-
-def _row(t: IndexTuple) -> IndexRow:
-    return IndexRow(*t)
+#: ``(rels, lo, hi) -> rows``: a backend's or a writer's read of one session's index rows.
+_Rows = Callable[[Sequence[str], int, int], list[IndexRow]]
 
 
 def may_give_rows(body: bytes | None, kind: str) -> bool:
@@ -79,27 +68,42 @@ def _event(body: bytes | None, kind: str) -> ev.Event:
     return ev.decode(body)
 
 
-class Index:
-    """The structural index of one session, read through ``run``."""
+def _open_at(rows: _Rows, at: int) -> dict[int, str]:
+    """Return the items open at boundary ``at`` (position -> item), from the index rows ``rows`` reads."""
+    base = at - at % structure.SNAPSHOT_EVERY
+    items = {r.num: r.key for r in rows(("open_at",), base, base + 1)} if base else {}
+    apply_items(items, rows(("open", "close"), base, at))
+    return items
 
-    def __init__(self, run: Run, session_id: int) -> None:
-        self.sql = IndexSQL(run, session_id)
+
+class Index:
+    """The structural index of one session, read through its backend's typed verbs."""
+
+    def __init__(self, backend: Backend, session_id: int) -> None:
+        """Read the index of session ``session_id`` of ``backend``."""
+        self.backend = backend
+        self.sid = session_id
+
+    @property
+    def sql(self) -> Index:
+        """Return this index: callers that read the session id as ``index.sql.sid`` still find it."""
+        return self
 
     @classmethod
     def of(cls, session: Session, size: int) -> Index | None:
         """Return the session's index if it answers for checkpoint ``size``, else None (take the full path)."""
         backend = session.store.backend
-        sid = session._sid()
+        sid = backend.session_id(session.name)
         if sid is None or backend.redactions(sid):
             return None
-        return cls(backend.index_run, sid)
+        return cls(backend, sid)
+
+    def _rows(self, rels: Sequence[str], lo: int, hi: int) -> list[IndexRow]:
+        return self.backend.index_rows(self.sid, rels, lo, hi)
 
     def open_at(self, at: int) -> dict[int, str]:
         """Return the items open at boundary ``at`` (position -> item)."""
-        base = at - at % structure.SNAPSHOT_EVERY
-        items = {r.num: r.key for r in map(_row, self.sql.rows(("open_at",), base, base + 1))} if base else {}
-        apply_items(items, map(_row, self.sql.rows(("open", "close"), base, at)))
-        return items
+        return _open_at(self._rows, at)
 
     def negatives(self, start: int, stop: int) -> list[IndexRow]:
         """Return the ``negative`` rows a node over ``[start, stop)`` is held to, by position.
@@ -107,13 +111,11 @@ class Index:
         Those of positions in the span, whatever made them negative when, and those of
         earlier positions that an event in the span made negative (their ``num``).
         """
-        caused = self.sql.negatives_caused(start, stop)
-        return [_row(t) for t in [*caused, *self.sql.rows(("negative",), start, stop)]]
+        return [*self.backend.negatives_caused(self.sid, start, stop), *self._rows(("negative",), start, stop)]
 
     def latest_binding(self, key: str, before: int) -> IndexRow | None:
         """Return the ``binding`` row of the last binding of ``key`` before ``before``."""
-        got = self.sql.latest_binding(key, before)
-        return None if got is None else _row(got)
+        return self.backend.latest_binding(self.sid, key, before)
 
     def needs(self, positions: Sequence[int]) -> dict[int, list[str]]:
         """Return the bindings each obligation opened at ``positions`` needs.
@@ -122,7 +124,7 @@ class Index:
             IntegrityError: a row does not hold a list of keys (the index was altered).
         """
         out = {}
-        for r in map(_row, self.sql.rows_at("open", positions)):
+        for r in self.backend.index_rows_at(self.sid, "open", positions):
             try:
                 out[r.pos] = msgspec.json.decode(r.text, type=list[str])
             except msgspec.DecodeError:
@@ -135,19 +137,19 @@ class Index:
         An event made negative only at or after ``before`` (superseded later) was not negative there.
         """
         wanted = sorted({p for p in positions if 0 <= p < before})
-        return {r.pos: r for r in map(_row, self.sql.rows_at("negative", wanted)) if r.num < before}
+        return {r.pos: r for r in self.backend.index_rows_at(self.sid, "negative", wanted) if r.num < before}
 
     def bindings_at(self, positions: Iterable[int]) -> list[IndexRow]:
         """Return the ``binding`` rows at ``positions`` (those >= 0), by position."""
-        return [_row(t) for t in self.sql.rows_at("binding", sorted({p for p in positions if p >= 0}))]
+        return self.backend.index_rows_at(self.sid, "binding", sorted({p for p in positions if p >= 0}))
 
     def bindings_in(self, start: int, stop: int) -> list[IndexRow]:
         """Return the ``binding`` rows of positions ``[start, stop)``, by position."""
-        return [_row(t) for t in self.sql.rows(("binding",), start, stop)]
+        return self._rows(("binding",), start, stop)
 
     def closes(self, start: int, stop: int) -> list[IndexRow]:
         """Return the ``close`` rows of positions ``[start, stop)``, by position."""
-        return [_row(t) for t in self.sql.rows(("close",), start, stop)] if start < stop else []
+        return self._rows(("close",), start, stop) if start < stop else []
 
     def nodes(self, start: int, stop: int) -> list[tuple[int, ev.Summary]]:
         """Return ``(position, node)`` of the summary nodes at positions ``[start, stop)``, by position.
@@ -156,7 +158,7 @@ class Index:
         only the nodes' bodies decoded.
         """
         out = []
-        for pos, body in self.sql.nodes(start, stop):
+        for pos, body in self.backend.node_bodies(self.sid, start, stop):
             node = None if body is None else ev.decode(body)
             if isinstance(node, ev.Summary):
                 out.append((pos, node))
@@ -166,76 +168,50 @@ class Index:
 class _Prior:
     """What came before a derivation, read from the index and the log inside the write transaction."""
 
-    def __init__(self, sql: IndexSQL, before: int, pending: Sequence[ev.Event]) -> None:
-        self.sql = sql
+    def __init__(self, writer: Writer, before: int, pending: Sequence[ev.Event]) -> None:
+        self.writer = writer
         # The events of the append being indexed, from position ``before``: written in the
         # same transaction, after the index.
         self.before, self.pending = before, pending
 
     def is_negative(self, pos: int) -> bool:
-        return bool(self.sql.rows_at("negative", [pos]))
+        return bool(self.writer.index_rows_at("negative", [pos]))
 
     def latest_binding(self, key: str, before: int) -> int | None:
-        got = self.sql.latest_binding(key, before)
-        return None if got is None else got[0]
+        got = self.writer.latest_binding(key, before)
+        return None if got is None else got.pos
 
     def superseded_text(self, pos: int) -> str:
         if 0 <= pos - self.before < len(self.pending):
             return superseded_text(self.pending[pos - self.before])
-        body = self.sql.body(pos)
+        body = self.writer.body(pos)
         return "" if body is None else superseded_text(ev.decode(body))
 
     def open_at(self, pos: int) -> list[tuple[int, str]]:
-        return sorted(Index(self.sql.run, self.sql.sid).open_at(pos).items())
+        return sorted(_open_at(self.writer.index_rows, pos).items())
 
 
-def extend(writer: _Runner, session_id: int, before: int, fresh: Sequence[ev.Event]) -> None:
-    """Write the index rows of ``fresh``, appended at ``before`` onwards, in their transaction (before their insert)."""
+def extend(writer: Writer, session_id: int, before: int, fresh: Sequence[ev.Event]) -> None:
+    """Write the index rows of ``fresh``, appended at ``before`` onwards, in their transaction (before their insert).
+
+    ``session_id`` is the writer's session.
+    """
     # Most appends (turns, checkpoints) that cross no snapshot boundary have nothing to write.
     every = structure.SNAPSHOT_EVERY
     if (before + len(fresh)) // every == before // every and all(map(structure.inert, fresh)):
         return
-    sql = IndexSQL(writer.index_run, session_id)
-    deriver = Deriver(before, _Prior(sql, before, fresh))
+    deriver = Deriver(before, _Prior(writer, before, fresh))
     add = deriver.add
     for pos, event in enumerate(fresh, before):
         add(pos, event)
     if deriver.rows:
-        sql.insert(deriver.rows)
+        writer.insert_index(deriver.rows)
 
 
-def upgrade(backend: Backend, *, rederive: bool = False) -> bool:
-    """Bring a store of the earlier schema up to this one; say if it did.
-
-    In one write transaction (no append runs meanwhile): the index of each session is
-    derived from its log up to its latest head and every row the table lacks is
-    inserted (all of them for a store written before the index; those of appends by a
-    writer without it otherwise), the ``size`` rows are dropped, and the new schema
-    version is recorded. ``rederive``: do it on a store of this schema too (its index
-    table was missing and has just been created).
-    """
-
-    def derive_missing(run: Run) -> None:
-        for sid, size in run("SELECT session_id, max(size) FROM heads GROUP BY session_id ORDER BY session_id", ()):
-            sql = IndexSQL(run, int(sid))
-            have = set(_stream(sql))
-            sql.insert([r for r in derive(run, int(sid), int(size)) if r not in have])
-
-    return backend.upgrade(derive_missing, force=rederive)
-
-
-def _log(run: Run, session_id: int, start: int, stop: int) -> Iterator[tuple[int, ev.Event]]:
+def _log(backend: Backend, session_id: int, start: int, stop: int) -> Iterator[tuple[int, ev.Event]]:
     """Yield ``(position, event)`` of the stored log ``[start, stop)``, skipping the decoding of plain events."""
-    while start < stop:
-        got = run(
-            "SELECT pos, kind, body FROM events WHERE session_id = ? AND pos >= ? AND pos < ? ORDER BY pos LIMIT ?",
-            (session_id, start, stop, _CHUNK),
-        )
-        if not got:
-            return
-        for pos, kind, body in got:
-            yield int(pos), _event(None if body is None else bytes(body), str(kind))
-        start = int(got[-1][0]) + 1
+    for r in backend.rows(session_id, start, stop, _CHUNK):
+        yield int(r.pos), _event(None if r.body is None else bytes(r.body), str(r.kind))
 
 
 # --- verification ------------------------------------------------------------------
@@ -244,8 +220,8 @@ def _log(run: Run, session_id: int, start: int, stop: int) -> Iterator[tuple[int
 class _Rebuilt:
     """The prior of a derivation from position 0: nothing came before; texts come from the log."""
 
-    def __init__(self, run: Run, session_id: int) -> None:
-        self.sql = IndexSQL(run, session_id)
+    def __init__(self, backend: Backend, session_id: int) -> None:
+        self.backend, self.sid = backend, session_id
 
     def is_negative(self, pos: int) -> bool:
         return False
@@ -254,7 +230,7 @@ class _Rebuilt:
         return None
 
     def superseded_text(self, pos: int) -> str:
-        body = self.sql.body(pos)
+        body = self.backend.body(self.sid, pos)
         try:
             return "" if body is None else superseded_text(ev.decode(body))
         except InvalidEvent:
@@ -265,7 +241,8 @@ class _Rebuilt:
 
 
 def verify_session(
-    run: Run, session_id: int, heads: Iterable[int], add: Callable[[int | None, str], None], *, full: bool = True,
+    backend: Backend, session_id: int, heads: Iterable[int], add: Callable[[int | None, str], None], *,
+    full: bool = True,
     derived: Rederivation | None = None,
 ) -> None:
     """Derive the session's index again from its bodies and report every row that differs.
@@ -277,8 +254,7 @@ def verify_session(
     rows are checked. ``derived``: the index already derived from the log by a pass
     that read it (else it is read here).
     """
-    sql = IndexSQL(run, session_id)
-    stored = _stream(sql)
+    stored = _stream(backend, session_id)
     if not full:
         for r in stored:
             if r.rel not in _RELS:
@@ -287,7 +263,7 @@ def verify_session(
     try:
         # A derivation up to another size (rows written since it started) is done again here.
         size = max(heads, default=0)
-        rows = derived.rows() if derived is not None and derived.stop == size else derive(run, session_id, size)
+        rows = derived.rows() if derived is not None and derived.stop == size else derive(backend, session_id, size)
     except (InvalidEvent, AssertionError):
         rows = None
     if rows is None:
@@ -305,14 +281,14 @@ def verify_session(
             add(None, "a row is stored twice")
 
 
-def derive(run: Run, session_id: int, size: int) -> list[IndexRow]:
+def derive(backend: Backend, session_id: int, size: int) -> list[IndexRow]:
     """Return the index of the first ``size`` positions of a session, derived from its stored log alone.
 
     Raises:
         InvalidEvent: a body is not a valid event.
     """
-    deriver = Deriver(0, _Rebuilt(run, session_id))
-    for pos, event in _log(run, session_id, 0, size):
+    deriver = Deriver(0, _Rebuilt(backend, session_id))
+    for pos, event in _log(backend, session_id, 0, size):
         deriver.add(pos, event)
     return deriver.rows
 
@@ -336,10 +312,10 @@ class Rederivation:
     are only counted, so a plain log costs O(1) per batch of rows, not a pass over it.
     """
 
-    def __init__(self, run: Run, session_id: int, stop: int) -> None:
+    def __init__(self, backend: Backend, session_id: int, stop: int) -> None:
         #: the position past the last one derived: the size of the session's latest head
         self.stop = stop
-        self._deriver = Deriver(0, _Rebuilt(run, session_id))
+        self._deriver = Deriver(0, _Rebuilt(backend, session_id))
         self._next = 0  # the position the next row must have
         self._failed = False
 
@@ -388,20 +364,20 @@ def _order(r: IndexRow) -> tuple[int, str, int, str, str]:
     return (r.pos, r.rel, r.num, r.key, r.text)
 
 
-def _stream(sql: IndexSQL) -> list[IndexRow]:
+def _stream(backend: Backend, session_id: int) -> list[IndexRow]:
     out: list[IndexRow] = []
     after: tuple[int, str, int] = (-(2**62), "", -(2**62))
     while True:
-        got = [_row(t) for t in sql.all_rows(after, _CHUNK)]
+        got = backend.index_after(session_id, after, _CHUNK)
         out.extend(got)
         if len(got) < _CHUNK:
             return out
         after = (got[-1].pos, got[-1].rel, got[-1].num)
 
 
-def orphans(run: Run) -> list[object]:
+def orphans(backend: Backend) -> list[object]:
     """Return the session ids the index names that no session has, as stored."""
-    return _orphans(run)
+    return backend.index_orphans()
 
 
 def verify_store(backend: Backend, sessions: Sequence[tuple[int, str]], add: Callable[[str | None, int | None, str], None]) -> None:
@@ -409,14 +385,14 @@ def verify_store(backend: Backend, sessions: Sequence[tuple[int, str]], add: Cal
 
     Called by :meth:`Store.verify` once the log itself is checked.
     """
-    verify_orphans(backend.index_run, lambda pos, what: add(None, pos, what))
+    verify_orphans(backend, lambda pos, what: add(None, pos, what))
     for sid, name in sessions:
         verify_stored_session(backend, sid, lambda pos, what, name=name: add(name, pos, what))  # type: ignore[misc]
 
 
-def verify_orphans(run: Run, add: Callable[[int | None, str], None]) -> None:
+def verify_orphans(backend: Backend, add: Callable[[int | None, str], None]) -> None:
     """Report the index's rows of sessions that do not exist; ``add(pos, what)``."""
-    for sid in orphans(run):
+    for sid in orphans(backend):
         add(None, f"rows name session id {sid!r}, which does not exist")
 
 
@@ -425,4 +401,4 @@ def verify_stored_session(
 ) -> None:
     """Check the structural index of one session of ``backend``, against ``derived`` if given (see :func:`verify_session`)."""
     heads = [h.size for h in all_heads(backend, sid, _CHUNK)]
-    verify_session(backend.index_run, sid, heads, add, full=not backend.redactions(sid), derived=derived)
+    verify_session(backend, sid, heads, add, full=not backend.redactions(sid), derived=derived)

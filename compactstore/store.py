@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import re
 import threading
-from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Literal
@@ -22,8 +21,7 @@ import msgspec
 from . import compaction, markers, merkle, resolver, rules
 from . import index as structure_index
 from . import events as ev
-from .backends import SCHEMA_VERSION, UPGRADES_FROM, Backend, HeadRow, Row, open_backend
-from .backends.index import IndexSQL
+from .backends import SCHEMA_VERSION, Backend, HeadRow, Row, open_backend
 from .compaction import AUTO, Auto, Finding, Node, OnRisk
 from .content import content_digest_of, unhex
 from .errors import (
@@ -181,9 +179,10 @@ class Store:
         if self.mac_key:
             wanted["key_check"] = key_check(self.mac_key)
         meta = self.backend.init_meta(wanted)
-        if meta.get("schema_version") not in (SCHEMA_VERSION, UPGRADES_FROM):
+        if meta.get("schema_version") != SCHEMA_VERSION:
             raise CompactStoreError(
-                f"unsupported schema version {meta.get('schema_version')!r}; this library reads {SCHEMA_VERSION!r}"
+                f"unsupported schema version {meta.get('schema_version')!r}; this library reads {SCHEMA_VERSION!r}",
+                hint="open the store with the compactstore version that wrote it",
             )
         if meta.get("hash") != HASH:
             raise CompactStoreError(f"unsupported hash {meta.get('hash')!r}; want {HASH!r}")
@@ -194,11 +193,6 @@ class Store:
             raise IntegrityError("the store was created without a key", hint="open it without key=")
         if self.mac_key and meta.get("key_check") != wanted["key_check"]:
             raise IntegrityError("wrong key for this store")
-        created = getattr(self.backend, "index_created", False)  # a table found missing is derived whole
-        if meta.get("schema_version") != SCHEMA_VERSION or created:
-            structure_index.upgrade(self.backend, rederive=created)
-            if self.backend.meta().get("schema_version") != SCHEMA_VERSION:
-                raise CompactStoreError(f"the store's schema was not upgraded to {SCHEMA_VERSION!r}")
 
     def __enter__(self) -> Store:
         return self
@@ -945,7 +939,7 @@ class Session:
         return sid
 
     def _index(self) -> Index:
-        return Index(self.store.backend.index_run, self._require_sid())
+        return Index(self.store.backend, self._require_sid())
 
     def _nodes_before(self, size: int) -> list[tuple[int, ev.Summary]]:
         """Return ``(position, node)`` of the session's summary nodes before ``size``, reading only those not read yet.
@@ -1060,8 +1054,11 @@ class Session:
         Raises:
             IntegrityError: a stored subtree root is missing.
         """
-        sid = self._require_sid()
-        return _root_with(self.name, IndexSQL(self.store.backend.index_run, sid), leaves, size)
+        sid, backend = self._require_sid(), self.store.backend
+        try:
+            return merkle.root_with(leaves, size, lambda coords: backend.hashes(sid, coords), HASH)
+        except KeyError as exc:
+            raise IntegrityError(f"a stored subtree root is missing: {exc}", session=self.name) from None
 
     def read(self, pos: int) -> Record:
         """Return the record at ``pos``.
@@ -1172,8 +1169,8 @@ class _EventReader:
         wanted = sorted({p for p in positions if 0 <= p < self.size and p not in self.events})
         if sid is None or not wanted:
             return
-        for row in IndexSQL(session.store.backend.index_run, sid).events_at(wanted):
-            self.add(session._record(Row(*row)))
+        for row in session.store.backend.rows_at(sid, wanted):
+            self.add(session._record(row))
 
     def add(self, record: Record) -> None:
         """Take in a record read elsewhere, checking it like the ones read here.
@@ -1188,66 +1185,6 @@ class _EventReader:
             )
         self.leaves[record.pos] = leaf
         self.events[record.pos] = record.event
-
-
-def _root_with(name: str, sql: IndexSQL, leaves: Mapping[int, bytes], size: int) -> bytes:
-    """Return the root of ``[0, size)`` from the ``leaves`` given and stored subtree roots for the rest.
-
-    A subtree holding no given position comes from the store (O(log n) of them per run
-    of given positions), so the root equals the stored tree's only if every given leaf
-    is the one the tree holds.
-    """
-    known = sorted(p for p in leaves if p < size)
-    need: set[tuple[int, int]] = set()
-
-    def has(level: int, idx: int) -> bool:
-        lo = bisect_left(known, idx << level)
-        return lo < len(known) and known[lo] < (idx + 1) << level
-
-    def plan(level: int, idx: int) -> None:
-        if not has(level, idx):
-            need.add((level, idx))
-        elif level:
-            plan(level - 1, 2 * idx)
-            plan(level - 1, 2 * idx + 1)
-
-    cover = merkle.cover(0, size)
-    for level, idx in cover:
-        plan(level, idx)
-    stored = merkle.resolve(need, lambda coords: _subtrees(name, sql, coords)) if need else {}
-
-    def root(level: int, idx: int) -> bytes:
-        if not has(level, idx):
-            return stored[(level, idx)]
-        if level == 0:
-            return leaves[idx]
-        return merkle.node_hash(root(level - 1, 2 * idx), root(level - 1, 2 * idx + 1))
-
-    return merkle.fold([root(level, idx) for level, idx in cover]) if cover else merkle.empty_root()
-
-
-def _subtrees(name: str, sql: IndexSQL, coords: list[tuple[int, int]]) -> list[bytes]:
-    """Return the stored roots at ``coords``, reading runs of neighbours with one range query each."""
-    got: dict[tuple[int, int], bytes] = {}
-    for level in sorted({lv for lv, _ in coords}):
-        wanted = sorted(i for lv, i in coords if lv == level)
-        runs: list[list[int]] = [[wanted[0], wanted[0]]]
-        for i in wanted[1:]:
-            if i - runs[-1][1] <= _GAP:
-                runs[-1][1] = i
-            else:
-                runs.append([i, i])
-        for lo, hi in runs:
-            got.update(((level, i), h) for i, h in sql.subtrees(level, lo, hi + 1))
-    missing = [c for c in coords if c not in got]
-    if missing:
-        level, idx = missing[0]
-        raise IntegrityError(f"subtree ({level}, {idx}) is missing", session=name, pos=idx << level)
-    return [got[c] for c in coords]
-
-
-#: Neighbouring stored roots closer than this are read by one range query, the ones between included.
-_GAP = 16
 
 
 class _NodeSpan(msgspec.Struct, frozen=True, tag="node", tag_field="kind"):

@@ -55,7 +55,7 @@ class Problem(msgspec.Struct, frozen=True):
 
     Attributes:
         session: the session's name (None for store-wide problems).
-        table: where: ``events``, ``nodes``, ``heads``, ``sessions`` or ``meta``.
+        table: where: ``events``, ``subtrees``, ``heads``, ``sessions`` or ``meta``.
         pos: the event position, or the first position a subtree or head covers.
         what: what is wrong, with got/want where it helps.
     """
@@ -206,7 +206,7 @@ class _Chunk(NamedTuple):
     #: head size -> the root of ``[start, size)``, for the heads ending in the chunk
     tails: dict[int, bytes]
     #: (pos, what) for the stored subtrees inside the chunk that do not match
-    nodes: list[tuple[int, str]]
+    subtrees: list[tuple[int, str]]
     #: erased rows a redaction accounts for (not problems)
     redacted: int
     #: the positions of redaction events whose erased positions were checked here
@@ -248,24 +248,24 @@ def _check_chunk(backend: Backend, sid: int, start: int, reds: _Redactions, keep
     if not clean:
         return _Chunk(start, n, False, 0, 0, [], {}, [], 0, [], checked.indexed, checked.digests, checked)
     levels = merkle.subtree_levels(checked.leaves)
-    nodes: list[tuple[int, str]] = []
+    subtrees: list[tuple[int, str]] = []
     for level in range(1, len(levels)):
         if not merkle.is_stored(level):
             continue
         want, base = levels[level], start >> level
-        stored = dict(backend.node_range(sid, level, base, base + len(want)))
+        stored = dict(backend.subtree_range(sid, level, base, base + len(want)))
         for i, h in enumerate(want):
             got = stored.get(base + i)
             if got != h:
                 what = "missing" if got is None else f"got {_short(got)}, want {_short(h)}"
-                nodes.append(((base + i) << level, f"subtree ({level}, {base + i}): {what}"))
+                subtrees.append(((base + i) << level, f"subtree ({level}, {base + i}): {what}"))
     tails = {
         h.size: merkle.fold([levels[lv][i] for lv, i in merkle.cover(0, h.size - start)])
         for h in backend.heads(sid, start, _CHUNK)
         if h.size <= start + n
     }
     pieces = [(lv, levels[lv][i]) for lv, i in merkle.cover(0, n)]
-    return _Chunk(start, n, True, seqs[0], seqs[-1], pieces, tails, nodes, redacted, done, checked.indexed,
+    return _Chunk(start, n, True, seqs[0], seqs[-1], pieces, tails, subtrees, redacted, done, checked.indexed,
                   checked.digests, checked if keep_rows else None)
 
 
@@ -340,7 +340,7 @@ def verify_store(
     sessions = backend.sessions()
     # The structural index's problems are listed after every session's own.
     index_found: list[tuple[str | None, int | None, str]] = []
-    structure_index.verify_orphans(backend.index_run, lambda pos, what: index_found.append((None, pos, what)))
+    structure_index.verify_orphans(backend, lambda pos, what: index_found.append((None, pos, what)))
     try:
         for sid, name in sessions:
             session = _SessionCheck(store, sid, name, found)
@@ -348,7 +348,7 @@ def verify_store(
             # with redactions has only the kinds of its rows checked: nothing to derive).
             head = backend.head(sid)
             derived = (None if session.reds.erased
-                       else structure_index.Rederivation(backend.index_run, sid, 0 if head is None else head.size))
+                       else structure_index.Rederivation(backend, sid, 0 if head is None else head.size))
             digests: list[tuple[int, str]] = []
             for part in _session_parts(backend, sid, session.reds, pool, workers):
                 if isinstance(part, _Checked):
@@ -518,8 +518,8 @@ class _SessionCheck:
         found.redacted += chunk.redacted
         for p in chunk.redactions_checked:
             self.erased_by.pop(p, None)
-        for pos, what in chunk.nodes:
-            found.add(name, "nodes", pos, what)
+        for pos, what in chunk.subtrees:
+            found.add(name, "subtrees", pos, what)
         made: dict[int, dict[int, bytes]] = defaultdict(dict)
         for level, root in chunk.pieces:
             for lv, idx, h in self.tree.append_subtree(level, root):
@@ -575,15 +575,15 @@ class _SessionCheck:
 
     def _check_made(self, made: dict[int, dict[int, bytes]]) -> None:
         for level, want in made.items():
-            stored = dict(self.store.backend.node_range(self.sid, level, min(want), max(want) + 1))
+            stored = dict(self.store.backend.subtree_range(self.sid, level, min(want), max(want) + 1))
             for idx, h in want.items():
                 got = stored.get(idx)
                 if got != h:
                     what = "missing" if got is None else f"got {_short(got)}, want {_short(h)}"
-                    self.found.add(self.name, "nodes", idx << level, f"subtree ({level}, {idx}): {what}")
+                    self.found.add(self.name, "subtrees", idx << level, f"subtree ({level}, {idx}): {what}")
 
     def finish(self) -> None:
-        """Report what only the whole session shows: its end, leftover records, node counts."""
+        """Report what only the whole session shows: its end, leftover records, subtree counts."""
         found, name = self.found, self.name
         size = self.tree.size
         if size == 0:
@@ -594,10 +594,10 @@ class _SessionCheck:
             found.add(name, "heads", head.size, f"head of size {head.size} beyond the log's {size} events")
         if size and self.prev != size:
             found.add(name, "heads", self.prev, f"latest head is at size {self.prev}, but the log has {size} events")
-        for level, n in self.store.backend.node_counts(self.sid).items():
+        for level, n in self.store.backend.subtree_counts(self.sid).items():
             expected = size >> level if level >= 1 and merkle.is_stored(level) else 0
             if n != expected:
-                found.add(name, "nodes", None, f"{n} subtrees stored at level {level}, want {expected}")
+                found.add(name, "subtrees", None, f"{n} subtrees stored at level {level}, want {expected}")
 
 
 def _check_body(

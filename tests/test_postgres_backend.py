@@ -21,7 +21,6 @@ import psycopg  # noqa: E402
 from compactstore.backends import SCHEMA_VERSION  # noqa: E402
 from compactstore.backends.index import TABLE as INDEX_TABLE  # noqa: E402
 from compactstore.backends.postgres import (  # noqa: E402
-    _FUNCTIONS,
     _LOCK_SESSION,
     INLINE_BYTES,
     LOG_TABLES,
@@ -72,9 +71,9 @@ def test_schema_is_created_with_its_version_and_triggers(pg_url: str, owner: psy
         "UPDATE heads SET root = '\\x00'",
         "DELETE FROM heads",
         "TRUNCATE heads CASCADE",
-        "DELETE FROM nodes",
-        "UPDATE nodes SET hash = '\\x00'",
-        "TRUNCATE nodes",
+        "DELETE FROM subtrees",
+        "UPDATE subtrees SET hash = '\\x00'",
+        "TRUNCATE subtrees",
         "UPDATE sessions SET name = 'x'",
         "DELETE FROM sessions",
         "TRUNCATE sessions",
@@ -93,7 +92,7 @@ def test_log_tables_reject_update_delete_and_truncate(pg_url: str, owner: psycop
     with cs.open(pg_url) as st:
         st.session("s").extend(_turns(40))  # enough for stored subtree roots
         st.session("s").redact([1], "so that redactions has a row")
-    assert owner.execute("SELECT count(*) FROM nodes").fetchone() != (0,)
+    assert owner.execute("SELECT count(*) FROM subtrees").fetchone() != (0,)
     with pytest.raises(psycopg.errors.RestrictViolation, match="append-only"):
         owner.execute(sql)
 
@@ -261,25 +260,6 @@ def test_a_sqlite_only_run_never_imports_psycopg(tmp_path: object) -> None:
     assert out.strip() == "[]"
 
 
-def test_a_store_made_before_the_append_functions_gains_them_on_open(
-    pg_url: str, owner: psycopg.Connection[Any]
-) -> None:
-    """A schema-1 store without the server-side functions opens, gains them, and keeps appending and verifying."""
-    with cs.open(pg_url, key=b"k") as st:
-        st.session("s").extend(_turns(20))
-        root = st.session("s").head().root
-    for signature in _FUNCTIONS:  # as stores were made before they existed
-        owner.execute(f"DROP FUNCTION {signature}")
-    with cs.open(pg_url, key=b"k") as st:
-        for signature in _FUNCTIONS:
-            assert owner.execute("SELECT to_regprocedure(%s) IS NOT NULL", (signature,)).fetchone() == (True,)
-        s = st.session("s")
-        assert s.head().root == root
-        assert [r.pos for r in s.extend(_turns(3, "y"))] == [20, 21, 22]
-        assert st.verify().ok
-    assert owner.execute("SELECT value FROM meta WHERE name = 'schema_version'").fetchone() == (SCHEMA_VERSION,)
-
-
 def test_a_redaction_whose_erasure_fails_writes_nothing(pg_url: str, owner: psycopg.Connection[Any]) -> None:
     """The redaction event and its erasures commit together: when the erasure fails, the event is not stored either."""
     with cs.open(pg_url) as st:
@@ -343,17 +323,18 @@ def _one_event(st: cs.Store) -> tuple[int, Any, Any]:
 def test_a_writers_index_rows_reach_the_index_exactly(pg_url: str, owner: psycopg.Connection[Any], read_first: bool) -> None:
     """Index rows travel as arguments of the insert's call, or as literal SQL when a read comes first; either way exactly."""
     from compactstore.backends import HeadRow
+    from compactstore.structure import IndexRow
 
     odd = ["a,b", "{x}", '"q"', "back\\slash", "NULL", "it's", "ключ ✓", ""]
-    rows = [(5, "binding", k, i, t) for i, (k, t) in enumerate(zip(odd, reversed(odd)))] + [(5, "open_at", "tool_call/c1", 4, "")]
-    insert = f"INSERT INTO {INDEX_TABLE} (session_id, pos, rel, key, num, text) VALUES "
+    rows = [IndexRow(5, "binding", k, i, t) for i, (k, t) in enumerate(zip(odd, reversed(odd)))]
+    rows.append(IndexRow(5, "open_at", "tool_call/c1", 4, ""))
     with cs.open(pg_url) as st:
         sid, head, row = _one_event(st)
         with st.backend.writer("s") as w:
-            w.index_run(insert + ", ".join(["(?, ?, ?, ?, ?, ?)"] * len(rows)), [v for r in rows for v in (sid, *r)])
+            w.insert_index(rows)
             if read_first:
-                got = w.index_run(f"SELECT count(*) FROM {INDEX_TABLE} WHERE session_id = ? AND pos = 5", (sid,))
-                assert got == [(len(rows),)]
+                got = w.index_rows(("binding", "open_at"), 5, 6)
+                assert sorted(got) == sorted(rows)
             w.insert([row._replace(pos=1)], [], HeadRow(2, head.root, 1, head.seal))
     stored = owner.execute(f"SELECT pos, rel, key, num, text FROM {INDEX_TABLE} WHERE pos = 5 ORDER BY rel, num").fetchall()
     assert stored == sorted(rows, key=lambda r: (r[1], r[3]))
@@ -362,13 +343,13 @@ def test_a_writers_index_rows_reach_the_index_exactly(pg_url: str, owner: psycop
 def test_a_nul_in_an_index_row_is_refused_before_the_server(pg_url: str) -> None:
     """Text the index cannot store is refused in the writer, and nothing is written."""
     from compactstore.backends import HeadRow
+    from compactstore.structure import IndexRow
 
     with cs.open(pg_url) as st:
         sid, head, row = _one_event(st)
         with pytest.raises(cs.CompactStoreError, match="NUL"):
             with st.backend.writer("s") as w:
-                w.index_run(f"INSERT INTO {INDEX_TABLE} (session_id, pos, rel, key, num, text) VALUES (?, ?, ?, ?, ?, ?)",
-                            (sid, 1, "binding", "a\x00b", 0, ""))
+                w.insert_index([IndexRow(1, "binding", "a\x00b", 0, "")])
                 w.insert([row._replace(pos=1)], [], HeadRow(2, head.root, 1, head.seal))
         assert st.session("s").size == 1
 

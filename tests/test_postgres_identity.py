@@ -45,7 +45,7 @@ def _write(target: str) -> dict[str, Any]:
             assert sid is not None
             out[f"{name}/stored_heads"] = st.backend.heads(sid, 0, 10_000)
             out[f"{name}/nodes"] = {
-                level: st.backend.node_range(sid, level, 0, 1 << 40) for level in st.backend.node_counts(sid)
+                level: st.backend.subtree_range(sid, level, 0, 1 << 40) for level in st.backend.subtree_counts(sid)
             }
             out[f"{name}/proofs"] = (sess.inclusion_proof(0), sess.consistency_proof(1))
         out["meta"] = st.backend.meta()
@@ -84,5 +84,5 @@ def test_inline_and_binary_inserts_store_the_same_bytes_as_sqlite(sqlite_target:
             sid = st.backend.session_id("s")
             assert sid is not None and st.verify().ok
             seen.append(([(r.pos, r.kind, r.idem_key, r.leaf, r.body) for r in st.backend.rows(sid, 0, None, 1000)],
-                         st.backend.heads(sid, 0, 1000), st.backend.node_range(sid, 4, 0, 1000)))
+                         st.backend.heads(sid, 0, 1000), st.backend.subtree_range(sid, 4, 0, 1000)))
     assert seen[0] == seen[1]

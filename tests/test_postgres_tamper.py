@@ -23,7 +23,7 @@ import psycopg  # noqa: E402
 from compactstore import merkle  # noqa: E402
 from compactstore.seal import seal  # noqa: E402
 
-TABLES = ("meta", "sessions", "events", "nodes", "heads", "redactions", "structure_index")
+TABLES = ("meta", "sessions", "events", "subtrees", "heads", "redactions", "structure_index")
 BLOBS = ("body", "leaf", "hash", "root", "seal")
 
 
@@ -131,7 +131,7 @@ def test_deleting_any_row_is_detected(pg_url: str, attacker: psycopg.Connection[
 
 
 def test_a_consistent_rewrite_without_the_key_is_caught(pg_url: str, attacker: psycopg.Connection[Any]) -> None:
-    """Rewriting a body and recomputing leaf, nodes and heads without the key fails the MACs, and only them."""
+    """Rewriting a body and recomputing leaf, subtrees and heads without the key fails the MACs, and only them."""
     key = b"k" * 32
     _build(pg_url, key)
     _disarm(attacker)
@@ -142,13 +142,13 @@ def test_a_consistent_rewrite_without_the_key_is_caught(pg_url: str, attacker: p
     leaves[2] = merkle.leaf_hash(body)
     attacker.execute("UPDATE events SET body = %s, leaf = %s WHERE session_id = %s AND pos = 2", (body, leaves[2], sid))
     # Recompute every stored subtree root (at the levels the store keeps) from the new leaves.
-    levels = {lv for (lv,) in attacker.execute("SELECT DISTINCT level FROM nodes WHERE session_id = %s", (sid,))}
-    attacker.execute("DELETE FROM nodes WHERE session_id = %s", (sid,))
+    levels = {lv for (lv,) in attacker.execute("SELECT DISTINCT level FROM subtrees WHERE session_id = %s", (sid,))}
+    attacker.execute("DELETE FROM subtrees WHERE session_id = %s", (sid,))
     frontier = merkle.Frontier()
     for leaf in leaves:
         for level, idx, h in frontier.append(leaf):
             if level in levels:
-                attacker.execute("INSERT INTO nodes VALUES (%s, %s, %s, %s)", (sid, level, idx, h))
+                attacker.execute("INSERT INTO subtrees VALUES (%s, %s, %s, %s)", (sid, level, idx, h))
     for size in range(1, len(leaves) + 1):
         root = merkle.root_of_leaves(leaves[:size])
         attacker.execute(

@@ -222,7 +222,7 @@ def test_log_tables_reject_update_and_delete(sqlite_target: str) -> None:
         "UPDATE events SET body = x'00'",
         "DELETE FROM events",
         "UPDATE heads SET root = x'00'",
-        "DELETE FROM nodes",
+        "DELETE FROM subtrees",
         "UPDATE sessions SET name = 'x'",
         "DELETE FROM meta",
     ):

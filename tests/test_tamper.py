@@ -17,7 +17,7 @@ import pytest
 import compactstore as cs
 from sqlite_edit import unguarded
 
-TABLES = ("meta", "sessions", "events", "nodes", "heads", "redactions", "structure_index")
+TABLES = ("meta", "sessions", "events", "subtrees", "heads", "redactions", "structure_index")
 
 
 def _build(path: Path, key: bytes | None) -> None:
@@ -48,7 +48,7 @@ def _mutations(value: object) -> list[object]:
 def _where(conn: sqlite3.Connection, table: str) -> tuple[list[str], str]:
     """Return the primary key columns of ``table`` and a WHERE clause that picks one row by them.
 
-    Rows are addressed by primary key, not rowid: nodes and heads are WITHOUT ROWID tables.
+    Rows are addressed by primary key, not rowid: subtrees and heads are WITHOUT ROWID tables.
     """
     info = conn.execute(f"PRAGMA table_info({table})").fetchall()
     keys = [r[1] for r in sorted((r for r in info if r[5]), key=lambda r: r[5])]
@@ -142,7 +142,7 @@ def test_deleting_any_row_is_detected(tmp_path: Path) -> None:
 
 
 def test_a_consistent_rewrite_without_the_key_is_caught(tmp_path: Path) -> None:
-    """Rewriting a body and recomputing leaf, nodes and heads without the key fails the MACs."""
+    """Rewriting a body and recomputing leaf, subtrees and heads without the key fails the MACs."""
     from compactstore import merkle
     from compactstore.seal import seal
 
@@ -155,12 +155,12 @@ def test_a_consistent_rewrite_without_the_key_is_caught(tmp_path: Path) -> None:
     leaves = [leaf for _, leaf in rows]
     leaves[2] = merkle.leaf_hash(body)
     conn.execute("UPDATE events SET body = ?, leaf = ? WHERE session_id = ? AND pos = 2", (body, leaves[2], sid))
-    conn.execute("DELETE FROM nodes WHERE session_id = ?", (sid,))
+    conn.execute("DELETE FROM subtrees WHERE session_id = ?", (sid,))
     frontier = merkle.Frontier()
     for leaf in leaves:
         for level, idx, h in frontier.append(leaf):
             if merkle.is_stored(level):
-                conn.execute("INSERT INTO nodes VALUES (?, ?, ?, ?)", (sid, level, idx, h))
+                conn.execute("INSERT INTO subtrees VALUES (?, ?, ?, ?)", (sid, level, idx, h))
     for size in range(1, len(leaves) + 1):
         root = merkle.root_of_leaves(leaves[:size])
         conn.execute("UPDATE heads SET root = ?, seal = ? WHERE session_id = ? AND size = ?",
@@ -190,14 +190,14 @@ def test_parallel_verify_reports_exactly_what_serial_verify_reports(tmp_path: Pa
         assert clean.ok and clean.events == st.verify(workers=1).events and clean.redacted == 3
     conn = unguarded(path)
     conn.execute("UPDATE events SET body = CAST(replace(CAST(body AS TEXT), 'turn 3-5', 'turn 3-6') AS BLOB) WHERE pos = 6005")
-    conn.execute("UPDATE nodes SET hash = zeroblob(32) WHERE level = 8 AND idx = 3")
+    conn.execute("UPDATE subtrees SET hash = zeroblob(32) WHERE level = 8 AND idx = 3")
     conn.execute("UPDATE events SET leaf = zeroblob(32) WHERE pos = 9000")
     conn.commit()
     conn.close()
     with cs.open(str(path)) as st:
         serial, parallel = st.verify(workers=1), st.verify(workers=2)
     assert not serial.ok and parallel.problems == serial.problems
-    assert {p.table for p in serial.problems} >= {"events", "nodes", "heads"}
+    assert {p.table for p in serial.problems} >= {"events", "subtrees", "heads"}
 
 
 @pytest.fixture(scope="module")
@@ -220,10 +220,10 @@ CHUNK_TAMPERS = [
     ("body in the second chunk", "UPDATE events SET body = CAST(replace(CAST(body AS TEXT), 'turn 5-1', 'turn 5-2') "
      "AS BLOB) WHERE pos = 5000 + 1"),
     ("leaf in the last chunk", "UPDATE events SET leaf = zeroblob(32) WHERE pos = 8500"),
-    ("level-4 node", "UPDATE nodes SET hash = zeroblob(32) WHERE level = 4 AND idx = 300"),
-    ("level-8 node", "UPDATE nodes SET hash = zeroblob(32) WHERE level = 8 AND idx = 17"),
-    ("level-12 node", "UPDATE nodes SET hash = zeroblob(32) WHERE level = 12 AND idx = 1"),
-    ("level-12 node deleted", "DELETE FROM nodes WHERE level = 12 AND idx = 0"),
+    ("level-4 subtree", "UPDATE subtrees SET hash = zeroblob(32) WHERE level = 4 AND idx = 300"),
+    ("level-8 subtree", "UPDATE subtrees SET hash = zeroblob(32) WHERE level = 8 AND idx = 17"),
+    ("level-12 subtree", "UPDATE subtrees SET hash = zeroblob(32) WHERE level = 12 AND idx = 1"),
+    ("level-12 subtree deleted", "DELETE FROM subtrees WHERE level = 12 AND idx = 0"),
     ("head root", "UPDATE heads SET root = zeroblob(32) WHERE size = 5 * 998"),
     ("head chain", "UPDATE heads SET prev = prev - 1 WHERE size = 8 * 998"),
     ("head deleted", "DELETE FROM heads WHERE size = 4 * 998"),

@@ -141,9 +141,8 @@ def test_deriving_from_batches_of_rows_equals_deriving_from_the_log(
     sid = s._sid()
     if sid is None or not s.size:
         return
-    run = store.backend.index_run
     stop = data.draw(st.integers(1, s.size))
-    derived = index.Rederivation(run, sid, stop)
+    derived = index.Rederivation(store.backend, sid, stop)
     rows = list(store.backend.rows(sid, 0, None, 1000))
     at = 0
     while at < len(rows):
@@ -153,4 +152,4 @@ def test_deriving_from_batches_of_rows_equals_deriving_from_the_log(
         events = [(r.pos, index.event_of(r.body, r.kind)) for r in batch]
         derived.take(range(positions[0], positions[-1] + 1) if data.draw(st.booleans()) else positions,
                      [(p, e) for p, e in events if e is not None])
-    assert derived.rows() == index.derive(run, sid, stop)
+    assert derived.rows() == index.derive(store.backend, sid, stop)

@@ -2,6 +2,8 @@
 
 A backend stores rows and answers range queries; it knows nothing of hashing, events
 or compaction. The store above it does the Merkle arithmetic once, for every backend.
+The protocol is typed verbs over rows: no SQL text crosses it, each backend writes its
+own statements (those both share are in :mod:`compactstore.backends.index`).
 
 Tables (the same in every backend):
 
@@ -9,7 +11,8 @@ Tables (the same in every backend):
 - ``sessions(id, name)``: covered by the tree heads, whose seals include the name.
 - ``events(seq, session_id, pos, kind, idem_key, leaf, body)``: the log. ``leaf`` is
   ``H(0x00 || body)``; ``kind`` and ``idem_key`` repeat what the body says, for indexes.
-- ``nodes(session_id, level, idx, hash)``: every complete interior subtree root.
+- ``subtrees(session_id, level, idx, hash)``: the root of every complete subtree at a
+  stored level above the leaves (the leaves are ``events.leaf``).
 - ``heads(session_id, size, root, prev, seal)``: a tree head per write transaction,
   chained to the previous one by its size ``prev``, sealed with a keyed BLAKE3 MAC
   when the store has a key (a plain BLAKE3 digest otherwise). The chain makes a
@@ -25,18 +28,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from ..errors import StaleHead
+from ..structure import IndexRow
 
-if TYPE_CHECKING:
-    from .index import Run
-
-#: The schema this library writes. "1" stores (written before the structural index, or
-#: with one ``size`` row per append) are upgraded when first opened.
+#: The schema this library writes and reads; a store of any other version is refused.
 SCHEMA_VERSION = "2"
-#: The earlier schema an open upgrades from.
-UPGRADES_FROM = "1"
 
 
 class Row(NamedTuple):
@@ -92,7 +90,7 @@ class Writer(Protocol):
     def insert(
         self,
         rows: Sequence[Row],
-        nodes: Sequence[tuple[int, int, bytes]],
+        subtrees: Sequence[tuple[int, int, bytes]],
         head: HeadRow,
     ) -> list[int]:
         """Insert events, completed subtree roots and the new head; return the events' seqs.
@@ -106,8 +104,24 @@ class Writer(Protocol):
         """Record ``positions`` as redacted by the event at ``by``: body and idem_key NULL, kind ``redacted``."""
         ...
 
-    def index_run(self, sql: str, args: Sequence[object]) -> list[tuple[Any, ...]]:
-        """Run one statement of :mod:`compactstore.backends.index` in this transaction; return its rows."""
+    def index_rows(self, rels: Sequence[str], lo: int, hi: int) -> list[IndexRow]:
+        """Return the session's index rows of kinds ``rels`` at positions ``[lo, hi)``, by position."""
+        ...
+
+    def index_rows_at(self, rel: str, positions: Sequence[int]) -> list[IndexRow]:
+        """Return the session's index rows of kind ``rel`` at ``positions`` (sorted), by position."""
+        ...
+
+    def latest_binding(self, key: str, before: int) -> IndexRow | None:
+        """Return the session's ``binding`` row of the last binding of ``key`` before position ``before``."""
+        ...
+
+    def body(self, pos: int) -> bytes | None:
+        """Return the session's stored body at ``pos`` (None: redacted or missing)."""
+        ...
+
+    def insert_index(self, rows: Sequence[IndexRow]) -> None:
+        """Insert the session's index ``rows``, before :meth:`insert` (it may commit)."""
         ...
 
 
@@ -127,16 +141,6 @@ class Backend(Protocol):
 
     def init_meta(self, values: dict[str, str]) -> dict[str, str]:
         """Write ``values`` into an empty meta table; return what is stored either way."""
-        ...
-
-    def upgrade(self, derive: Callable[[Run], None], *, force: bool = False) -> bool:
-        """Upgrade a store of schema UPGRADES_FROM (or, with ``force``, of this schema) in one write transaction.
-
-        No append runs meanwhile. ``derive(run)`` writes the missing structural index
-        rows through ``run``; then the earlier schema's ``size`` rows are dropped, a
-        writer of that schema is refused from then on, and SCHEMA_VERSION is recorded.
-        Says whether it ran (another process may have upgraded the store first).
-        """
         ...
 
     def sessions(self) -> list[tuple[int, str]]:
@@ -169,23 +173,59 @@ class Backend(Protocol):
         ...
 
     def hashes(self, session_id: int, coords: Sequence[tuple[int, int]]) -> list[bytes]:
-        """Return the subtree roots at ``coords``; raise KeyError naming a missing one."""
+        """Return the subtree roots at ``coords`` (level 0: leaves).
+
+        Raises:
+            IntegrityError: one is not stored; it names the first missing.
+        """
         ...
 
     def bodies(self, session_id: int, start: int, stop: int) -> list[bytes | None]:
         """Return the bodies at positions ``[start, stop)`` in order (None where redacted), in one query."""
         ...
 
-    def kind_rows(self, session_id: int, kind: str) -> list[Row]:
-        """Return the session's events of ``kind`` (the column, not the body), by position."""
+    def rows_at(self, session_id: int, positions: Sequence[int]) -> list[Row]:
+        """Return the events at ``positions`` (sorted), by position."""
         ...
 
-    def node_range(self, session_id: int, level: int, lo: int, hi: int) -> list[tuple[int, bytes]]:
-        """Return ``(idx, hash)`` of stored nodes at ``level`` with ``lo <= idx < hi``."""
+    def node_bodies(self, session_id: int, lo: int, hi: int) -> list[tuple[int, bytes | None]]:
+        """Return ``(pos, body)`` of the summary nodes (events of kind ``node``) at positions ``[lo, hi)``, by position."""
         ...
 
-    def node_counts(self, session_id: int) -> dict[int, int]:
-        """Return the number of stored nodes per level."""
+    def body(self, session_id: int, pos: int) -> bytes | None:
+        """Return the stored body at ``pos`` (None: redacted or missing)."""
+        ...
+
+    def subtree_range(self, session_id: int, level: int, lo: int, hi: int) -> list[tuple[int, bytes]]:
+        """Return ``(idx, hash)`` of the stored subtree roots at ``level`` with ``lo <= idx < hi`` (level 0: leaves)."""
+        ...
+
+    def subtree_counts(self, session_id: int) -> dict[int, int]:
+        """Return the number of stored subtree roots per level."""
+        ...
+
+    def index_rows(self, session_id: int, rels: Sequence[str], lo: int, hi: int) -> list[IndexRow]:
+        """Return the index rows of kinds ``rels`` at positions ``[lo, hi)``, by position."""
+        ...
+
+    def index_rows_at(self, session_id: int, rel: str, positions: Sequence[int]) -> list[IndexRow]:
+        """Return the index rows of kind ``rel`` at ``positions`` (sorted), by position."""
+        ...
+
+    def negatives_caused(self, session_id: int, lo: int, hi: int) -> list[IndexRow]:
+        """Return the ``negative`` rows before ``lo`` made negative in ``[lo, hi)`` (their ``num``), by position."""
+        ...
+
+    def latest_binding(self, session_id: int, key: str, before: int) -> IndexRow | None:
+        """Return the ``binding`` row of the last binding of ``key`` before position ``before``."""
+        ...
+
+    def index_after(self, session_id: int, after: tuple[int, str, int], limit: int) -> list[IndexRow]:
+        """Return up to ``limit`` index rows after ``(pos, rel, num)`` in that order, for streaming the index."""
+        ...
+
+    def index_orphans(self) -> list[object]:
+        """Return the session ids the index names that no session has, as stored (a damaged file may hold a NULL)."""
         ...
 
     def heads(self, session_id: int, after: int, limit: int) -> list[HeadRow]:
@@ -206,10 +246,6 @@ class Backend(Protocol):
 
     def seq_bounds(self) -> tuple[int, int, int]:
         """Return ``(count, min, max)`` of event sequence numbers."""
-        ...
-
-    def index_run(self, sql: str, args: Sequence[object]) -> list[tuple[Any, ...]]:
-        """Run one statement of :mod:`compactstore.backends.index`; return its rows."""
         ...
 
 

@@ -1,20 +1,16 @@
-"""The structural index's table and queries, written once for every backend.
-
-Also the batched reads the indexed marker checks make of the log and the tree (events
-at a few positions, runs of stored subtree roots).
+"""The structural index's table, and the reads both backends answer with the same statements.
 
 ``structure_index(session_id, pos, rel, key, num, text)`` holds, per session, the rows
 :class:`compactstore.structure.Deriver` derives from the events: opens and closes of
 items, negative facts, bindings and snapshots of the open items. It is written in the
 transaction that appends the events, insert-only (triggers refuse UPDATE, DELETE and
 TRUNCATE, as on the log), and ``verify()`` derives it again from the bodies and
-compares. The ``size`` rows of the earlier schema (one per append, saying how far the
-index went) are refused: a writer of that schema fails loudly here rather than append
-without the index (see :func:`compactstore.index.upgrade`).
+compares.
 
-A backend exposes ``index_run(sql, args)`` (and its writer the same, inside the write
-transaction); the SQL here uses ``?`` placeholders and ``IN`` lists, which the
-PostgreSQL backend rewrites.
+:class:`Reads` implements the protocol's verbs over the index, the events at given
+positions, the summary nodes and the stored subtree roots for both backends: the
+statements are written once here, in the placeholder style of the backend that runs
+them, and never leave the backend.
 """
 
 from __future__ import annotations
@@ -23,24 +19,13 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from ..errors import IntegrityError
+from ..structure import IndexRow
+from . import Row
 
 TABLE = "structure_index"
 
-#: ``(sql, args) -> rows``: one statement run by a backend or a writer.
-Run = Callable[[str, Sequence[object]], list[tuple[Any, ...]]]
-#: One index row as stored: ``(pos, rel, key, num, text)``.
-IndexTuple = tuple[int, str, str, int, str]
-
-#: Refuses the earlier schema's ``size`` rows (SQLite cannot add a CHECK to a table).
-NO_SIZE_SQLITE = (
-    f"CREATE TRIGGER IF NOT EXISTS {TABLE}_no_size BEFORE INSERT ON {TABLE} WHEN NEW.rel = 'size' "
-    "BEGIN SELECT RAISE(ABORT, 'compactstore: this store has a newer schema than its writer'); END"
-)
-#: The same on PostgreSQL, for a table created by the earlier schema or this one.
-NO_SIZE_POSTGRES = (
-    f"ALTER TABLE {TABLE} DROP CONSTRAINT IF EXISTS {TABLE}_no_size, "
-    f"ADD CONSTRAINT {TABLE}_no_size CHECK (rel <> 'size')"
-)
+#: ``(statement, arguments) -> rows``: one statement run on a backend's connection.
+Fetch = Callable[[str, Sequence[object]], Sequence[tuple[Any, ...]]]
 
 SQLITE_SCHEMA = (
     f"CREATE TABLE IF NOT EXISTS {TABLE} (session_id INTEGER NOT NULL, pos INTEGER NOT NULL, "
@@ -58,7 +43,6 @@ SQLITE_SCHEMA = (
         f"BEGIN SELECT RAISE(ABORT, 'compactstore: {TABLE} is append-only'); END"
         for op in ("UPDATE", "DELETE")
     ),
-    NO_SIZE_SQLITE,
 )
 
 POSTGRES_SCHEMA = (
@@ -73,131 +57,163 @@ POSTGRES_SCHEMA = (
         f"FOR EACH {'STATEMENT' if op == 'truncate' else 'ROW'} EXECUTE FUNCTION compactstore_append_only()"
         for op, spec in (("update", "UPDATE"), ("delete", "DELETE"), ("truncate", "TRUNCATE"))
     ),
-    NO_SIZE_POSTGRES,
 )
 
 _COLS = "pos, rel, key, num, text"
+_EVENT = "seq, session_id, pos, kind, idem_key, leaf, body"
+#: Rows per multi-row insert: six parameters a row, under every backend's limit on one statement.
+INSERT_ROWS = 150
+#: Values per ``IN`` list, for the same reason.
+_IN_VALUES = 500
 
 
-def _rows(got: Iterable[tuple[Any, ...]]) -> list[IndexTuple]:
+class Queries:
+    """The statements of :class:`Reads`, written with one backend's placeholder (``?`` or ``%s``)."""
+
+    def __init__(self, mark: str) -> None:
+        """Write the fixed statements with placeholder ``mark``."""
+        m = self.mark = mark
+        # rel as a literal, and no bound on pos (a range the primary key would take
+        # instead): the partial index on num serves it.
+        self.negatives_caused = (
+            f"SELECT {_COLS} FROM {TABLE} WHERE session_id = {m} AND rel = 'negative' AND num >= {m} AND num < {m} "
+            "ORDER BY pos, num"
+        )
+        self.latest_binding = (
+            f"SELECT {_COLS} FROM {TABLE} WHERE session_id = {m} AND rel = 'binding' AND key = {m} AND pos < {m} "
+            "ORDER BY pos DESC LIMIT 1"
+        )
+        self.index_after = (
+            f"SELECT {_COLS} FROM {TABLE} WHERE session_id = {m} AND (pos > {m} OR (pos = {m} AND (rel > {m} OR "
+            f"(rel = {m} AND num > {m})))) ORDER BY pos, rel, num LIMIT {m}"
+        )
+        self.index_orphans = (
+            f"SELECT DISTINCT session_id FROM {TABLE} WHERE session_id NOT IN (SELECT id FROM sessions) "
+            "ORDER BY session_id"
+        )
+        self.node_bodies = (
+            f"SELECT pos, body FROM events WHERE session_id = {m} AND pos >= {m} AND pos < {m} AND kind = 'node' "
+            "ORDER BY pos"
+        )
+        self.body = f"SELECT body FROM events WHERE session_id = {m} AND pos = {m}"
+        self.leaves = f"SELECT pos, leaf FROM events WHERE session_id = {m} AND pos >= {m} AND pos < {m} ORDER BY pos"
+        self.subtrees = (
+            f"SELECT idx, hash FROM subtrees WHERE session_id = {m} AND level = {m} AND idx >= {m} AND idx < {m} "
+            "ORDER BY idx"
+        )
+        self.subtree_counts = f"SELECT level, count(*) FROM subtrees WHERE session_id = {m} GROUP BY level"
+
+    def _in(self, n: int) -> str:
+        return "(" + ", ".join([self.mark] * n) + ")"
+
+    def index_rows(self, rels: int) -> str:
+        """Return the statement reading the rows of ``rels`` kinds in a position range."""
+        m = self.mark
+        return (
+            f"SELECT {_COLS} FROM {TABLE} WHERE session_id = {m} AND rel IN {self._in(rels)} AND pos >= {m} "
+            f"AND pos < {m} ORDER BY pos, num"
+        )
+
+    def index_rows_at(self, positions: int) -> str:
+        """Return the statement reading the rows of one kind at ``positions`` positions."""
+        m = self.mark
+        return (
+            f"SELECT {_COLS} FROM {TABLE} WHERE session_id = {m} AND rel = {m} AND pos IN {self._in(positions)} "
+            "ORDER BY pos"
+        )
+
+    def rows_at(self, positions: int) -> str:
+        """Return the statement reading the events at ``positions`` positions."""
+        return f"SELECT {_EVENT} FROM events WHERE session_id = {self.mark} AND pos IN {self._in(positions)} ORDER BY pos"
+
+    def insert_index(self, rows: int) -> str:
+        """Return the statement inserting ``rows`` index rows (six values each, the session id first)."""
+        return f"INSERT INTO {TABLE} (session_id, {_COLS}) VALUES " + ", ".join([self._in(6)] * rows)
+
+
+SQLITE = Queries("?")
+POSTGRES = Queries("%s")
+
+
+def _index_rows(got: Iterable[tuple[Any, ...]]) -> list[IndexRow]:
     try:
-        return [(int(p), str(r), str(k), int(n), str(t)) for p, r, k, n, t in got]
+        return [IndexRow(int(p), str(r), str(k), int(n), str(t)) for p, r, k, n, t in got]
     except (TypeError, ValueError) as exc:  # a damaged file can hold any type in any cell
         raise IntegrityError(f"the structural index holds a damaged row: {exc}") from exc
 
 
-def _chunks(values: Sequence[int], size: int = 500) -> list[Sequence[int]]:
+def _chunks(values: Sequence[int]) -> list[Sequence[int]]:
     """Split ``values`` so that no statement carries more parameters than a backend takes."""
-    return [values[i : i + size] for i in range(0, len(values), size)]
+    return [values[i : i + _IN_VALUES] for i in range(0, len(values), _IN_VALUES)]
 
 
-def _in(values: Sequence[object]) -> str:
-    return "(" + ", ".join("?" * len(values)) + ")"
+class Reads:
+    """The protocol's reads of the index, the events and the subtree roots, through ``fetch``.
 
+    Each backend answers these verbs through one of these, with its own connection
+    handling and error wrapping in ``fetch``; a writer through one on its transaction.
+    """
 
-class IndexSQL:
-    """The queries on one session's structural index, through ``run``."""
+    def __init__(self, fetch: Fetch, queries: Queries) -> None:
+        """Run ``queries`` through ``fetch``."""
+        self._fetch = fetch
+        self._q = queries
 
-    def __init__(self, run: Run, session_id: int) -> None:
-        self.run = run
-        self.sid = session_id
+    def index_rows(self, session_id: int, rels: Sequence[str], lo: int, hi: int) -> list[IndexRow]:
+        """Return the index rows of kinds ``rels`` at positions ``[lo, hi)``, by position."""
+        return _index_rows(self._fetch(self._q.index_rows(len(rels)), (session_id, *rels, lo, hi)))
 
-    def rows(self, rels: Sequence[str], lo: int, hi: int) -> list[IndexTuple]:
-        """Return the rows of kinds ``rels`` at positions ``[lo, hi)``, by position."""
-        got = self.run(
-            f"SELECT {_COLS} FROM {TABLE} WHERE session_id = ? AND rel IN {_in(rels)} AND pos >= ? AND pos < ? "
-            "ORDER BY pos, num",
-            (self.sid, *rels, lo, hi),
-        )
-        return _rows(got)
-
-    def negatives_caused(self, lo: int, hi: int) -> list[IndexTuple]:
-        """Return the ``negative`` rows before ``lo`` made negative in ``[lo, hi)`` (``num``), by position."""
-        # rel as a literal, and no bound on pos (a range the primary key would take
-        # instead): the partial index on num serves it. Rows in the span are dropped here.
-        got = self.run(
-            f"SELECT {_COLS} FROM {TABLE} WHERE session_id = ? AND rel = 'negative' AND num >= ? AND num < ? "
-            "ORDER BY pos, num",
-            (self.sid, lo, hi),
-        )
-        return [r for r in _rows(got) if r[0] < lo]
-
-    def rows_at(self, rel: str, positions: Sequence[int]) -> list[IndexTuple]:
-        """Return the rows of kind ``rel`` at ``positions`` (sorted), by position."""
+    def index_rows_at(self, session_id: int, rel: str, positions: Sequence[int]) -> list[IndexRow]:
+        """Return the index rows of kind ``rel`` at ``positions`` (sorted), by position."""
         got: list[tuple[Any, ...]] = []
         for chunk in _chunks(positions):
-            got += self.run(
-                f"SELECT {_COLS} FROM {TABLE} WHERE session_id = ? AND rel = ? AND pos IN {_in(chunk)} ORDER BY pos",
-                (self.sid, rel, *chunk),
-            )
-        return _rows(got)
+            got += self._fetch(self._q.index_rows_at(len(chunk)), (session_id, rel, *chunk))
+        return _index_rows(got)
 
-    def latest_binding(self, key: str, before: int) -> IndexTuple | None:
-        """Return the ``binding`` row of the last binding of ``key`` before ``before``."""
-        got = self.run(
-            f"SELECT {_COLS} FROM {TABLE} WHERE session_id = ? AND rel = 'binding' AND key = ? AND pos < ? "
-            "ORDER BY pos DESC LIMIT 1",
-            (self.sid, key, before),
-        )
-        return _rows(got)[0] if got else None
+    def negatives_caused(self, session_id: int, lo: int, hi: int) -> list[IndexRow]:
+        """Return the ``negative`` rows before ``lo`` made negative in ``[lo, hi)`` (their ``num``), by position."""
+        got = _index_rows(self._fetch(self._q.negatives_caused, (session_id, lo, hi)))
+        return [r for r in got if r.pos < lo]
 
-    def nodes(self, lo: int, hi: int) -> list[tuple[int, bytes | None]]:
-        """Return ``(pos, body)`` of the summary nodes (events of kind ``node``) at positions ``[lo, hi)``, by position."""
-        got = self.run(
-            "SELECT pos, body FROM events WHERE session_id = ? AND pos >= ? AND pos < ? AND kind = 'node' ORDER BY pos",
-            (self.sid, lo, hi),
-        )
-        return [(int(p), None if b is None else bytes(b)) for p, b in got]
+    def latest_binding(self, session_id: int, key: str, before: int) -> IndexRow | None:
+        """Return the ``binding`` row of the last binding of ``key`` before position ``before``."""
+        got = _index_rows(self._fetch(self._q.latest_binding, (session_id, key, before)))
+        return got[0] if got else None
 
-    def body(self, pos: int) -> bytes | None:
-        """Return the stored body of the event at ``pos`` (None: redacted or missing)."""
-        got = self.run("SELECT body FROM events WHERE session_id = ? AND pos = ?", (self.sid, pos))
-        return bytes(got[0][0]) if got and got[0][0] is not None else None
+    def index_after(self, session_id: int, after: tuple[int, str, int], limit: int) -> list[IndexRow]:
+        """Return up to ``limit`` index rows after ``(pos, rel, num)`` in that order."""
+        pos, rel, num = after
+        return _index_rows(self._fetch(self._q.index_after, (session_id, pos, pos, rel, rel, num, limit)))
 
-    def events_at(self, positions: Sequence[int]) -> list[tuple[Any, ...]]:
-        """Return the event rows (``seq, session_id, pos, kind, idem_key, leaf, body``) at ``positions``."""
-        got: list[tuple[Any, ...]] = []
+    def index_orphans(self) -> list[object]:
+        """Return the session ids the index names that no session has, as stored."""
+        return [s for (s,) in self._fetch(self._q.index_orphans, ())]
+
+    def rows_at(self, session_id: int, positions: Sequence[int]) -> list[Row]:
+        """Return the events at ``positions`` (sorted), by position."""
+        got: list[Row] = []
         for chunk in _chunks(positions):
-            got += self.run(
-                "SELECT seq, session_id, pos, kind, idem_key, leaf, body FROM events "
-                f"WHERE session_id = ? AND pos IN {_in(chunk)} ORDER BY pos",
-                (self.sid, *chunk),
-            )
+            got += [Row(*r) for r in self._fetch(self._q.rows_at(len(chunk)), (session_id, *chunk))]
         return got
 
-    def subtrees(self, level: int, lo: int, hi: int) -> list[tuple[int, bytes]]:
-        """Return ``(idx, hash)`` of the stored subtree roots at ``level`` (0: the leaves) with ``lo <= idx < hi``."""
+    def node_bodies(self, session_id: int, lo: int, hi: int) -> list[tuple[int, bytes | None]]:
+        """Return ``(pos, body)`` of the events of kind ``node`` at positions ``[lo, hi)``, by position."""
+        got = self._fetch(self._q.node_bodies, (session_id, lo, hi))
+        return [(int(p), None if b is None else bytes(b)) for p, b in got]
+
+    def body(self, session_id: int, pos: int) -> bytes | None:
+        """Return the stored body at ``pos`` (None: redacted or missing)."""
+        got = self._fetch(self._q.body, (session_id, pos))
+        return bytes(got[0][0]) if got and got[0][0] is not None else None
+
+    def subtree_range(self, session_id: int, level: int, lo: int, hi: int) -> list[tuple[int, bytes]]:
+        """Return ``(idx, hash)`` of the stored subtree roots at ``level`` with ``lo <= idx < hi`` (level 0: leaves)."""
         if level == 0:
-            sql = "SELECT pos, leaf FROM events WHERE session_id = ? AND pos >= ? AND pos < ? ORDER BY pos"
-            got = self.run(sql, (self.sid, lo, hi))
+            got = self._fetch(self._q.leaves, (session_id, lo, hi))
         else:
-            sql = "SELECT idx, hash FROM nodes WHERE session_id = ? AND level = ? AND idx >= ? AND idx < ? ORDER BY idx"
-            got = self.run(sql, (self.sid, level, lo, hi))
-        return [(int(i), bytes(h)) for i, h in got]
+            got = self._fetch(self._q.subtrees, (session_id, level, lo, hi))
+        return [(i, h) for i, h in got]  # as stored: verify compares what a damaged cell holds
 
-    def insert(self, rows: Sequence[IndexTuple]) -> None:
-        """Insert ``rows`` (a writer's transaction only)."""
-        step = 150  # six parameters a row, under every backend's limit on one statement
-        for i in range(0, len(rows), step):
-            chunk = rows[i : i + step]
-            self.run(
-                f"INSERT INTO {TABLE} (session_id, {_COLS}) VALUES " + ", ".join(["(?, ?, ?, ?, ?, ?)"] * len(chunk)),
-                [v for r in chunk for v in (self.sid, *r)],
-            )
-
-    def all_rows(self, after: tuple[int, str, int], limit: int) -> list[IndexTuple]:
-        """Return up to ``limit`` rows after ``(pos, rel, num)`` in that order, for streaming the whole index."""
-        pos, rel, num = after
-        got = self.run(
-            f"SELECT {_COLS} FROM {TABLE} WHERE session_id = ? AND (pos > ? OR (pos = ? AND (rel > ? OR "
-            "(rel = ? AND num > ?)))) ORDER BY pos, rel, num LIMIT ?",
-            (self.sid, pos, pos, rel, rel, num, limit),
-        )
-        return _rows(got)
-
-
-def orphans(run: Run) -> list[object]:
-    """Return the session ids the index names that no session has, as stored (a damaged file may hold a NULL)."""
-    got = run(f"SELECT DISTINCT session_id FROM {TABLE} WHERE session_id NOT IN (SELECT id FROM sessions) "
-              "ORDER BY session_id", ())
-    return [s for (s,) in got]
+    def subtree_counts(self, session_id: int) -> dict[int, int]:
+        """Return the number of stored subtree roots per level."""
+        return {int(lv): int(n) for lv, n in self._fetch(self._q.subtree_counts, (session_id,))}

@@ -2,8 +2,8 @@
 
 The tables and columns are those of the SQLite backend (``bytea`` for blobs, ``bigint``
 for integers, text compared byte-wise with the ``C`` collation so that orders match).
-The library creates and migrates the schema itself, under an advisory lock so that many
-processes may open a fresh database at once, and records the schema version in ``meta``.
+The library creates the schema itself, under an advisory lock so that many processes
+may open a fresh database at once, and records the schema version in ``meta``.
 Triggers refuse UPDATE, DELETE and TRUNCATE on every log table.
 
 A write transaction takes a transaction-scoped advisory lock keyed on its session, so
@@ -20,7 +20,7 @@ round trips, each one message: BEGIN with a call of the ``compactstore_open`` fu
 ``compactstore_insert_indexed`` (the structural index's rows, the events, subtree roots
 and head) with COMMIT. A redaction commits after its erasures instead, and a batch of
 more than :data:`INLINE_BYTES` of bodies commits in a third. The functions are created
-with the schema and added on open to stores made before them.
+with the schema.
 
 Every driver error is re-raised as a :class:`~compactstore.CompactStoreError`.
 """
@@ -33,19 +33,20 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
-from psycopg import errors as pgerr
 from psycopg import pq
 from psycopg.types.numeric import Int8BinaryDumper
 from psycopg_pool import ConnectionPool
 
-from ..errors import CompactStoreError, ConflictError, IntegrityError, InvalidEvent, StaleHead
-from . import SCHEMA_VERSION, UPGRADES_FROM, HeadRow, Row, keyset
+from ..errors import CompactStoreError, ConflictError, IntegrityError, InvalidEvent, LockTimeout, StaleHead
+from ..structure import IndexRow
+from . import SCHEMA_VERSION, HeadRow, Row, keyset
 from . import index as _index
+from .index import Reads
 
 if TYPE_CHECKING:
-    from . import Backend
+    from . import Backend, Writer
 
-LOG_TABLES = ("meta", "sessions", "events", "nodes", "heads", "redactions")
+LOG_TABLES = ("meta", "sessions", "events", "subtrees", "heads", "redactions")
 #: How long a writer waits for its session's lock (or any row lock) before giving up.
 LOCK_TIMEOUT = "60s"
 #: Advisory lock classes (the first key of the two-key form): ``"cs"`` + a tag.
@@ -61,7 +62,7 @@ def _fold_sql(expr: str) -> str:
     return f"({low} - CASE WHEN {low} >= 2147483648 THEN 4294967296 ELSE 0 END)::int4"
 
 
-#: The schema of version 1, created in one transaction.
+#: The log's tables, triggers and view, created in one transaction.
 _SCHEMA = (
     'CREATE TABLE meta (name text COLLATE "C" PRIMARY KEY, value text COLLATE "C" NOT NULL)',
     'CREATE TABLE sessions (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, '
@@ -74,7 +75,7 @@ _SCHEMA = (
     'session_id bigint NOT NULL, pos bigint NOT NULL, kind text COLLATE "C" NOT NULL, '
     'idem_key text COLLATE "C", leaf bytea NOT NULL, body bytea, PRIMARY KEY (session_id, pos))',
     "CREATE UNIQUE INDEX events_idem ON events (session_id, idem_key) WHERE idem_key IS NOT NULL",
-    "CREATE TABLE nodes (session_id bigint NOT NULL, level bigint NOT NULL, idx bigint NOT NULL, "
+    "CREATE TABLE subtrees (session_id bigint NOT NULL, level bigint NOT NULL, idx bigint NOT NULL, "
     "hash bytea NOT NULL, PRIMARY KEY (session_id, level, idx))",
     "CREATE TABLE heads (session_id bigint NOT NULL, size bigint NOT NULL, root bytea NOT NULL, "
     "prev bigint NOT NULL, seal bytea NOT NULL, PRIMARY KEY (session_id, size))",
@@ -113,7 +114,7 @@ _SCHEMA = (
 #: since. A concurrent creator of the same name makes the insert wait for its commit and
 #: then do nothing; the select after it finds that row. The plans of the statements inside
 #: are cached per connection, where a statement sent as text is planned on every call.
-#: Change its body only under a new name: stores are given the functions they lack.
+#: Change its body only with a new schema version: a store keeps the functions it was made with.
 _OPEN_FUNCTION = (
     "CREATE FUNCTION compactstore_open(p_name text, OUT sid bigint, OUT head_size bigint, OUT head_root bytea, "
     "OUT head_prev bigint, OUT head_seal bytea) LANGUAGE plpgsql VOLATILE AS $$ BEGIN "
@@ -139,7 +140,6 @@ _OPEN_FUNCTION = (
 #: (so seqs follow it) before their bodies are cut out: a sort of wide rows would spill to
 #: disk past work_mem. The index rows come as arrays because a statement of their own,
 #: sent as text, is parsed and planned on every append, where the plans here are cached.
-#: It succeeds ``compactstore_insert``, which took no index rows.
 _INSERT_FUNCTION = (
     "CREATE FUNCTION compactstore_insert_indexed(p_sid bigint, p_pos bigint[], p_kind text[], p_key text[], "
     "p_len int4[], p_width int4, p_leaves bytea, p_bodies bytea, p_level bigint[], p_idx bigint[], p_hashes bytea, "
@@ -167,9 +167,9 @@ _INSERT_FUNCTION = (
     "FROM u RETURNING ev.pos, ev.seq) "
     "SELECT array_agg(e.seq ORDER BY e.pos) INTO seqs FROM e; "
     "END IF; "
-    "IF cardinality(p_level) > 0 THEN INSERT INTO nodes (session_id, level, idx, hash) "
-    "SELECT p_sid, n.level, n.idx, substring(p_hashes FROM (p_width * (n.i - 1) + 1)::int4 FOR p_width) "
-    "FROM unnest(p_level, p_idx) WITH ORDINALITY AS n(level, idx, i); END IF; "
+    "IF cardinality(p_level) > 0 THEN INSERT INTO subtrees (session_id, level, idx, hash) "
+    "SELECT p_sid, t.level, t.idx, substring(p_hashes FROM (p_width * (t.i - 1) + 1)::int4 FOR p_width) "
+    "FROM unnest(p_level, p_idx) WITH ORDINALITY AS t(level, idx, i); END IF; "
     "INSERT INTO heads (session_id, size, root, prev, seal) VALUES (p_sid, p_size, p_root, p_prev, p_seal); "
     "RETURN seqs; END $$"
 )
@@ -194,19 +194,8 @@ _APPEND_FUNCTION = (
     "END $$"
 )
 
-#: Functions the backend calls, by signature: created with the schema, and added on open
-#: to a store whose schema predates them (they change no table, so the version stays).
-_FUNCTIONS = {
-    "compactstore_open(text)": _OPEN_FUNCTION,
-    "compactstore_insert_indexed(bigint, bigint[], text[], text[], int4[], int4, bytea, bytea, bigint[], bigint[], "
-    "bytea, bigint, bytea, bigint, bytea, bigint[], text[], text[], bigint[], text[])": _INSERT_FUNCTION,
-    "compactstore_append(bigint, bigint, bigint[], text[], text[], int4[], int4, bytea, bytea, bigint[], bigint[], "
-    "bytea, bigint, bytea, bigint, bytea, bigint[], text[], text[], bigint[], text[])": _APPEND_FUNCTION,
-}
-
-#: Migrations: from a schema version to the next, as ``(next version, statements)``.
-#: The version in ``meta`` is rewritten by the migration with the triggers disabled.
-_MIGRATIONS: dict[str, tuple[str, tuple[str, ...]]] = {}
+#: The functions the backend calls, created with the schema.
+_FUNCTIONS = (_OPEN_FUNCTION, _INSERT_FUNCTION, _APPEND_FUNCTION)
 
 
 def redact_url(url: str) -> str:
@@ -222,15 +211,34 @@ def redact_url(url: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc[1]}"))
 
 
-def _error(exc: BaseException, doing: str) -> CompactStoreError:
-    """Return the compactstore error for a driver error raised while ``doing``."""
-    if isinstance(exc, pgerr.LockNotAvailable):
-        return ConflictError(f"PostgreSQL: {doing}: timed out waiting for another writer ({exc})")
-    if isinstance(exc, pgerr.SerializationFailure):
-        return ConflictError(f"PostgreSQL: {doing}: lost a race with another writer ({exc})")
-    if isinstance(exc, pgerr.UniqueViolation):
+#: SQLSTATEs of a lock or serialization timeout, where retrying may succeed, and what each means here.
+_RETRYABLE = {
+    "40001": "lost a race with another writer",  # serialization_failure
+    "40P01": "deadlocked with another writer",  # deadlock_detected
+    "55P03": "timed out waiting for another writer",  # lock_not_available: lock_timeout
+}
+_QUERY_CANCELED = "57014"  # statement_timeout, or a cancel request
+_UNIQUE_VIOLATION = "23505"
+_RESTRICT_VIOLATION = "23001"  # raised by the append-only triggers
+#: Raised by ``compactstore_append`` when the head moved (see :class:`compactstore.errors.StaleHead`).
+_HEAD_MOVED = "CSH01"
+
+
+def _error(exc: BaseException, doing: str, *, waits: bool = False) -> CompactStoreError:
+    """Return the compactstore error for a driver error raised while ``doing``, by its SQLSTATE.
+
+    ``waits``: the statement waits for a session's lock, so a cancelled statement (a
+    statement timeout struck while it waited) is a lock timeout too.
+    """
+    state = getattr(exc, "sqlstate", None)
+    if state in _RETRYABLE:
+        return LockTimeout(f"PostgreSQL: {doing}: {_RETRYABLE[state]} ({exc})")
+    if state == _QUERY_CANCELED and waits:
+        return LockTimeout(f"PostgreSQL: {doing}: cancelled while waiting for another writer ({exc})")
+    if state == _UNIQUE_VIOLATION:
         return ConflictError(f"PostgreSQL: {doing}: another writer got there first ({exc})")
-    return CompactStoreError(f"PostgreSQL: {doing}: {type(exc).__name__}: {exc}")
+    hint = "the log tables are append-only: only a redaction may erase a body" if state == _RESTRICT_VIOLATION else None
+    return CompactStoreError(f"PostgreSQL: {doing}: {type(exc).__name__}: {exc}", hint=hint)
 
 
 def _text(value: str, field: str) -> str:
@@ -240,15 +248,17 @@ def _text(value: str, field: str) -> str:
     return value
 
 
-class PostgresBackend:
-    """A store in one PostgreSQL database, reached through a pool of connections."""
+class PostgresBackend(Reads):
+    """A store in one PostgreSQL database, reached through a pool of connections.
+
+    The reads of the index, of events at given positions and of subtree roots come from
+    :class:`~compactstore.backends.index.Reads`, through :meth:`_all`.
+    """
 
     gapless_seq = False
-    #: Whether opening created the structural index in a store with a log (the store above derives it).
-    index_created = False
 
     def __init__(self, url: str, *, durable: bool = False, min_size: int = 1, max_size: int = 4) -> None:
-        """Connect to ``url``, creating or migrating the schema if needed.
+        """Connect to ``url``, creating the schema in an empty database.
 
         Args:
             url: a ``postgresql://`` (or ``postgres://``) URL, in libpq's syntax.
@@ -259,9 +269,9 @@ class PostgresBackend:
             max_size: connections the pool opens at most.
 
         Raises:
-            CompactStoreError: the server cannot be reached, its encoding is not UTF8,
-                or the database holds a schema newer than this library.
+            CompactStoreError: the server cannot be reached, or its encoding is not UTF8.
         """
+        super().__init__(self._all, _index.POSTGRES)
         self._where = redact_url(url)
         self._durable = durable
         #: session name -> (id, head) of the append this backend committed last, for speculation
@@ -276,7 +286,7 @@ class PostgresBackend:
                         f"PostgreSQL store {self._where}: server encoding is {encoding}, want UTF8",
                         hint="create the database with ENCODING 'UTF8'",
                     )
-                self.index_created = _ensure_schema(conn)
+                _ensure_schema(conn)
         except psycopg.Error as exc:
             raise _error(exc, f"cannot open {self._where}") from exc
         try:
@@ -335,35 +345,6 @@ class PostgresBackend:
         self._run("initialise meta", go)
         return self.meta()
 
-    def upgrade(self, derive: Callable[[_index.Run], None], *, force: bool = False) -> bool:
-        def go(cur: psycopg.Cursor[tuple[Any, ...]]) -> bool:
-            with cur.connection.transaction():
-                cur.execute("SELECT pg_advisory_xact_lock(%s, 0)", (_LOCK_SCHEMA,))
-                cur.execute("SELECT value FROM meta WHERE name = 'schema_version'")
-                got = cur.fetchone()
-                version = None if got is None else str(got[0])
-                if not (version == UPGRADES_FROM or (force and version == SCHEMA_VERSION)):
-                    return False  # upgraded meanwhile, or a version the store reports
-                # No append (of this schema or the earlier one) while the index is derived.
-                cur.execute("LOCK TABLE events IN EXCLUSIVE MODE")
-
-                def run(sql: str, args: Sequence[object]) -> list[tuple[Any, ...]]:
-                    cur.execute(_pg_sql(sql), args)
-                    return cur.fetchall() if cur.description else []
-
-                derive(run)
-                table = _index.TABLE
-                cur.execute(f"ALTER TABLE {table} DISABLE TRIGGER {table}_no_delete")
-                cur.execute(f"DELETE FROM {table} WHERE rel = 'size'")
-                cur.execute(f"ALTER TABLE {table} ENABLE TRIGGER {table}_no_delete")
-                cur.execute(_index.NO_SIZE_POSTGRES)
-                cur.execute("ALTER TABLE meta DISABLE TRIGGER meta_no_update")
-                cur.execute("UPDATE meta SET value = %s WHERE name = 'schema_version'", (SCHEMA_VERSION,))
-                cur.execute("ALTER TABLE meta ENABLE TRIGGER meta_no_update")
-                return True
-
-        return self._run(f"upgrade the store to schema {SCHEMA_VERSION}", go)
-
     def sessions(self) -> list[tuple[int, str]]:
         return [(int(i), str(n)) for i, n in self._all("SELECT id, name FROM sessions ORDER BY name")]
 
@@ -402,7 +383,7 @@ class PostgresBackend:
             finally:
                 pool.putconn(conn)
         except psycopg.Error as exc:
-            raise _error(exc, f"append to session {name!r}") from exc
+            raise _error(exc, f"append to session {name!r}", waits=True) from exc
         if w.written is not None:
             self._last[name] = (w.session_id, w.written)
 
@@ -430,23 +411,6 @@ class PostgresBackend:
         )
         return [None if b is None else bytes(b) for (b,) in got]
 
-    def kind_rows(self, session_id: int, kind: str) -> list[Row]:
-        got = self._all(
-            f"SELECT {_ROW} FROM events WHERE session_id = %s AND kind = %s ORDER BY pos", (session_id, kind)
-        )
-        return [Row(*r) for r in got]
-
-    def node_range(self, session_id: int, level: int, lo: int, hi: int) -> list[tuple[int, bytes]]:
-        got = self._all(
-            "SELECT idx, hash FROM nodes WHERE session_id = %s AND level = %s AND idx >= %s AND idx < %s ORDER BY idx",
-            (session_id, level, lo, hi),
-        )
-        return [(int(i), bytes(h)) for i, h in got]
-
-    def node_counts(self, session_id: int) -> dict[int, int]:
-        got = self._all("SELECT level, count(*) FROM nodes WHERE session_id = %s GROUP BY level", (session_id,))
-        return {int(lv): int(n) for lv, n in got}
-
     def heads(self, session_id: int, after: int, limit: int) -> list[HeadRow]:
         got = self._all(
             "SELECT size, root, prev, seal FROM heads WHERE session_id = %s AND size > %s ORDER BY size LIMIT %s",
@@ -464,7 +428,7 @@ class PostgresBackend:
 
     def orphans(self) -> list[tuple[str, object]]:
         out: list[tuple[str, object]] = []
-        for table in ("events", "nodes", "heads", "redactions"):
+        for table in ("events", "subtrees", "heads", "redactions"):
             got = self._all(
                 f"SELECT DISTINCT session_id FROM {table} t "
                 "WHERE NOT EXISTS (SELECT 1 FROM sessions s WHERE s.id = t.session_id) ORDER BY session_id"
@@ -476,52 +440,16 @@ class PostgresBackend:
         n, lo, hi = self._all("SELECT count(*), coalesce(min(seq), 0), coalesce(max(seq), 0) FROM events")[0]
         return int(n), int(lo), int(hi)
 
-    def index_run(self, sql: str, args: Sequence[object]) -> list[tuple[Any, ...]]:
-        """Run one statement of :mod:`compactstore.backends.index` and return its rows."""
-        return self._all(_pg_sql(sql), args)
 
-
-def _ensure_schema(conn: psycopg.Connection[tuple[Any, ...]]) -> bool:
-    """Create the schema in an empty database, or migrate an older one, under a lock; say if the index is new."""
+def _ensure_schema(conn: psycopg.Connection[tuple[Any, ...]]) -> None:
+    """Create the schema in an empty database, under a lock (a store's version is checked by the store)."""
     with conn.transaction(), conn.cursor() as cur:
         cur.execute("SELECT pg_advisory_xact_lock(%s, 0)", (_LOCK_SCHEMA,))
         cur.execute("SELECT to_regclass('meta') IS NOT NULL")
         row = cur.fetchone()
         if not (row and row[0]):
-            cur.execute(";\n".join((*_SCHEMA, *_FUNCTIONS.values())))  # one round trip, one transaction
-            _index_schema(cur)
-            return False  # a new store: no log to derive an index from
-        cur.execute("SELECT value FROM meta WHERE name = 'schema_version'")
-        got = cur.fetchone()
-        version = None if got is None else str(got[0])
-        while version in _MIGRATIONS:
-            assert version is not None
-            version, statements = _MIGRATIONS[version]
-            for sql in statements:
-                cur.execute(sql)
-            cur.execute("ALTER TABLE meta DISABLE TRIGGER meta_no_update")
-            cur.execute("UPDATE meta SET value = %s WHERE name = 'schema_version'", (version,))
-            cur.execute("ALTER TABLE meta ENABLE TRIGGER meta_no_update")
-        # A version this library does not know is reported by the store, which reads meta.
-        cur.execute("SELECT s FROM unnest(%s::text[]) AS s WHERE to_regprocedure(s) IS NULL", (list(_FUNCTIONS),))
-        for (missing,) in cur.fetchall():
-            cur.execute(_FUNCTIONS[missing])
-        return _index_schema(cur)
-
-
-def _index_schema(cur: psycopg.Cursor[tuple[Any, ...]]) -> bool:
-    """Create the structural index's table in a store that lacks it (new, or written before it); say if it did."""
-    cur.execute("SELECT to_regclass(%s) IS NOT NULL", (_index.TABLE,))
-    row = cur.fetchone()
-    if row and row[0]:
-        return False
-    cur.execute(";\n".join(_index.POSTGRES_SCHEMA))
-    return True
-
-
-def _pg_sql(sql: str) -> str:
-    """Return a statement of :mod:`compactstore.backends.index` with psycopg's placeholders."""
-    return sql.replace("?", "%s")
+            # One round trip, one transaction.
+            cur.execute(";\n".join((*_SCHEMA, *_FUNCTIONS, *_index.POSTGRES_SCHEMA)))
 
 
 def _hashes(cur: psycopg.Cursor[tuple[Any, ...]], session_id: int, coords: Sequence[tuple[int, int]]) -> list[bytes]:
@@ -529,10 +457,10 @@ def _hashes(cur: psycopg.Cursor[tuple[Any, ...]], session_id: int, coords: Seque
     if not coords:
         return []
     cur.execute(
-        "SELECT c.level, c.idx, CASE WHEN c.level = 0 THEN e.leaf ELSE n.hash END "
+        "SELECT c.level, c.idx, CASE WHEN c.level = 0 THEN e.leaf ELSE t.hash END "
         "FROM unnest(%s::bigint[], %s::bigint[]) WITH ORDINALITY AS c(level, idx, ord) "
         "LEFT JOIN events e ON c.level = 0 AND e.session_id = %s AND e.pos = c.idx "
-        "LEFT JOIN nodes n ON c.level > 0 AND n.session_id = %s AND n.level = c.level AND n.idx = c.idx "
+        "LEFT JOIN subtrees t ON c.level > 0 AND t.session_id = %s AND t.level = c.level AND t.idx = c.idx "
         "ORDER BY c.ord",
         ([lv for lv, _ in coords], [i for _, i in coords], session_id, session_id),
     )
@@ -555,12 +483,8 @@ _INSERT_TYPES = ("bigint", "bigint[]", "text[]", "text[]", "int4[]", "int4", "by
 #: literal each, see :func:`_array`), the rest in binary (integers as int8, see :func:`_cursors`).
 _APPEND_CALL = "SELECT compactstore_append(%b::bigint, " + ", ".join(
     f"%t::{t}" if t.endswith("[]") else f"%b::{t}" for t in _INSERT_TYPES) + ")"
-#: The one statement of :mod:`compactstore.backends.index` a writer sends as arguments of
-#: ``compactstore_insert_indexed``: its rows of six values (the session's id first).
+#: The insert of index rows a writer spells out when a statement must see them before its insert.
 _INDEX_INSERT = f"INSERT INTO {_index.TABLE} (session_id, pos, rel, key, num, text) VALUES "
-_INDEX_ROW = "(?, ?, ?, ?, ?, ?)"
-#: One structural index row as the writer keeps it: ``(pos, rel, key, num, text)``.
-_IndexRow = tuple[int, str, str, int, str]
 #: Up to this many bytes of bodies an insert is written inline, in the message that
 #: commits it; beyond, its arguments travel in binary and COMMIT follows on its own
 #: (one round trip more, against a server that would otherwise read the bytes as text).
@@ -568,14 +492,14 @@ INLINE_BYTES = 64 * 1024
 
 
 def _insert_args(
-    session_id: int, rows: Sequence[Row], nodes: Sequence[tuple[int, int, bytes]], head: HeadRow,
-    index: Sequence[_IndexRow] = (),
+    session_id: int, rows: Sequence[Row], subtrees: Sequence[tuple[int, int, bytes]], head: HeadRow,
+    index: Sequence[IndexRow] = (),
 ) -> tuple[object, ...]:
     """Return the arguments of ``compactstore_insert_indexed``, arrays as array literals.
 
     Every leaf and subtree root must have the width of the first.
     """
-    if len(rows) == 1 and not nodes and not index:  # the common append, spelled out (the same values)
+    if len(rows) == 1 and not subtrees and not index:  # the common append, spelled out (the same values)
         r = rows[0]
         body = r.body
         return (session_id, f"{{{int(r.pos)}}}", _array([r.kind]),
@@ -583,7 +507,7 @@ def _insert_args(
                 "{-1}" if body is None else f"{{{len(body)}}}", len(r.leaf), r.leaf, b"" if body is None else body,
                 "{}", "{}", b"", head.size, head.root, head.prev, head.seal, "{}", "{}", "{}", "{}", "{}")
     width = len(rows[0].leaf) if rows else 32
-    if any(len(r.leaf) != width for r in rows) or any(len(h) != width for _, _, h in nodes):
+    if any(len(r.leaf) != width for r in rows) or any(len(h) != width for _, _, h in subtrees):
         raise IntegrityError(f"hashes of different widths in one insert (want {width} bytes each)")
     return (
         session_id,
@@ -594,9 +518,9 @@ def _insert_args(
         width,
         b"".join(r.leaf for r in rows),
         b"".join(r.body for r in rows if r.body is not None),
-        _array([lv for lv, _, _ in nodes]),
-        _array([i for _, i, _ in nodes]),
-        b"".join(h for _, _, h in nodes),
+        _array([lv for lv, _, _ in subtrees]),
+        _array([i for _, i, _ in subtrees]),
+        b"".join(h for _, _, h in subtrees),
         head.size,
         head.root,
         head.prev,
@@ -730,8 +654,8 @@ def _rollback(conn: psycopg.Connection[tuple[Any, ...]]) -> None:
 
 
 class _PGWriter:
-    __slots__ = ("_cur", "_deferred", "_expect", "_head", "_index", "_spec", "_text", "committed", "session_id",
-                 "written")
+    __slots__ = ("_cur", "_deferred", "_expect", "_head", "_index", "_reads", "_spec", "_text", "committed",
+                 "session_id", "written")
 
     def __init__(self, text: psycopg.Cursor[tuple[Any, ...]], binary: psycopg.Cursor[tuple[Any, ...]],
                  session_id: int, head: HeadRow | None | _Unread, *, speculative: str | None = None) -> None:
@@ -751,7 +675,9 @@ class _PGWriter:
         #: Index inserts as literal SQL, sent with the next statement instead of a round trip each.
         self._deferred: list[str] = []
         #: Index rows not sent yet: arguments of the insert's call, or literal SQL if another statement comes first.
-        self._index: list[_IndexRow] = []
+        self._index: list[IndexRow] = []
+        #: The shared reads, run in this transaction once what it holds back is sent.
+        self._reads = Reads(lambda sql, args: self._do("read in the write transaction", sql, args), _index.POSTGRES)
 
     def _spell_index(self) -> None:
         """Turn the index rows held as values into a deferred literal INSERT (another statement must see them)."""
@@ -839,14 +765,14 @@ class _PGWriter:
     def next_seq(self) -> int | None:
         return None  # the identity column assigns it
 
-    def insert(self, rows: Sequence[Row], nodes: Sequence[tuple[int, int, bytes]], head: HeadRow) -> list[int]:
+    def insert(self, rows: Sequence[Row], subtrees: Sequence[tuple[int, int, bytes]], head: HeadRow) -> list[int]:
         # Unless an erasure follows, nothing more is written in this transaction (the
         # protocol's promise), so the insert may commit.
         self._open()
         final = not any(r.kind == _ERASING_KIND for r in rows)
         conn, text = self._text.connection, self._text
         index, self._index = self._index, []
-        args = _insert_args(self.session_id, rows, nodes, head, index)
+        args = _insert_args(self.session_id, rows, subtrees, head, index)
         if self._spec is not None and final and not self._deferred:
             return self._append(rows, head, args)
         inline = sum(len(r.body or b"") for r in rows) <= INLINE_BYTES
@@ -891,41 +817,33 @@ class _PGWriter:
             self._cur.execute(_APPEND_CALL, (expect, *args), prepare=True)
             got = self._cur.fetchone()
         except psycopg.Error as exc:
-            if getattr(exc, "sqlstate", None) == "CSH01":
-                raise StaleHead(f"session {self._spec!r} moved on from size {expect}", session=self._spec) from None
-            raise _error(exc, "append events, subtree roots and the head") from exc
+            if getattr(exc, "sqlstate", None) == _HEAD_MOVED:
+                raise StaleHead(f"session {self._spec!r} moved on from size {expect}", session=self._spec) from exc
+            raise _error(exc, "append events, subtree roots and the head", waits=True) from exc
         self._spec = None
         self.committed = True
         self.written = head
         return _seqs(rows, got)
 
-    def index_run(self, sql: str, args: Sequence[object]) -> list[tuple[Any, ...]]:
-        """Run one statement of :mod:`compactstore.backends.index` inside the write transaction.
+    def index_rows(self, rels: Sequence[str], lo: int, hi: int) -> list[IndexRow]:
+        return self._reads.index_rows(self.session_id, rels, lo, hi)
 
-        An INSERT is deferred and travels with the next statement: its rows as arguments
-        of the insert's call, or as literal SQL if another statement comes first. An
-        append costs no round trip and no statement of its own for its index rows.
+    def index_rows_at(self, rel: str, positions: Sequence[int]) -> list[IndexRow]:
+        return self._reads.index_rows_at(self.session_id, rel, positions)
+
+    def latest_binding(self, key: str, before: int) -> IndexRow | None:
+        return self._reads.latest_binding(self.session_id, key, before)
+
+    def body(self, pos: int) -> bytes | None:
+        return self._reads.body(self.session_id, pos)
+
+    def insert_index(self, rows: Sequence[IndexRow]) -> None:
+        """Hold ``rows`` back: they travel as arguments of the insert's call, or as literal SQL before another statement.
+
+        An append costs no round trip and no statement of its own for its index rows.
         """
-        n = len(args) // 6
-        if (sql.startswith(_INDEX_INSERT) and len(args) == 6 * n and sql == _INDEX_INSERT + ", ".join([_INDEX_ROW] * n)
-                and all(args[i] == self.session_id for i in range(0, len(args), 6))):
-            self._open()
-            values = [v if isinstance(v, int) else str(v) for v in args]
-            self._index += [(int(p), str(r), str(k), int(num), str(t))
-                            for p, r, k, num, t in zip(*(values[i::6] for i in range(1, 6)))]
-            return []
-        if sql.startswith("INSERT"):
-            self._open()
-            self._spell_index()  # rows held earlier go first, as they came
-            parts = sql.split("?")
-            if len(parts) != len(args) + 1:
-                raise CompactStoreError(f"structural index statement takes {len(parts) - 1} values, got {len(args)}")
-            literal = [parts[0]]
-            for value, rest in zip(args, parts[1:]):
-                literal += [str(int(value)) if isinstance(value, int) else _quote(str(value)), rest]
-            self._deferred.append("".join(literal))
-            return []
-        return self._do("structural index", _pg_sql(sql), args, fetch=sql.startswith("SELECT"))
+        self._open()
+        self._index.extend(rows)
 
     def erase(self, positions: Sequence[int], by: int) -> None:
         sid, positions = self.session_id, list(positions)
@@ -944,5 +862,5 @@ class _PGWriter:
         )
 
 
-if TYPE_CHECKING:
-    _check: Backend = PostgresBackend("postgresql://")
+_: type[Backend] = PostgresBackend
+_w: type[Writer] = _PGWriter

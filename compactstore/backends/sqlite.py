@@ -10,22 +10,24 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import sqlite_utils
 
-from ..errors import CompactStoreError, ConflictError, IntegrityError
-from . import SCHEMA_VERSION, UPGRADES_FROM, HeadRow, Row, keyset
+from ..errors import CompactStoreError, ConflictError, IntegrityError, LockTimeout
+from ..structure import IndexRow
+from . import SCHEMA_VERSION, HeadRow, Row, keyset
 from . import index as _index
+from .index import Reads
 
 if TYPE_CHECKING:
-    from . import Backend
+    from . import Backend, Writer
 
 BUSY_TIMEOUT_MS = 60_000
-LOG_TABLES = ("meta", "sessions", "events", "nodes", "heads", "redactions")
+LOG_TABLES = ("meta", "sessions", "events", "subtrees", "heads", "redactions")
 
 
 def _append_only(table: str, op: str) -> str:
@@ -60,10 +62,10 @@ def _schema(db: sqlite_utils.Database) -> None:
         "CREATE UNIQUE INDEX idx_events_idem ON events(session_id, idem_key) WHERE idem_key IS NOT NULL"
     )
     # WITHOUT ROWID: a row lives in its primary key's B-tree only, so a commit writes one
-    # page of heads (and of nodes) where a rowid table writes a table page and an index
+    # page of heads (and of subtrees) where a rowid table writes a table page and an index
     # page. sqlite-utils cannot create these; the columns are those it would create.
     db.execute(
-        'CREATE TABLE "nodes" (\n   "session_id" INTEGER,\n   "level" INTEGER,\n   "idx" INTEGER,\n'
+        'CREATE TABLE "subtrees" (\n   "session_id" INTEGER,\n   "level" INTEGER,\n   "idx" INTEGER,\n'
         '   "hash" BLOB NOT NULL,\n   PRIMARY KEY ("session_id", "level", "idx")\n) STRICT, WITHOUT ROWID'
     )
     db.execute(
@@ -83,18 +85,18 @@ def _schema(db: sqlite_utils.Database) -> None:
         "e.idem_key, hex(e.leaf) AS leaf, CAST(e.body AS TEXT) AS body "
         "FROM events e JOIN sessions s ON s.id = e.session_id"
     )
+    for sql in _index.SQLITE_SCHEMA:
+        db.execute(sql)
 
 
-class SQLiteBackend:
+class SQLiteBackend(Reads):
     """A store in one SQLite file (or ``":memory:"``).
 
-    Stores written before nodes and heads became WITHOUT ROWID tables keep their rowid
-    tables and are read and appended to as they are: every statement works on both.
+    The reads of the index, of events at given positions and of subtree roots come from
+    :class:`~compactstore.backends.index.Reads`, through :meth:`_all`.
     """
 
     gapless_seq = True
-    #: Whether opening created the structural index in a store with a log (the store above derives it).
-    index_created = False
 
     def __init__(self, path: str, *, durable: bool = False) -> None:
         """Open or create the database at ``path``.
@@ -112,23 +114,23 @@ class SQLiteBackend:
         self._heads: dict[int, HeadRow] = {}
         self._next_seq: int | None = None
         self._sids: dict[str, int] = {}
+        super().__init__(self._all, _index.SQLITE)
         try:
             self._conn = conn = sqlite3.connect(
                 path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000
             )
         except sqlite3.Error as exc:
             raise _error(exc, f"open {path!r}") from exc
+        #: The same reads inside a writer's transaction, unwrapped: the writer wraps errors as it ends.
+        self._in_write = Reads(lambda sql, args: conn.execute(sql, args).fetchall(), _index.SQLITE)
         try:
             conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
             if path != ":memory:":
                 _enter_wal(conn)
             conn.execute(f"PRAGMA synchronous = {'FULL' if durable else 'NORMAL'}")
             with self._write():
-                existed = conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'meta'").fetchone() is not None
-                if not existed:
+                if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'meta'").fetchone() is None:
                     _schema(sqlite_utils.Database(conn, execute_plugins=False))
-                # Only a store with a log before it needs its new index derived.
-                self.index_created = _index_schema(conn) and existed
         except (sqlite3.Error, UnicodeDecodeError) as exc:
             conn.close()
             raise _error(exc, f"open {path!r} as a compactstore store") from exc
@@ -177,26 +179,6 @@ class SQLiteBackend:
         except (sqlite3.Error, UnicodeDecodeError) as exc:
             raise _error(exc, "read the meta table") from exc
         return self.meta()
-
-    def upgrade(self, derive: Callable[[_index.Run], None], *, force: bool = False) -> bool:
-        try:
-            with self._lock, self._write() as conn:  # BEGIN IMMEDIATE: no other writer until it commits
-                got = conn.execute("SELECT value FROM meta WHERE name = 'schema_version'").fetchone()
-                version = None if got is None else got[0]
-                if not (version == UPGRADES_FROM or (force and version == SCHEMA_VERSION)):
-                    return False  # upgraded meanwhile, or a version the store reports
-                derive(lambda sql, args: conn.execute(sql, args).fetchall())
-                # The append-only triggers step aside for these two statements only.
-                conn.execute(f"DROP TRIGGER IF EXISTS {_index.TABLE}_no_delete")
-                conn.execute(f"DELETE FROM {_index.TABLE} WHERE rel = 'size'")
-                conn.execute("DROP TRIGGER IF EXISTS meta_no_update")
-                conn.execute("UPDATE meta SET value = ? WHERE name = 'schema_version'", (SCHEMA_VERSION,))
-                conn.execute(_append_only("meta", "UPDATE"))
-                for sql in _index.SQLITE_SCHEMA:
-                    conn.execute(sql)
-        except (sqlite3.Error, UnicodeDecodeError) as exc:
-            raise _error(exc, f"upgrade the store to schema {SCHEMA_VERSION}") from exc
-        return True
 
     def sessions(self) -> list[tuple[int, str]]:
         return [(int(i), str(n)) for i, n in self._all("SELECT id, name FROM sessions ORDER BY name")]
@@ -256,24 +238,6 @@ class SQLiteBackend:
         )
         return [b for (b,) in got]
 
-    def kind_rows(self, session_id: int, kind: str) -> list[Row]:
-        got = self._all(
-            "SELECT seq, session_id, pos, kind, idem_key, leaf, body FROM events "
-            "WHERE session_id = ? AND kind = ? ORDER BY pos",
-            (session_id, kind),
-        )
-        return [Row(*r) for r in got]
-
-    def node_range(self, session_id: int, level: int, lo: int, hi: int) -> list[tuple[int, bytes]]:
-        return self._all(
-            "SELECT idx, hash FROM nodes WHERE session_id = ? AND level = ? AND idx >= ? AND idx < ? ORDER BY idx",
-            (session_id, level, lo, hi),
-        )
-
-    def node_counts(self, session_id: int) -> dict[int, int]:
-        got = self._all("SELECT level, count(*) FROM nodes WHERE session_id = ? GROUP BY level", (session_id,))
-        return {int(lv): int(n) for lv, n in got}
-
     def heads(self, session_id: int, after: int, limit: int) -> list[HeadRow]:
         got = self._all(
             "SELECT size, root, prev, seal FROM heads WHERE session_id = ? AND size > ? ORDER BY size LIMIT ?",
@@ -287,7 +251,7 @@ class SQLiteBackend:
 
     def orphans(self) -> list[tuple[str, object]]:
         out: list[tuple[str, object]] = []
-        for table in ("events", "nodes", "heads", "redactions"):
+        for table in ("events", "subtrees", "heads", "redactions"):
             got = self._all(
                 f"SELECT DISTINCT session_id FROM {table} WHERE session_id NOT IN (SELECT id FROM sessions)"
             )
@@ -297,10 +261,6 @@ class SQLiteBackend:
     def seq_bounds(self) -> tuple[int, int, int]:
         n, lo, hi = self._all("SELECT count(*), coalesce(min(seq), 0), coalesce(max(seq), 0) FROM events")[0]
         return int(n), int(lo), int(hi)
-
-    def index_run(self, sql: str, args: Sequence[object]) -> list[Any]:
-        """Run one statement of :mod:`compactstore.backends.index` and return its rows."""
-        return self._all(sql, args)
 
 
 def _enter_wal(conn: sqlite3.Connection) -> None:
@@ -323,17 +283,31 @@ def _enter_wal(conn: sqlite3.Connection) -> None:
         pause = min(pause * 2, 0.05)
 
 
+#: Primary result codes (the low byte of an extended one) of a lock held past the busy timeout.
+_BUSY = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
+#: Extended result codes of a row whose key is stored already.
+_DUPLICATE = frozenset({sqlite3.SQLITE_CONSTRAINT_UNIQUE, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY})
+#: Hints by primary result code.
+_HINTS = {
+    sqlite3.SQLITE_FULL: "free disk space; nothing of the failed write was kept, and everything acknowledged "
+    "before is intact",
+    sqlite3.SQLITE_READONLY: "the file or its folder is not writable; reads still work",
+}
+
+
 def _error(exc: BaseException, doing: str) -> CompactStoreError:
-    """Return the compactstore error for a driver error raised while ``doing``."""
-    text = str(exc)
-    if "locked" in text or "busy" in text:
-        return ConflictError(f"SQLite: {doing}: {text} (another connection held the lock past the busy timeout)")
-    hint = None
-    if "full" in text:
-        hint = "free disk space; nothing of the failed write was kept, and everything acknowledged before is intact"
-    elif "readonly" in text or "read-only" in text:
-        hint = "the file or its folder is not writable; reads still work"
-    return CompactStoreError(f"SQLite: {doing}: {type(exc).__name__}: {text}", hint=hint)
+    """Return the compactstore error for a driver error raised while ``doing``, by its SQLite result code."""
+    code = getattr(exc, "sqlite_errorcode", None)  # absent from a UnicodeDecodeError
+    if code is None:
+        return CompactStoreError(f"SQLite: {doing}: {type(exc).__name__}: {exc}")
+    if code & 0xFF in _BUSY:
+        return LockTimeout(f"SQLite: {doing}: {exc} (another connection held the lock past the busy timeout)")
+    if code in _DUPLICATE:
+        return ConflictError(f"SQLite: {doing}: a row with the same key is stored already ({exc})")
+    hint = _HINTS.get(code & 0xFF)
+    if code == sqlite3.SQLITE_CONSTRAINT_TRIGGER:
+        hint = "the log tables are append-only: only a redaction may erase a body"
+    return CompactStoreError(f"SQLite: {doing}: {type(exc).__name__}: {exc}", hint=hint)
 
 
 #: ``hashes`` pads its list of runs to a power of two (with runs that match nothing), so
@@ -371,13 +345,13 @@ def _runs(coords: Sequence[tuple[int, int]]) -> list[tuple[int, int, int]]:
 
 
 def _runs_sql(n: int) -> str:
-    # Each run is one index range scan: leaves from events, higher levels from nodes.
+    # Each run is one index range scan: leaves from events, higher levels from subtrees.
     return (
         "WITH r(level, lo, hi) AS (VALUES " + ", ".join(["(?, ?, ?)"] * n) + ") "
         "SELECT 0, e.pos, e.leaf FROM r JOIN events e ON r.level = 0 AND e.session_id = ? "
         "AND e.pos >= r.lo AND e.pos < r.hi "
-        "UNION ALL SELECT n.level, n.idx, n.hash FROM r JOIN nodes n ON r.level > 0 AND n.session_id = ? "
-        "AND n.level = r.level AND n.idx >= r.lo AND n.idx < r.hi"
+        "UNION ALL SELECT t.level, t.idx, t.hash FROM r JOIN subtrees t ON r.level > 0 AND t.session_id = ? "
+        "AND t.level = r.level AND t.idx >= r.lo AND t.idx < r.hi"
     )
 
 
@@ -401,21 +375,8 @@ def _hashes(conn: sqlite3.Connection, session_id: int, coords: Sequence[tuple[in
         raise IntegrityError(f"subtree ({level}, {idx}) is missing", pos=idx << level) from None
 
 
-def _index_schema(conn: sqlite3.Connection) -> bool:
-    """Create the structural index's table in a store that lacks it (new, or written before it); say if it did."""
-    if conn.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (_index.TABLE,)).fetchone():
-        return False
-    for sql in _index.SQLITE_SCHEMA:
-        conn.execute(sql)
-    return True
-
-
 _INSERT = "INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?)"
 _INSERT_KEYLESS = "INSERT INTO events (seq, session_id, pos, kind, leaf, body) VALUES (?, ?, ?, ?, ?, ?)"
-
-
-def _index_run(conn: sqlite3.Connection, sql: str, args: Sequence[object]) -> list[Any]:
-    return conn.execute(sql, args).fetchall()
 
 
 class _SQLiteWriter:
@@ -523,11 +484,10 @@ class _SQLiteWriter:
         # Under the write lock max(seq) + 1 is exactly what SQLite would assign.
         return int(self._conn.execute("SELECT coalesce(max(seq), 0) + 1 FROM events").fetchone()[0])
 
-    def insert(self, rows: Sequence[Row], nodes: Sequence[tuple[int, int, bytes]], head: HeadRow) -> list[int]:
+    def insert(self, rows: Sequence[Row], subtrees: Sequence[tuple[int, int, bytes]], head: HeadRow) -> list[int]:
         conn, sid = self._conn, self.session_id
-        # Plain tuples, and no parameter for an absent key: sqlite3 reads a tuple subclass
-        # item by item through the sequence protocol, and passes None through its adapter
-        # lookup, which formats and drops AttributeErrors (8% of a batched append).
+        # Plain tuples, and no parameter for an absent key: sqlite3 binds those without the
+        # slow paths a tuple subclass and None take (benchmarks/README.md has the figures).
         values: list[tuple[object, ...]]
         if all(r.idem_key is None for r in rows):
             sql, values = _INSERT_KEYLESS, [(r[0], r[1], r[2], r[3], r[5], r[6]) for r in rows]
@@ -537,19 +497,33 @@ class _SQLiteWriter:
             conn.execute(sql, values[0])
         else:
             conn.executemany(sql, values)
-        if nodes:
+        if subtrees:
             conn.executemany(
-                "INSERT INTO nodes (session_id, level, idx, hash) VALUES (?, ?, ?, ?)",
-                [(sid, lv, i, h) for lv, i, h in nodes],
+                "INSERT INTO subtrees (session_id, level, idx, hash) VALUES (?, ?, ?, ?)",
+                [(sid, lv, i, h) for lv, i, h in subtrees],
             )
         conn.execute("INSERT INTO heads (session_id, size, root, prev, seal) VALUES (?, ?, ?, ?, ?)", (sid, *head))
         self._head = self.written = head
         self._seq = self.seq_after = rows[-1].seq + 1
         return [r.seq for r in rows]
 
-    def index_run(self, sql: str, args: Sequence[object]) -> list[Any]:
-        """Run one statement of :mod:`compactstore.backends.index` inside the write transaction."""
-        return _index_run(self._conn, sql, args)
+    def index_rows(self, rels: Sequence[str], lo: int, hi: int) -> list[IndexRow]:
+        return self._backend._in_write.index_rows(self.session_id, rels, lo, hi)
+
+    def index_rows_at(self, rel: str, positions: Sequence[int]) -> list[IndexRow]:
+        return self._backend._in_write.index_rows_at(self.session_id, rel, positions)
+
+    def latest_binding(self, key: str, before: int) -> IndexRow | None:
+        return self._backend._in_write.latest_binding(self.session_id, key, before)
+
+    def body(self, pos: int) -> bytes | None:
+        return self._backend._in_write.body(self.session_id, pos)
+
+    def insert_index(self, rows: Sequence[IndexRow]) -> None:
+        sid, step = self.session_id, _index.INSERT_ROWS
+        for i in range(0, len(rows), step):
+            chunk = rows[i : i + step]
+            self._conn.execute(_index.SQLITE.insert_index(len(chunk)), [v for r in chunk for v in (sid, *r)])
 
     def erase(self, positions: Sequence[int], by: int) -> None:
         sid = self.session_id
@@ -560,5 +534,5 @@ class _SQLiteWriter:
         )
 
 
-if TYPE_CHECKING:
-    _check: Backend = SQLiteBackend(":memory:")
+_: type[Backend] = SQLiteBackend
+_w: type[Writer] = _SQLiteWriter

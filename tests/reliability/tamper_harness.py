@@ -44,7 +44,7 @@ import msgspec
 
 import compactstore as cs
 from compactstore import index, merkle
-from compactstore.backends.index import IndexSQL
+from compactstore.backends import Row
 from compactstore.seal import seal
 
 KEY = b"tamper-campaign-key-0123456789ab"
@@ -130,7 +130,7 @@ Address = tuple[str, tuple[Any, ...]]
 
 
 def _random_row(conn: sqlite3.Connection, rng: random.Random, table: str) -> Address | None:
-    # By primary key, not rowid: nodes and heads are WITHOUT ROWID tables.
+    # By primary key, not rowid: subtrees and heads are WITHOUT ROWID tables.
     info = conn.execute(f"PRAGMA table_info({table})").fetchall()
     keys = [r[1] for r in sorted((r for r in info if r[5]), key=lambda r: r[5])]
     rows = conn.execute(f"SELECT {', '.join(keys)} FROM {table}").fetchall()
@@ -212,13 +212,13 @@ def rehash(conn: sqlite3.Connection, sid: int, level: str) -> None:
         leaves.append(new)
     if level == "leaf":
         return
-    conn.execute("DELETE FROM nodes WHERE session_id = ?", (sid,))
+    conn.execute("DELETE FROM subtrees WHERE session_id = ?", (sid,))
     frontier = merkle.Frontier()
     roots = {}
     for i, leaf in enumerate(leaves):
         for lv, idx, h in frontier.append(leaf):
             if _stored(lv):  # the attacker stores exactly the levels the library stores
-                conn.execute("INSERT INTO nodes (session_id, level, idx, hash) VALUES (?, ?, ?, ?)", (sid, lv, idx, h))
+                conn.execute("INSERT INTO subtrees (session_id, level, idx, hash) VALUES (?, ?, ?, ?)", (sid, lv, idx, h))
         roots[i + 1] = frontier.root()
     if level == "tree":
         return
@@ -237,13 +237,40 @@ def rehash(conn: sqlite3.Connection, sid: int, level: str) -> None:
                      (sid, size, root, prev, seal(None, name, size, root, prev)))
         prev = size
     # The structural index too: derived again from the rewritten log, as the library derives it.
-    conn.execute("DELETE FROM structure_index WHERE session_id = ?", (sid,))
-    run = lambda sql, args: conn.execute(sql, args).fetchall()  # noqa: E731
     try:
-        rows = index.derive(run, sid, max(sizes, default=0))
+        reindex(conn, sid, max(sizes, default=0))
     except cs.InvalidEvent:
         return  # a body the library cannot read: nothing to derive
-    IndexSQL(run, sid).insert(rows)
+
+
+class RawLog:
+    """The reads :func:`compactstore.index.derive` makes, over the attacker's own connection."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+
+    def rows(self, sid: int, start: int, stop: int | None, chunk: int) -> list[Row]:
+        """Return the events of session ``sid`` at positions ``[start, stop)``, by position."""
+        got = self.conn.execute("SELECT seq, session_id, pos, kind, idem_key, leaf, body FROM events "
+                                "WHERE session_id = ? AND pos >= ? AND pos < ? ORDER BY pos",
+                                (sid, start, 1 << 62 if stop is None else stop))
+        return [Row(*r) for r in got]
+
+    def body(self, sid: int, pos: int) -> bytes | None:
+        """Return the body at ``pos`` of session ``sid``."""
+        got = self.conn.execute("SELECT body FROM events WHERE session_id = ? AND pos = ?", (sid, pos)).fetchone()
+        return None if got is None or got[0] is None else bytes(got[0])
+
+
+def reindex(conn: sqlite3.Connection, sid: int, size: int) -> None:
+    """Replace session ``sid``'s structural index by what its first ``size`` positions give, as the library derives it.
+
+    Raises:
+        cs.InvalidEvent: a body is not a valid event (the session's index is left empty).
+    """
+    conn.execute("DELETE FROM structure_index WHERE session_id = ?", (sid,))
+    rows = index.derive(RawLog(conn), sid, size)  # type: ignore[arg-type]
+    conn.executemany("INSERT INTO structure_index VALUES (?, ?, ?, ?, ?, ?)", [(sid, *r) for r in rows])
 
 
 def m_field(level: str) -> Callable[[sqlite3.Connection, random.Random, bool], str | None]:
@@ -320,7 +347,7 @@ def m_splice(conn: sqlite3.Connection, rng: random.Random, keyed: bool) -> str |
 def m_inject(conn: sqlite3.Connection, rng: random.Random, keyed: bool) -> str | None:
     """Insert a copy of a row at coordinates outside the tree: a negative position, size, level or index."""
     sid = rng.choice(list(_sessions(conn)))
-    choice = rng.choice(["event", "head", "node"])
+    choice = rng.choice(["event", "head", "subtree"])
     if choice == "event":
         seq = conn.execute("SELECT max(seq) + 1 FROM events").fetchone()[0]
         row = rng.choice(conn.execute("SELECT kind, idem_key, leaf, body FROM events WHERE session_id = ?",
@@ -333,11 +360,11 @@ def m_inject(conn: sqlite3.Connection, rng: random.Random, keyed: bool) -> str |
         size = -rng.randint(0, 3)
         conn.execute("INSERT INTO heads VALUES (?, ?, ?, ?, ?)", (sid, size, *row))
         return f"inject head of size {size} in session {sid}"
-    hashes = [h for (h,) in conn.execute("SELECT hash FROM nodes WHERE session_id = ?", (sid,))]
+    hashes = [h for (h,) in conn.execute("SELECT hash FROM subtrees WHERE session_id = ?", (sid,))]
     h = rng.choice(hashes) if hashes else b"\0" * 32
     level, idx = rng.choice([(-rng.randint(1, 3), 0), (rng.randint(1, 3), -rng.randint(1, 3))])
-    conn.execute("INSERT INTO nodes VALUES (?, ?, ?, ?)", (sid, level, idx, h))
-    return f"inject node ({level}, {idx}) in session {sid}"
+    conn.execute("INSERT INTO subtrees VALUES (?, ?, ?, ?)", (sid, level, idx, h))
+    return f"inject subtree ({level}, {idx}) in session {sid}"
 
 
 def m_meta(conn: sqlite3.Connection, rng: random.Random, keyed: bool) -> str | None:
@@ -356,8 +383,6 @@ def m_meta(conn: sqlite3.Connection, rng: random.Random, keyed: bool) -> str | N
         return f"meta delete {name}"
     if choice == "add":
         name = rng.choice(["key_check", "keyed", "hash2", "schema_version"])
-        # Not schema_version "1": a store claiming the earlier schema is upgraded on open, and
-        # the upgrade of a complete index changes nothing (test_structure_index shows it).
         conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (name, {"key_check": "0" * 64, "schema_version": "0"}.get(name, "1")))
         return f"meta set {name}"
     if choice == "upgrade":

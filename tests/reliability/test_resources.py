@@ -183,9 +183,9 @@ def test_a_locked_database_loses_nothing(tmp_path: Path) -> None:
 
 
 def test_a_locked_database_gives_a_typed_error(tmp_path: Path) -> None:
-    """The append that times out on the lock raises a CompactStoreError (ConflictError, like PostgreSQL's)."""
+    """The append that times out on the lock raises LockTimeout, the retryable ConflictError PostgreSQL raises too."""
     lines = _locked_append(tmp_path / "s.db", "300")
-    assert lines[0].startswith("typed ConflictError"), lines
+    assert lines[0].startswith("typed LockTimeout"), lines
 
 
 def test_opening_a_locked_database_gives_a_typed_error(tmp_path: Path) -> None:

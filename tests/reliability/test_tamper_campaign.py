@@ -20,8 +20,7 @@ import pytest
 import tamper_harness as th
 
 import compactstore as cs
-from compactstore import index, merkle
-from compactstore.backends.index import IndexSQL
+from compactstore import merkle
 
 #: Misses and untyped errors known and accepted: none. Each gap the campaign found has a
 #: test of its own below, which now passes.
@@ -125,17 +124,15 @@ def test_a_tail_rollback_needs_a_head_held_outside_the_store(stores: dict[str, P
     conn.execute("DELETE FROM events WHERE session_id = ? AND pos >= ?", (sid, size))
     conn.execute("DELETE FROM heads WHERE session_id = ? AND size > ?", (sid, size))
     for level in range(1, 8):
-        conn.execute("DELETE FROM nodes WHERE session_id = ? AND level = ? AND idx >= ?", (sid, level, size >> level))
+        conn.execute("DELETE FROM subtrees WHERE session_id = ? AND level = ? AND idx >= ?", (sid, level, size >> level))
     # The last head of the batch before is at a size <= `size`; keep the log at exactly that head.
     (last,) = conn.execute("SELECT max(size) FROM heads WHERE session_id = ?", (sid,)).fetchone()
     conn.execute("DELETE FROM events WHERE session_id = ? AND pos >= ?", (sid, last))
     for level in range(1, 8):
-        conn.execute("DELETE FROM nodes WHERE session_id = ? AND level = ? AND idx >= ?", (sid, level, last >> level))
+        conn.execute("DELETE FROM subtrees WHERE session_id = ? AND level = ? AND idx >= ?", (sid, level, last >> level))
     # The structural index as the shorter log gives it.
-    conn.execute("DELETE FROM structure_index WHERE session_id = ?", (sid,))
-    run = lambda sql, args: conn.execute(sql, args).fetchall()  # noqa: E731
     heads = [n for (n,) in conn.execute("SELECT size FROM heads WHERE session_id = ?", (sid,))]
-    IndexSQL(run, sid).insert(index.derive(run, sid, max(heads, default=0)))
+    th.reindex(conn, sid, max(heads, default=0))
     # The rolled-back events must hold the largest seqs for the gapless check not to see it: renumber.
     rows = conn.execute("SELECT seq FROM events ORDER BY seq").fetchall()
     for new, (old,) in enumerate(rows, 1):
@@ -207,7 +204,7 @@ def test_an_unknown_meta_entry_is_reported(stores: dict[str, Path], tmp_path: Pa
 
 def test_a_negative_subtree_level_is_reported_not_raised(stores: dict[str, Path], tmp_path: Path) -> None:
     """A subtree row at level -1 is a problem in the report, not a ValueError out of verify()."""
-    work = _mutated(stores, tmp_path, "INSERT INTO nodes VALUES (1, -1, 0, zeroblob(32))")
+    work = _mutated(stores, tmp_path, "INSERT INTO subtrees VALUES (1, -1, 0, zeroblob(32))")
     with cs.open(str(work), key=th.KEY) as st:
         assert not st.verify().ok
 
