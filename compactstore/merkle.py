@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from blake3 import blake3
@@ -304,6 +305,63 @@ def serve(
     covers = [cover(a, b) for a, b in spans]
     lookup = resolve([c for cs in covers for c in cs], fetch, algo)
     return [fold([lookup[c] for c in cs], algo) for cs in covers]
+
+
+def root_with(
+    leaves: Mapping[int, bytes], size: int, fetch: Callable[[list[Coord]], list[bytes]], algo: str = "blake3"
+) -> bytes:
+    """Return the root of ``[0, size)`` from the leaf hashes given and stored subtree roots for the rest.
+
+    ``leaves`` maps positions to leaf hashes. Each largest complete subtree that holds
+    no given position is served as :func:`resolve` serves it: one ``fetch`` call for all
+    of them, stored levels only, none when every leaf is given. That is O(log n) roots
+    per run of given positions; the given leaves are hashed up to meet them. The root
+    equals a tree's root only if each given leaf is the tree's leaf at its position,
+    which is how leaves re-hashed from bodies are held against a tree head. What
+    ``fetch`` raises (a store's error for a root it lacks) passes through.
+
+    Requires ``size >= 0`` and ``0 <= pos < size`` for each given position.
+
+    Raises:
+        InvalidArgument: ``size`` is negative, a given position lies outside
+            ``[0, size)``, or ``algo`` is unknown.
+    """
+    _hasher(algo)
+    if size < 0:
+        raise InvalidArgument("size", f"must be >= 0, got {size}")
+    known = sorted(leaves)
+    if known and not (0 <= known[0] and known[-1] < size):
+        bad = known[0] if known[0] < 0 else known[-1]
+        raise InvalidArgument("leaves", f"positions must be in [0, {size}), got {bad}")
+
+    def holds_given(level: int, idx: int) -> bool:
+        k = bisect_left(known, idx << level)
+        return k < len(known) and known[k] < (idx + 1) << level
+
+    # A subtree holding a given position splits in two; one holding none comes from the store.
+    need: list[Coord] = []
+
+    def plan(level: int, idx: int) -> None:
+        if not holds_given(level, idx):
+            need.append((level, idx))
+        elif level:
+            plan(level - 1, 2 * idx)
+            plan(level - 1, 2 * idx + 1)
+
+    tops = cover(0, size)
+    for level, idx in tops:
+        plan(level, idx)
+    stored = resolve(need, fetch, algo)
+    node = _node_fn(algo)
+
+    def root(level: int, idx: int) -> bytes:
+        if (level, idx) in stored:
+            return stored[(level, idx)]
+        if level == 0:
+            return leaves[idx]
+        return node(root(level - 1, 2 * idx), root(level - 1, 2 * idx + 1))
+
+    return fold([root(level, idx) for level, idx in tops], algo)
 
 
 # --- roots and proofs over in-memory entries ---------------------------------------
