@@ -61,6 +61,17 @@ def with_span(draw: st.DrawFn, lists: st.SearchStrategy[list[bytes]]) -> tuple[l
     return entries, draw(st.integers(0, stop)), stop
 
 
+@st.composite
+def with_positions(draw: st.DrawFn, lists: st.SearchStrategy[list[bytes]]) -> tuple[list[bytes], list[int]]:
+    """An entry list and sorted distinct positions in it: a run, a few scattered ones, none or all."""
+    entries = draw(lists)
+    n = len(entries)
+    stop = draw(st.integers(0, n))
+    run = range(draw(st.integers(0, stop)), stop)
+    scattered = draw(st.sets(st.integers(0, max(n - 1, 0)), max_size=min(n, 12)))
+    return entries, sorted(set(run) | scattered)
+
+
 sizes = st.integers(0, 2000)
 """A tree size (for coordinate arithmetic that needs no entries)."""
 

@@ -949,3 +949,73 @@ def test_resolve_a_run_whose_leaves_were_listed_apart_by_earlier_coordinates() -
     coords = [(0, 2), (0, 0), (0, 4), (2, 0)]
     got = merkle.resolve(coords, _stored_fetch(lookup, []), "blake3")
     assert got == {c: lookup[c] for c in coords}
+
+
+# --- a root from given leaves and stored subtree roots -------------------------------
+
+
+def _covers(coord: tuple[int, int], positions: list[int]) -> bool:
+    level, idx = coord
+    return any(idx << level <= p < (idx + 1) << level for p in positions)
+
+
+@FAST
+@given(case=sts.with_positions(sts.any_entry_lists(300)), algo=sts.algos)
+def test_root_with_equals_the_naive_root_from_given_leaves_and_stored_roots(
+    case: tuple[list[bytes], list[int]], algo: str
+) -> None:
+    """root_with gives MTH from any given leaves, fetching in one call only stored roots over no given position."""
+    entries, positions = case
+    lookup = naive.complete_subtrees(entries, algo)
+    calls: list[list[tuple[int, int]]] = []
+    leaves = {p: naive.leaf(entries[p], algo) for p in positions}
+    assert merkle.root_with(leaves, len(entries), _stored_fetch(lookup, calls), algo) == naive.mth(entries, algo)
+    assert len(calls) == (0 if len(positions) == len(entries) else 1)
+    assert not any(_covers(c, positions) for call in calls for c in call)
+
+
+@FAST
+@given(case=sts.with_positions(DISTINCT), data=st.data(), algo=sts.algos)
+def test_root_with_a_wrong_given_leaf_gives_another_root(
+    case: tuple[list[bytes], list[int]], data: st.DataObject, algo: str
+) -> None:
+    """Any single-bit flip of any given leaf, or another position's leaf in its place, changes the root."""
+    entries, positions = case
+    assume(positions)
+    lookup = naive.complete_subtrees(entries, algo)
+    leaves = {p: naive.leaf(entries[p], algo) for p in positions}
+    p = data.draw(st.sampled_from(positions))
+    other = data.draw(st.integers(0, len(entries) - 1).filter(lambda q: q != p)) if len(entries) > 1 else None
+    wrong = [flip(leaves[p], data.draw(st.integers(0, 255)))]
+    if other is not None:
+        wrong.append(naive.leaf(entries[other], algo))
+    for leaf in wrong:
+        got = merkle.root_with({**leaves, p: leaf}, len(entries), _stored_fetch(lookup, []), algo)
+        assert got != naive.mth(entries, algo)
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+def test_root_with_every_set_of_given_positions_in_small_trees(algo: str) -> None:
+    """For sizes 0 to 9, every subset of given positions gives the tree's root."""
+    for n in range(10):
+        lookup = naive.complete_subtrees(ENTRIES[:n], algo)
+        for mask in range(1 << n):
+            leaves = {p: naive.leaf(ENTRIES[p], algo) for p in range(n) if mask >> p & 1}
+            assert merkle.root_with(leaves, n, _stored_fetch(lookup, []), algo) == roots(algo)[n], (n, mask)
+
+
+def test_root_with_rejects_positions_outside_the_tree_negative_sizes_and_unknown_hashes() -> None:
+    """A position outside [0, size), a negative size or an unknown algo raises InvalidArgument before any fetch."""
+    leaf = merkle.leaf_hash(b"x")
+    calls: list[list[tuple[int, int]]] = []
+    fetch = _stored_fetch({}, calls)
+    for leaves, size, field in [({4: leaf}, 4, "leaves"), ({-1: leaf}, 4, "leaves"), ({0: leaf}, 0, "leaves"),
+                                ({}, -1, "size")]:  # fmt: skip
+        with pytest.raises(InvalidArgument) as info:
+            merkle.root_with(leaves, size, fetch)
+        assert info.value.field == field
+    with pytest.raises(InvalidArgument) as info:
+        merkle.root_with({}, 0, fetch, "md5")
+    assert info.value.field == "algo"
+    assert calls == []
+    assert merkle.root_with({}, 0, fetch) == merkle.empty_root()
