@@ -487,7 +487,8 @@ class Session:
             pos = first + j
             needs = event.size if isinstance(event, ev.RecoveryMarker) else pos
             # Spills give no structural facts: the index at ``first`` still answers after them.
-            stored = (not redacted and all(isinstance(e, ev.Spill) for e in events[:j])
+            # A session's first batch has no stored log (nor, outside this transaction, an id) to index.
+            stored = (first > 0 and not redacted and all(isinstance(e, ev.Spill) for e in events[:j])
                       and (not isinstance(event, ev.Summary) or event.stop <= first))
             f: Facts
             if stored:
