@@ -40,7 +40,6 @@ from .structure import STRUCTURAL_KINDS, Deriver, IndexRow, apply_items, superse
 
 if TYPE_CHECKING:
     from .backends import Backend, Writer
-    from .store import Session
 
 _RELS = frozenset({"open", "close", "negative", "binding", "open_at"})
 _PLAIN = ev.GraphState(id="-")  # stands for an event that gives no row
@@ -83,20 +82,6 @@ class Index:
         """Read the index of session ``session_id`` of ``backend``."""
         self.backend = backend
         self.sid = session_id
-
-    @property
-    def sql(self) -> Index:
-        """Return this index: callers that read the session id as ``index.sql.sid`` still find it."""
-        return self
-
-    @classmethod
-    def of(cls, session: Session, size: int) -> Index | None:
-        """Return the session's index if it answers for checkpoint ``size``, else None (take the full path)."""
-        backend = session.store.backend
-        sid = backend.session_id(session.name)
-        if sid is None or backend.redactions(sid):
-            return None
-        return cls(backend, sid)
 
     def _rows(self, rels: Sequence[str], lo: int, hi: int) -> list[IndexRow]:
         return self.backend.index_rows(self.sid, rels, lo, hi)
@@ -380,7 +365,7 @@ def orphans(backend: Backend) -> list[object]:
     return backend.index_orphans()
 
 
-def verify_store(backend: Backend, sessions: Sequence[tuple[int, str]], add: Callable[[str | None, int | None, str], None]) -> None:
+def verify_index(backend: Backend, sessions: Sequence[tuple[int, str]], add: Callable[[str | None, int | None, str], None]) -> None:
     """Check the structural index of every session of a store; ``add(session, pos, what)`` reports a problem.
 
     Called by :meth:`Store.verify` once the log itself is checked.

@@ -156,3 +156,29 @@ def picture(session: Session) -> Picture:
         pins.append(Pin(m.pos, m.node, m.size, m.root.hex(), m.conditions, res.mode, res.reasons, res.digest.hex()))
     open_items = structure.unresolved_at(0, head.size)
     return Picture(session.name, head.size, head.root.hex(), cells, bars, pins, session.audit(), open_items)
+
+
+#: The glyph of each kind of negative fact, in the terminal and on the page.
+NEGATIVE = {"failed": "✗", "rejected": "⊘", "superseded": "↺"}
+
+
+def rank(cell: Cell) -> int:
+    """Return how much ``cell`` matters when several positions share one column (higher wins)."""
+    if cell.negative:
+        return 6
+    if cell.open:
+        return 5
+    if cell.binding == "non-regenerable":
+        return 4
+    if cell.kind in ("obligation", "binding"):
+        return 3
+    return 1 if cell.derived else 2
+
+
+def columns(size: int, width: int) -> list[tuple[int, int]]:
+    """Return the position range ``[a, b)`` each column of a strip ``width`` wide stands for."""
+    if size <= 0:
+        return []
+    if size <= width:
+        return [(p, p + 1) for p in range(size)]
+    return [(c * size // width, (c + 1) * size // width) for c in range(width) if (c + 1) * size // width > c * size // width]

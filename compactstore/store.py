@@ -14,7 +14,7 @@ import re
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 import msgspec
 
@@ -42,10 +42,8 @@ from .resolver import Artifact, Resolution, RestoredSpan
 from .seal import derive_key, head_mac, key_check, seal
 from .structure import build
 from .summarize import Summarizer
+from .verify import VerifyReport, verify_store
 from .view import EventReader, SpanRead
-
-if TYPE_CHECKING:
-    from .verify import VerifyReport
 
 HASH = "blake3"
 MAX_SESSION_NAME = 512
@@ -224,8 +222,6 @@ class Store:
         chunks, each summarised by its subtree root and its part of every head, and this
         process joins the summaries in order; the report is the same either way.
         """
-        from .verify import verify_store
-
         return verify_store(self, progress=progress, workers=workers)
 
     def check_head(self, head: TreeHead) -> bool:

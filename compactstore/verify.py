@@ -20,20 +20,34 @@ from collections import defaultdict, deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from multiprocessing import get_all_start_methods, get_context
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple, Protocol
 
 import msgspec
 
 from . import events as ev
 from . import index as structure_index
 from . import merkle
-from .backends.index import TABLE
+from .backends.queries import TABLE
 from .backends import Backend, HeadRow, Row, all_heads, chunked, open_backend
 from .content import content_digest_of
 from .errors import IntegrityError, InvalidEvent
 
-if TYPE_CHECKING:
-    from .store import Store
+
+
+class Sealed(Protocol):
+    """What verification needs of a store: its backend and target, and how it seals heads.
+
+    Verification reads the backend directly, never the store's caches, so a store
+    passes only what its rows alone show.
+    """
+
+    backend: Backend
+    #: where the store lives, so worker processes can open it too ("" or ":memory:": no workers)
+    target: str
+    keyed: bool
+    mac_key: bytes | None
+
+    def seal_head(self, session: str, size: int, root: bytes, prev: int) -> bytes: ...
 
 MAX_PROBLEMS = 10_000
 #: Every name the meta table may hold.
@@ -315,7 +329,7 @@ def _usable_cpus() -> int:
 
 
 def verify_store(
-    store: Store, *, progress: Callable[[int, int], None] | None = None, workers: int | None = None
+    store: Sealed, *, progress: Callable[[int, int], None] | None = None, workers: int | None = None
 ) -> VerifyReport:
     """Check every table of ``store``; see :meth:`Store.verify`."""
     backend = store.backend
@@ -388,7 +402,7 @@ def verify_store(
     return VerifyReport(not listed, listed, len(sessions), done, more, found.redacted)
 
 
-def _store_problems(store: Store, integrity: list[str], count: int, lo: int, hi: int) -> list[Problem]:
+def _store_problems(store: Sealed, integrity: list[str], count: int, lo: int, hi: int) -> list[Problem]:
     """Return what is wrong store-wide: meta entries, the file, orphan rows, the sequence.
 
     ``integrity`` is what the backend's own check found; ``count, lo, hi`` its sequence bounds.
@@ -484,7 +498,7 @@ class _Heads:
 class _SessionCheck:
     """The checks of one session that need its rows in order: tree, heads, sequence, redactions."""
 
-    def __init__(self, store: Store, sid: int, name: str, found: _Problems) -> None:
+    def __init__(self, store: Sealed, sid: int, name: str, found: _Problems) -> None:
         self.store, self.sid, self.name, self.found = store, sid, name, found
         self.tree = merkle.Frontier(algo="blake3")
         self.heads = _Heads(store.backend, sid)
@@ -617,7 +631,7 @@ def _check_body(
     return event
 
 
-def _check_head(store: Store, name: str, head: HeadRow, prev: int, root: bytes | None, found: _Problems) -> None:
+def _check_head(store: Sealed, name: str, head: HeadRow, prev: int, root: bytes | None, found: _Problems) -> None:
     """Check a head against ``root``, the tree's root at its size (None: the log never had that size in order)."""
     if root is None:
         found.add(name, "heads", head.size, "head of a size that was skipped")

@@ -19,7 +19,7 @@ pytest.importorskip("psycopg")
 import psycopg  # noqa: E402
 
 from compactstore.backends import SCHEMA_VERSION  # noqa: E402
-from compactstore.backends.index import TABLE as INDEX_TABLE  # noqa: E402
+from compactstore.backends.queries import TABLE as INDEX_TABLE  # noqa: E402
 from compactstore.backends.postgres import (  # noqa: E402
     _LOCK_SESSION,
     INLINE_BYTES,

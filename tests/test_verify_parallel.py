@@ -20,7 +20,7 @@ import compactstore as cs
 from sqlite_edit import tamper
 from compactstore import events as ev
 from compactstore import index, structure
-from compactstore.backends.index import TABLE
+from compactstore.backends.queries import TABLE
 
 _names = itertools.count()
 #: Events per block of the structured log; 40 blocks fill two chunks of verify's and part of a third.
@@ -107,7 +107,7 @@ def test_verify_reports_the_index_and_content_digests_as_a_second_read_of_the_lo
     with cs.open(str(path)) as st_:
         serial, parallel = st_.verify(workers=1), st_.verify(workers=2)
         reference: list[tuple[str | None, int | None, str]] = []
-        index.verify_store(st_.backend, st_.backend.sessions(), lambda *p: reference.append(p))
+        index.verify_index(st_.backend, st_.backend.sessions(), lambda *p: reference.append(p))
     assert parallel == serial
     assert serial.ok == (not sql)
     assert [(p.session, p.pos, p.what) for p in serial.problems if p.table == TABLE] == reference

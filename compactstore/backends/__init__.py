@@ -3,7 +3,7 @@
 A backend stores rows and answers range queries; it knows nothing of hashing, events
 or compaction. The store above it does the Merkle arithmetic once, for every backend.
 The protocol is typed verbs over rows: no SQL text crosses it, each backend writes its
-own statements (those both share are in :mod:`compactstore.backends.index`).
+own statements (those both share are in :mod:`compactstore.backends.queries`).
 
 Tables (the same in every backend):
 
@@ -18,7 +18,7 @@ Tables (the same in every backend):
   when the store has a key (a plain BLAKE3 digest otherwise). The chain makes a
   removed head as visible as a changed one.
 - ``structure_index(session_id, pos, rel, key, num, text)``: the structural facts
-  of each session's events (see :mod:`compactstore.backends.index`), insert-only.
+  of each session's events (see :mod:`compactstore.backends.queries`), insert-only.
 - ``redactions(session_id, pos, by)``: positions whose body was erased by the
   redaction event at ``by``. The only change the log tables allow is setting the
   body of such a position to NULL; its leaf stays, so the tree still verifies.
@@ -26,268 +26,17 @@ Tables (the same in every backend):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import AbstractContextManager
-from typing import Any, NamedTuple, Protocol
-
-from ..errors import StaleHead
-from ..structure import IndexRow
-
-#: The schema this library writes and reads; a store of any other version is refused.
-SCHEMA_VERSION = "2"
-
-
-class Row(NamedTuple):
-    """One stored event, as the backend keeps it."""
-
-    seq: int
-    session_id: int
-    pos: int
-    kind: str
-    idem_key: str | None
-    leaf: bytes
-    body: bytes | None
-
-
-class HeadRow(NamedTuple):
-    """One stored tree head."""
-
-    size: int
-    root: bytes
-    prev: int
-    seal: bytes
-
-
-class Writer(Protocol):
-    """One write transaction holding a session's append lock."""
-
-    session_id: int
-
-    def head(self) -> HeadRow | None:
-        """Return the session's latest stored head (None for a new session)."""
-        ...
-
-    def hashes(self, coords: Sequence[tuple[int, int]]) -> list[bytes]:
-        """Return the subtree roots at ``(level, idx)`` coordinates (level 0: leaves)."""
-        ...
-
-    def find_idempotent(self, key: str) -> Row | None:
-        """Return the session's event appended with idempotency key ``key``, if any."""
-        ...
-
-    def confirm(self) -> None:
-        """Make sure the head this writer builds on is the latest (a speculating writer locks and checks now).
-
-        Raises:
-            StaleHead: it is not; nothing was written.
-        """
-        ...
-
-    def next_seq(self) -> int | None:
-        """Return the next global sequence number, or None when the database assigns it."""
-        ...
-
-    def insert(
-        self,
-        rows: Sequence[Row],
-        subtrees: Sequence[tuple[int, int, bytes]],
-        head: HeadRow,
-    ) -> list[int]:
-        """Insert events, completed subtree roots and the new head; return the events' seqs.
-
-        The last write of the transaction, but for the ``erase`` of a redaction among
-        ``rows``: without one, a writer may commit here, in the same round trip.
-        """
-        ...
-
-    def erase(self, positions: Sequence[int], by: int) -> None:
-        """Record ``positions`` as redacted by the event at ``by``: body and idem_key NULL, kind ``redacted``."""
-        ...
-
-    def index_rows(self, rels: Sequence[str], lo: int, hi: int) -> list[IndexRow]:
-        """Return the session's index rows of kinds ``rels`` at positions ``[lo, hi)``, by position."""
-        ...
-
-    def index_rows_at(self, rel: str, positions: Sequence[int]) -> list[IndexRow]:
-        """Return the session's index rows of kind ``rel`` at ``positions`` (sorted), by position."""
-        ...
-
-    def latest_binding(self, key: str, before: int) -> IndexRow | None:
-        """Return the session's ``binding`` row of the last binding of ``key`` before position ``before``."""
-        ...
-
-    def body(self, pos: int) -> bytes | None:
-        """Return the session's stored body at ``pos`` (None: redacted or missing)."""
-        ...
-
-    def insert_index(self, rows: Sequence[IndexRow]) -> None:
-        """Insert the session's index ``rows``, before :meth:`insert` (it may commit)."""
-        ...
-
-
-class Backend(Protocol):
-    """Storage for one store: the tables above, append-only, transactional."""
-
-    #: Whether global sequence numbers are gapless (so verify can check that).
-    gapless_seq: bool
-
-    def close(self) -> None:
-        """Release connections; the backend is unusable afterwards."""
-        ...
-
-    def meta(self) -> dict[str, str]:
-        """Return the meta table."""
-        ...
-
-    def init_meta(self, values: dict[str, str]) -> dict[str, str]:
-        """Write ``values`` into an empty meta table; return what is stored either way."""
-        ...
-
-    def sessions(self) -> list[tuple[int, str]]:
-        """Return ``(id, name)`` of every session, ordered by name."""
-        ...
-
-    def session_id(self, name: str) -> int | None:
-        """Return the id of session ``name``, or None when it has no events."""
-        ...
-
-    def writer(self, name: str, *, speculate: bool = False) -> AbstractContextManager[Writer]:
-        """Open a write transaction on session ``name``, creating it; commit on success.
-
-        ``speculate``: the writer may start from the head this backend committed last,
-        without taking the lock first; it takes the lock before any read or write, or in
-        the insert itself, and raises :class:`StaleHead` if the head moved meanwhile.
-        """
-        ...
-
-    def row(self, session_id: int, pos: int) -> Row | None:
-        """Return the event at ``pos``."""
-        ...
-
-    def rows(self, session_id: int, start: int, stop: int | None, chunk: int) -> Iterator[Row]:
-        """Yield events with ``start <= pos < stop`` in position order, ``chunk`` per query."""
-        ...
-
-    def head(self, session_id: int) -> HeadRow | None:
-        """Return the latest stored head of a session."""
-        ...
-
-    def hashes(self, session_id: int, coords: Sequence[tuple[int, int]]) -> list[bytes]:
-        """Return the subtree roots at ``coords`` (level 0: leaves).
-
-        Raises:
-            IntegrityError: one is not stored; it names the first missing.
-        """
-        ...
-
-    def bodies(self, session_id: int, start: int, stop: int) -> list[bytes | None]:
-        """Return the bodies at positions ``[start, stop)`` in order (None where redacted), in one query."""
-        ...
-
-    def rows_at(self, session_id: int, positions: Sequence[int]) -> list[Row]:
-        """Return the events at ``positions`` (sorted), by position."""
-        ...
-
-    def node_bodies(self, session_id: int, lo: int, hi: int) -> list[tuple[int, bytes | None]]:
-        """Return ``(pos, body)`` of the summary nodes (events of kind ``node``) at positions ``[lo, hi)``, by position."""
-        ...
-
-    def body(self, session_id: int, pos: int) -> bytes | None:
-        """Return the stored body at ``pos`` (None: redacted or missing)."""
-        ...
-
-    def subtree_range(self, session_id: int, level: int, lo: int, hi: int) -> list[tuple[int, bytes]]:
-        """Return ``(idx, hash)`` of the stored subtree roots at ``level`` with ``lo <= idx < hi`` (level 0: leaves)."""
-        ...
-
-    def subtree_counts(self, session_id: int) -> dict[int, int]:
-        """Return the number of stored subtree roots per level."""
-        ...
-
-    def index_rows(self, session_id: int, rels: Sequence[str], lo: int, hi: int) -> list[IndexRow]:
-        """Return the index rows of kinds ``rels`` at positions ``[lo, hi)``, by position."""
-        ...
-
-    def index_rows_at(self, session_id: int, rel: str, positions: Sequence[int]) -> list[IndexRow]:
-        """Return the index rows of kind ``rel`` at ``positions`` (sorted), by position."""
-        ...
-
-    def negatives_caused(self, session_id: int, lo: int, hi: int) -> list[IndexRow]:
-        """Return the ``negative`` rows before ``lo`` made negative in ``[lo, hi)`` (their ``num``), by position."""
-        ...
-
-    def latest_binding(self, session_id: int, key: str, before: int) -> IndexRow | None:
-        """Return the ``binding`` row of the last binding of ``key`` before position ``before``."""
-        ...
-
-    def index_after(self, session_id: int, after: tuple[int, str, int], limit: int) -> list[IndexRow]:
-        """Return up to ``limit`` index rows after ``(pos, rel, num)`` in that order, for streaming the index."""
-        ...
-
-    def index_orphans(self) -> list[object]:
-        """Return the session ids the index names that no session has, as stored (a damaged file may hold a NULL)."""
-        ...
-
-    def heads(self, session_id: int, after: int, limit: int) -> list[HeadRow]:
-        """Return up to ``limit`` stored heads with ``size > after``, by size."""
-        ...
-
-    def integrity(self) -> list[str]:
-        """Return what the database's own consistency check finds wrong (empty when none)."""
-        ...
-
-    def redactions(self, session_id: int) -> dict[int, int]:
-        """Return the session's redacted positions, each with the position of its redaction event."""
-        ...
-
-    def orphans(self) -> list[tuple[str, object]]:
-        """Return ``(table, session_id)`` for rows that name no existing session, the id as stored."""
-        ...
-
-    def seq_bounds(self) -> tuple[int, int, int]:
-        """Return ``(count, min, max)`` of event sequence numbers."""
-        ...
-
-
-def keyset(
-    fetch: Callable[[int, int, int], Sequence[tuple[Any, ...]]], start: int, stop: int | None, chunk: int
-) -> Iterator[Row]:
-    """Yield rows ``start <= pos < stop`` page by page: ``fetch(start, end, limit)`` returns one page.
-
-    Each page starts after the last position of the one before, so a page costs one
-    index range scan however far into the log it is.
-    """
-    end = stop if stop is not None else 1 << 62
-    while start < end:
-        got = fetch(start, end, chunk)
-        for r in got:
-            yield Row(*r)
-        if len(got) < chunk:
-            return
-        start = int(got[-1][2]) + 1
-
-
-def chunked(rows: Iterable[Row], size: int) -> Iterator[list[Row]]:
-    """Yield ``rows`` in lists of ``size`` (the last may be shorter)."""
-    chunk: list[Row] = []
-    for r in rows:
-        chunk.append(r)
-        if len(chunk) == size:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
-
-
-def all_heads(backend: Backend, session_id: int, chunk: int = 2048) -> Iterator[HeadRow]:
-    """Yield every stored head of a session in size order, page by page (sizes below 0 too)."""
-    after = -(2**62)  # below any size a row could hold: verify must see even impossible ones
-    while True:
-        got = backend.heads(session_id, after, chunk)
-        yield from got
-        if len(got) < chunk:
-            return
-        after = got[-1].size
+from ..errors import CompactStoreError
+from .protocol import (
+    SCHEMA_VERSION as SCHEMA_VERSION,
+    Backend as Backend,
+    HeadRow as HeadRow,
+    Row as Row,
+    Writer as Writer,
+    all_heads as all_heads,
+    chunked as chunked,
+    keyset as keyset,
+)
 
 
 def open_backend(target: str, *, durable: bool) -> Backend:
@@ -303,8 +52,6 @@ def open_backend(target: str, *, durable: bool) -> Backend:
         try:
             from .postgres import PostgresBackend
         except ImportError as exc:
-            from ..errors import CompactStoreError
-
             raise CompactStoreError(
                 "the PostgreSQL backend needs the compactstore[postgres] extra (psycopg 3 and psycopg-pool), "
                 f"which is not installed: {exc}",

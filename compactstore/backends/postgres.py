@@ -39,12 +39,12 @@ from psycopg_pool import ConnectionPool
 
 from ..errors import CompactStoreError, ConflictError, IntegrityError, InvalidEvent, LockTimeout, StaleHead
 from ..structure import IndexRow
-from . import SCHEMA_VERSION, HeadRow, Row, keyset
-from . import index as _index
-from .index import Reads
+from .protocol import SCHEMA_VERSION, HeadRow, Row, keyset
+from . import queries
+from .queries import Reads
 
 if TYPE_CHECKING:
-    from . import Backend, Writer
+    from .protocol import Backend, Writer
 
 LOG_TABLES = ("meta", "sessions", "events", "subtrees", "heads", "redactions")
 #: How long a writer waits for its session's lock (or any row lock) before giving up.
@@ -148,9 +148,9 @@ _INSERT_FUNCTION = (
     "RETURNS bigint[] LANGUAGE plpgsql VOLATILE AS $$ "
     "DECLARE seqs bigint[]; BEGIN "
     # One index row (a binding, an opened call) takes the short way.
-    f"IF cardinality(p_ix_pos) = 1 THEN INSERT INTO {_index.TABLE} (session_id, pos, rel, key, num, text) "
+    f"IF cardinality(p_ix_pos) = 1 THEN INSERT INTO {queries.TABLE} (session_id, pos, rel, key, num, text) "
     "VALUES (p_sid, p_ix_pos[1], p_ix_rel[1], p_ix_key[1], p_ix_num[1], p_ix_text[1]); "
-    f"ELSIF cardinality(p_ix_pos) > 1 THEN INSERT INTO {_index.TABLE} (session_id, pos, rel, key, num, text) "
+    f"ELSIF cardinality(p_ix_pos) > 1 THEN INSERT INTO {queries.TABLE} (session_id, pos, rel, key, num, text) "
     "SELECT p_sid, x.pos, x.rel, x.key, x.num, x.text "
     "FROM unnest(p_ix_pos, p_ix_rel, p_ix_key, p_ix_num, p_ix_text) AS x(pos, rel, key, num, text); END IF; "
     # One event, the common append, takes the short way: no unnest, window or slicing.
@@ -252,7 +252,7 @@ class PostgresBackend(Reads):
     """A store in one PostgreSQL database, reached through a pool of connections.
 
     The reads of the index, of events at given positions and of subtree roots come from
-    :class:`~compactstore.backends.index.Reads`, through :meth:`_all`.
+    :class:`~compactstore.backends.queries.Reads`, through :meth:`_all`.
     """
 
     gapless_seq = False
@@ -271,7 +271,7 @@ class PostgresBackend(Reads):
         Raises:
             CompactStoreError: the server cannot be reached, or its encoding is not UTF8.
         """
-        super().__init__(self._all, _index.POSTGRES)
+        super().__init__(self._all, queries.POSTGRES)
         self._where = redact_url(url)
         self._durable = durable
         #: session name -> (id, head) of the append this backend committed last, for speculation
@@ -449,7 +449,7 @@ def _ensure_schema(conn: psycopg.Connection[tuple[Any, ...]]) -> None:
         row = cur.fetchone()
         if not (row and row[0]):
             # One round trip, one transaction.
-            cur.execute(";\n".join((*_SCHEMA, *_FUNCTIONS, *_index.POSTGRES_SCHEMA)))
+            cur.execute(";\n".join((*_SCHEMA, *_FUNCTIONS, *queries.POSTGRES_SCHEMA)))
 
 
 def _hashes(cur: psycopg.Cursor[tuple[Any, ...]], session_id: int, coords: Sequence[tuple[int, int]]) -> list[bytes]:
@@ -484,7 +484,7 @@ _INSERT_TYPES = ("bigint", "bigint[]", "text[]", "text[]", "int4[]", "int4", "by
 _APPEND_CALL = "SELECT compactstore_append(%b::bigint, " + ", ".join(
     f"%t::{t}" if t.endswith("[]") else f"%b::{t}" for t in _INSERT_TYPES) + ")"
 #: The insert of index rows a writer spells out when a statement must see them before its insert.
-_INDEX_INSERT = f"INSERT INTO {_index.TABLE} (session_id, pos, rel, key, num, text) VALUES "
+_INDEX_INSERT = f"INSERT INTO {queries.TABLE} (session_id, pos, rel, key, num, text) VALUES "
 #: Up to this many bytes of bodies an insert is written inline, in the message that
 #: commits it; beyond, its arguments travel in binary and COMMIT follows on its own
 #: (one round trip more, against a server that would otherwise read the bytes as text).
@@ -677,7 +677,7 @@ class _PGWriter:
         #: Index rows not sent yet: arguments of the insert's call, or literal SQL if another statement comes first.
         self._index: list[IndexRow] = []
         #: The shared reads, run in this transaction once what it holds back is sent.
-        self._reads = Reads(lambda sql, args: self._do("read in the write transaction", sql, args), _index.POSTGRES)
+        self._reads = Reads(lambda sql, args: self._do("read in the write transaction", sql, args), queries.POSTGRES)
 
     def _spell_index(self) -> None:
         """Turn the index rows held as values into a deferred literal INSERT (another statement must see them)."""

@@ -19,12 +19,12 @@ import sqlite_utils
 
 from ..errors import CompactStoreError, ConflictError, IntegrityError, LockTimeout
 from ..structure import IndexRow
-from . import SCHEMA_VERSION, HeadRow, Row, keyset
-from . import index as _index
-from .index import Reads
+from .protocol import SCHEMA_VERSION, HeadRow, Row, keyset
+from . import queries
+from .queries import Reads
 
 if TYPE_CHECKING:
-    from . import Backend, Writer
+    from .protocol import Backend, Writer
 
 BUSY_TIMEOUT_MS = 60_000
 LOG_TABLES = ("meta", "sessions", "events", "subtrees", "heads", "redactions")
@@ -85,7 +85,7 @@ def _schema(db: sqlite_utils.Database) -> None:
         "e.idem_key, hex(e.leaf) AS leaf, CAST(e.body AS TEXT) AS body "
         "FROM events e JOIN sessions s ON s.id = e.session_id"
     )
-    for sql in _index.SQLITE_SCHEMA:
+    for sql in queries.SQLITE_SCHEMA:
         db.execute(sql)
 
 
@@ -93,7 +93,7 @@ class SQLiteBackend(Reads):
     """A store in one SQLite file (or ``":memory:"``).
 
     The reads of the index, of events at given positions and of subtree roots come from
-    :class:`~compactstore.backends.index.Reads`, through :meth:`_all`.
+    :class:`~compactstore.backends.queries.Reads`, through :meth:`_all`.
     """
 
     gapless_seq = True
@@ -114,7 +114,7 @@ class SQLiteBackend(Reads):
         self._heads: dict[int, HeadRow] = {}
         self._next_seq: int | None = None
         self._sids: dict[str, int] = {}
-        super().__init__(self._all, _index.SQLITE)
+        super().__init__(self._all, queries.SQLITE)
         try:
             self._conn = conn = sqlite3.connect(
                 path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000
@@ -122,7 +122,7 @@ class SQLiteBackend(Reads):
         except sqlite3.Error as exc:
             raise _error(exc, f"open {path!r}") from exc
         #: The same reads inside a writer's transaction, unwrapped: the writer wraps errors as it ends.
-        self._in_write = Reads(lambda sql, args: conn.execute(sql, args).fetchall(), _index.SQLITE)
+        self._in_write = Reads(lambda sql, args: conn.execute(sql, args).fetchall(), queries.SQLITE)
         try:
             conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
             if path != ":memory:":
@@ -520,10 +520,10 @@ class _SQLiteWriter:
         return self._backend._in_write.body(self.session_id, pos)
 
     def insert_index(self, rows: Sequence[IndexRow]) -> None:
-        sid, step = self.session_id, _index.INSERT_ROWS
+        sid, step = self.session_id, queries.INSERT_ROWS
         for i in range(0, len(rows), step):
             chunk = rows[i : i + step]
-            self._conn.execute(_index.SQLITE.insert_index(len(chunk)), [v for r in chunk for v in (sid, *r)])
+            self._conn.execute(queries.SQLITE.insert_index(len(chunk)), [v for r in chunk for v in (sid, *r)])
 
     def erase(self, positions: Sequence[int], by: int) -> None:
         sid = self.session_id

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from html import escape
 
-from ..picture import Bar, Cell, Picture, Pin
-from .show import NEGATIVE, columns, rank
+from ..picture import NEGATIVE, Bar, Cell, Picture, Pin, columns, rank
 
 LOSS_COLOR = {"LOSSLESS": "#2f9e44", "LOSSY_GIST": "#e8a317", "LOSSY_LITERAL": "#d9480f"}
 STATE_COLOR = {"certified": "#2b8a3e", "fallback": "#c92a2a", "broken": "#212529"}

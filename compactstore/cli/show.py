@@ -12,15 +12,12 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from ..picture import Bar, Cell, Picture, Pin, picture
+from ..picture import NEGATIVE, Bar, Cell, Picture, Pin, columns, picture, rank
 from .app import emit, main, opened, pick_session, reporting, store_options
 
 LOSS_STYLE = {"LOSSLESS": "black on green3", "LOSSY_GIST": "black on gold1", "LOSSY_LITERAL": "white on red3"}
 SHORT_LOSS = {"LOSSLESS": "lossless", "LOSSY_GIST": "gist", "LOSSY_LITERAL": "literal"}
 STATE_STYLE = {"certified": "bold green3", "fallback": "bold red3", "broken": "bold white on red3"}
-NEGATIVE = {"failed": "✗", "rejected": "⊘", "superseded": "↺"}
-
-
 def glyph(cell: Cell) -> tuple[str, str]:
     """Return the character and style (a background colour by kind) that stand for ``cell`` in the strip."""
     if cell.negative:
@@ -39,28 +36,6 @@ def glyph(cell: Cell) -> tuple[str, str]:
             "obligation": ("●", "white on deep_pink3"), "fulfilment": ("●", "black on green3"),
             "handle_opened": ("⊏", "white on grey37"), "handle_closed": ("⊐", "white on grey37")}.get(
         cell.kind, ("▪", "black on white"))
-
-
-def rank(cell: Cell) -> int:
-    """Return how much ``cell`` matters when several positions share one column (higher wins)."""
-    if cell.negative:
-        return 6
-    if cell.open:
-        return 5
-    if cell.binding == "non-regenerable":
-        return 4
-    if cell.kind in ("obligation", "binding"):
-        return 3
-    return 1 if cell.derived else 2
-
-
-def columns(size: int, width: int) -> list[tuple[int, int]]:
-    """Return the position range ``[a, b)`` each column of a strip ``width`` wide stands for."""
-    if size <= 0:
-        return []
-    if size <= width:
-        return [(p, p + 1) for p in range(size)]
-    return [(c * size // width, (c + 1) * size // width) for c in range(width) if (c + 1) * size // width > c * size // width]
 
 
 class Scale:

@@ -20,7 +20,7 @@ from typing import Any
 
 from ..errors import IntegrityError
 from ..structure import IndexRow
-from . import Row
+from .protocol import Row
 
 TABLE = "structure_index"
 
