@@ -74,7 +74,7 @@ def durability_rows(repeat: int, singles: int) -> Section:
         for sync, durable in (("NORMAL", False), ("FULL", True)):
             for kind in ("batched", "single"):
                 tag = f"{kind}-{sync}"
-                store = cs.open(os.path.join(tmp, f"cs-{tag}.db"), clock=cs.tick_clock(CLOCK_START, 1),
+                store = cs.open(os.path.join(tmp, f"cs-{tag}.db"), clock=cs.events.tick_clock(CLOCK_START, 1),
                                 durable=durable)
                 plain = PlainSQLite(os.path.join(tmp, f"plain-{tag}.db"), sync)
                 opened += [store, plain]
@@ -154,7 +154,7 @@ def scale_rows(repeat: int, sizes: list[int], singles: int) -> Section:
         ones = work[:singles]
         logs = {}
         for size in sizes:
-            store = cs.open(os.path.join(tmp, f"cs-{size}.db"), clock=cs.tick_clock(CLOCK_START, 1))
+            store = cs.open(os.path.join(tmp, f"cs-{size}.db"), clock=cs.events.tick_clock(CLOCK_START, 1))
             plain = PlainSQLite(os.path.join(tmp, f"plain-{size}.db"), "NORMAL")
             opened += [store, plain]
             s = store.session("bench")
@@ -241,7 +241,7 @@ def postgres_rows(repeat: int, url: str, singles: int, local: bool = False) -> S
         server = admin.execute("SHOW server_version").fetchone()
         work = turns(BATCH)
         ones = work[:singles]
-        store = cs.open(scoped, clock=cs.tick_clock(CLOCK_START, 1))
+        store = cs.open(scoped, clock=cs.events.tick_clock(CLOCK_START, 1))
         plain_b = PlainPostgres(scoped, "plain_batched")
         plain_s = PlainPostgres(scoped, "plain_single")
         opened += [store, plain_b, plain_s]

@@ -79,7 +79,7 @@ def frontier_root(leaves: list[bytes]) -> bytes:
 
 def _store_session(tmp: str, leaf_size: int, count: int) -> tuple[cs.Store, cs.Session, list[bytes]]:
     """Return a store holding ``count`` turns of about ``leaf_size`` bytes, and their bodies."""
-    store = cs.open(os.path.join(tmp, f"span-{leaf_size}.db"), clock=cs.tick_clock(CLOCK_START, 1))
+    store = cs.open(os.path.join(tmp, f"span-{leaf_size}.db"), clock=cs.events.tick_clock(CLOCK_START, 1))
     s = store.session("span")
     rng = random.Random(SEED)
     events = [cs.Turn("user", rng.randbytes(leaf_size // 2).hex()) for _ in range(count)]
@@ -174,8 +174,8 @@ def append_rows(repeat: int = 7, batch: int = 1000, singles: int = 100) -> Secti
     tmp = tempfile.mkdtemp(prefix="cs-bench-append-")
     try:
         work = turns(batch)
-        normal = cs.open(os.path.join(tmp, "cs-normal.db"), clock=cs.tick_clock(CLOCK_START, 1))
-        durable = cs.open(os.path.join(tmp, "cs-full.db"), clock=cs.tick_clock(CLOCK_START, 1), durable=True)
+        normal = cs.open(os.path.join(tmp, "cs-normal.db"), clock=cs.events.tick_clock(CLOCK_START, 1))
+        durable = cs.open(os.path.join(tmp, "cs-full.db"), clock=cs.events.tick_clock(CLOCK_START, 1), durable=True)
         pn = PlainSQLite(os.path.join(tmp, "plain-normal.db"), "NORMAL")
         pf = PlainSQLite(os.path.join(tmp, "plain-full.db"), "FULL")
         sn, sf = normal.session("bench"), durable.session("bench")
@@ -276,7 +276,7 @@ def verify_rows(repeat: int = 7, count: int = PARALLEL_FROM) -> Section:
     allowed = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
     try:
         path = os.path.join(tmp, "verify.db")
-        store = cs.open(path, clock=cs.tick_clock(CLOCK_START, 1))
+        store = cs.open(path, clock=cs.events.tick_clock(CLOCK_START, 1))
         s = store.session("verify")
         work = turns(1000)
         while s.size < count:

@@ -30,7 +30,7 @@ with atheris.instrument_imports():
     from compactstore import events as ev
 
 WORK = Path(tempfile.mkdtemp(prefix="fuzz-"))
-STORE = cs.open(str(WORK / "fuzz.db"), clock=cs.tick_clock())
+STORE = cs.open(str(WORK / "fuzz.db"), clock=cs.events.tick_clock())
 STORE.session("seed").append(cs.Turn("user", "seed"))
 SEEN: Counter[str] = Counter()
 #: With FUZZ_LOG set, every decoded input is written there (base64, one a line) before it is
@@ -94,13 +94,13 @@ def _report() -> None:
 def _seeds(corpus: Path) -> None:
     """Write one valid body of every event kind (and a few near misses) as the starting corpus."""
     corpus.mkdir(exist_ok=True)
-    s = cs.open(str(WORK / "seed.db"), clock=cs.tick_clock()).session("seed")
+    s = cs.open(str(WORK / "seed.db"), clock=cs.events.tick_clock()).session("seed")
     s.append(cs.Turn("user", "go", meta={"a": [1, 2.5, None, True]}))
     s.append(cs.ToolCall("c1", "run_sql", {"sql": "SELECT 1"}), idempotency_key="k")
     s.append(cs.ToolResult("c1", "ERROR", ok=False, status="failed"))
     s.bind("rollback", "migrations/003_down.sql")
     s.oblige("finish", needs=["rollback"])
-    s.append(cs.HandleOpened(handle="h", resource="file"))
+    s.append(cs.events.HandleOpened(handle="h", resource="file"))
     node = s.compact(0, 6, on_risk="spill")
     s.mark(node)
     s.mark_raw()

@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         for path in args.paths:
             print(f"\n== {path} ==")
             if path in ("extend", "append"):
-                store = cs.open(os.path.join(tmp, f"{path}.db"), clock=cs.tick_clock(CLOCK_START, 1))
+                store = cs.open(os.path.join(tmp, f"{path}.db"), clock=cs.events.tick_clock(CLOCK_START, 1))
                 s = store.session("hot")
                 s.extend(work)
                 it = iter(range(10**9))
@@ -169,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
                 _profile(fn, calls, args.top)
                 store.close()
             elif path == "verify":
-                store = cs.open(os.path.join(tmp, "verify.db"), clock=cs.tick_clock(CLOCK_START, 1))
+                store = cs.open(os.path.join(tmp, "verify.db"), clock=cs.events.tick_clock(CLOCK_START, 1))
                 s = store.session("hot")
                 for _ in range(10):
                     s.extend(work)

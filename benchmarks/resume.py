@@ -158,7 +158,7 @@ class Log:
         """Build the session, compact a 1,000-turn span near its end and emit its markers."""
         self.size = size
         self.path = os.path.join(tmp, f"resume-{size}.db")
-        self.store = cs.open(self.path, clock=cs.tick_clock(CLOCK_START, 1))
+        self.store = cs.open(self.path, clock=cs.events.tick_clock(CLOCK_START, 1))
         s = self.session = self.store.session("run")
         rng = random.Random(size)
         t0 = time.perf_counter()
@@ -247,7 +247,7 @@ class Log:
 
         def head_seal() -> None:
             backend.head(sid)
-            store._seal(s.name, head.size, head.root, head.prev)
+            store.seal_head(s.name, head.size, head.root, head.prev)
 
         return {
             "node row": lambda: void(backend.row(sid, pos)),

@@ -195,11 +195,11 @@ class Agent:
                 t.fulfilled[name] = s.fulfil(name).pos
         elif r < 0.94:
             if self.handles and rng.random() < 0.5:
-                self._add(cs.HandleClosed(handle=self.handles.pop()))
+                self._add(cs.events.HandleClosed(handle=self.handles.pop()))
             else:
                 h = f"h{j}"
                 self.handles.append(h)
-                self._add(cs.HandleOpened(handle=h, resource="subprocess", detail="psql"))
+                self._add(cs.events.HandleOpened(handle=h, resource="subprocess", detail="psql"))
         else:
             mine = [p for a, p in t.proposed.items() if a not in t.rejected and p not in t.negatives]
             if mine:
@@ -341,9 +341,9 @@ def store_resume(agent: Agent, marker: cs.Marker, size: int) -> Outcome:
     """Resume through Session.resume and act only on what the resolution holds."""
     s, t = agent.s, agent.truth
     res = s.resume(marker)
-    summary = next((i for i in res.context if isinstance(i, cs.SummaryItem)), None)
+    summary = next((i for i in res.context if isinstance(i, cs.resolver.SummaryItem)), None)
     node = s.node(summary.pos) if summary is not None else None
-    raw = [(i.pos, i.event) for i in res.context if isinstance(i, cs.RawItem)]
+    raw = [(i.pos, i.event) for i in res.context if isinstance(i, cs.resolver.RawItem)]
     found = _literal_sources(s, node, raw)
     literals, refused = [], 0
     artifact = s.artifact(node) if node is not None else cs.Artifact(cs.LossClass.LOSSLESS, {"literals": {}}, None)
@@ -396,7 +396,7 @@ def simulate(drop: float | None, sessions: int, steps: int, every: int, seed: in
     try:
         for k in range(sessions):
             rng = random.Random(f"{seed}/{drop}/{k}")
-            with cs.open(f"{tmp}/sim-{k}.db", clock=cs.tick_clock()) as store:
+            with cs.open(f"{tmp}/sim-{k}.db", clock=cs.events.tick_clock()) as store:
                 agent = Agent(store.session(f"run-{k}"), rng, drop, every)
                 crash_at = None
                 while agent.steps < steps:
@@ -438,7 +438,7 @@ def _resume_point(agent: Agent, naive: Tally, ours: Tally, extra: dict[str, Any]
         marker = s.mark(node)
     except cs.MarkerInvalid as exc:
         for v in exc.violations:
-            assert isinstance(v, cs.Violation)
+            assert isinstance(v, cs.rules.Violation)
             extra["marker_invalid"][v.condition] = extra["marker_invalid"].get(v.condition, 0) + 1
         marker = s.mark_raw()
     outcomes = [store_resume(agent, marker, size)]

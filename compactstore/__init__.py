@@ -2,8 +2,17 @@
 
 An append-only event log per session, every event a leaf of the session's Merkle
 tree (RFC 9162 shape, BLAKE3), with tree heads, span roots and proofs.
+
+The names here are what an agent codes against: opening a store, the events it
+appends, what reads and resolutions return, and the errors. Everything else stays in
+its module: ``compactstore.events`` (every event kind), ``compactstore.resolver``
+(context items, restored spans), ``compactstore.rules`` (risks, violations),
+``compactstore.verify`` (problems), ``compactstore.summarize`` and the adapters.
 """
 
+from . import compaction, events, resolver, rules, summarize, verify
+from .compaction import AUTO, Node
+from .copy import copy
 from .errors import (
     CompactionInvariantError,
     CompactStoreError,
@@ -14,90 +23,57 @@ from .errors import (
     MarkerInvalid,
     ReconstructionUnsoundError,
 )
-from .compaction import AUTO, Finding, Node
-from .rules import Risk
-from .summarize import extractive
-from .copy import CopyReport, copy
 from .events import (
     Binding,
     Event,
-    Excerpt,
-    Fact,
     Fulfilment,
-    GraphState,
-    HandleClosed,
-    HandleOpened,
-    Item,
     LossClass,
     Obligation,
-    Redacted,
+    Record,
     Redaction,
-    Spill,
-    SpillRef,
-    Summary,
     ToolCall,
     ToolResult,
+    TreeHead,
     Turn,
-    Write,
-    tick_clock,
 )
-from .markers import Marker, Violation
-from .resolver import Artifact, ContextItem, RawItem, Resolution, RestoredSpan, SummaryItem, reconstruct
-from .events import Record, TreeHead
+from .markers import Marker
+from .resolver import Artifact, Resolution, reconstruct
 from .store import Session, Store, open
-from .verify import Problem, VerifyReport
+from .verify import VerifyReport
 
 __all__ = [
-    "Artifact",
-    "ContextItem",
-    "Marker",
-    "RawItem",
-    "Resolution",
-    "RestoredSpan",
-    "SummaryItem",
-    "Violation",
-    "reconstruct",
-    "AUTO",
-    "Binding",
-    "Excerpt",
-    "Fact",
-    "Finding",
-    "Fulfilment",
-    "GraphState",
-    "HandleClosed",
-    "HandleOpened",
-    "Item",
-    "LossClass",
-    "Node",
-    "Obligation",
-    "Redacted",
-    "Redaction",
-    "Risk",
-    "Spill",
-    "SpillRef",
-    "Summary",
-    "extractive",
-    "CompactStoreError",
-    "CompactionInvariantError",
-    "CopyReport",
-    "ConflictError",
+    # Opening a store, and its sessions.
+    "open",
+    "Store",
+    "Session",
+    "copy",
+    # The events an agent appends.
     "Event",
+    "Turn",
+    "ToolCall",
+    "ToolResult",
+    "Binding",
+    "Obligation",
+    "Fulfilment",
+    "Redaction",
+    "LossClass",
+    "AUTO",
+    # What reads, compactions, markers and resolutions return.
+    "Record",
+    "TreeHead",
+    "Node",
+    "Marker",
+    "Resolution",
+    "Artifact",
+    "reconstruct",
+    "VerifyReport",
+    # Errors.
+    "CompactStoreError",
+    "ConflictError",
     "IntegrityError",
     "InvalidArgument",
     "InvalidEvent",
     "MarkerInvalid",
-    "Problem",
+    "CompactionInvariantError",
     "ReconstructionUnsoundError",
-    "Record",
-    "Session",
-    "Store",
-    "ToolCall",
-    "ToolResult",
-    "TreeHead",
-    "Turn",
-    "VerifyReport",
-    "Write",
-    "copy",
-    "open",
-    "tick_clock",
 ]

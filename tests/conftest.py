@@ -79,7 +79,7 @@ def open_store(target: str) -> Iterator[Callable[..., cs.Store]]:
     opened: list[cs.Store] = []
 
     def _open(**kwargs: object) -> cs.Store:
-        kwargs.setdefault("clock", cs.tick_clock())
+        kwargs.setdefault("clock", cs.events.tick_clock())
         s = cs.open(target, **kwargs)  # type: ignore[arg-type]
         opened.append(s)
         return s

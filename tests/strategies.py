@@ -113,7 +113,7 @@ _ident = st.text(min_size=1, max_size=12)
 
 def events() -> st.SearchStrategy[object]:
     """Any valid event of the built-in kinds."""
-    from compactstore import ToolCall, ToolResult, Turn
+    from compactstore.events import ToolCall, ToolResult, Turn
 
     return st.one_of(
         st.builds(Turn, role=_ident, content=st.text(max_size=60), name=st.none() | _ident, **_common),

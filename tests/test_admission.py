@@ -52,7 +52,7 @@ def _rules_broken(s: cs.Session) -> list[tuple[str, ev.Event, type[Exception]]]:
 
 def test_a_derived_event_that_breaks_a_rule_is_refused_by_the_api_and_nothing_is_written(sqlite_target: str) -> None:
     """append and extend refuse each rule-breaking node, spill and marker with that rule's error; the file is unchanged."""
-    with cs.open(sqlite_target, clock=cs.tick_clock()) as store:
+    with cs.open(sqlite_target, clock=cs.events.tick_clock()) as store:
         s = store.session("m")
         migration(s)
         cases = _rules_broken(s)
@@ -82,7 +82,7 @@ def test_an_l2_claiming_lossless_over_lossy_children_is_refused(store: cs.Store)
 
 def test_the_cli_append_refuses_a_rule_breaking_node_and_writes_nothing(sqlite_target: str, tmp_path: Path) -> None:
     """`compactstore append` of a node that claims LOSSLESS while dropping a binding exits 1 and leaves the file as it was."""
-    with cs.open(sqlite_target, clock=cs.tick_clock()) as store:
+    with cs.open(sqlite_target, clock=cs.events.tick_clock()) as store:
         s = store.session("m")
         migration(s)
         line = ev.encode(_lossless_dropping_a_binding(s)).decode()
@@ -98,7 +98,7 @@ def test_the_cli_append_refuses_a_rule_breaking_node_and_writes_nothing(sqlite_t
 def test_copy_from_a_doctored_store_refuses_the_node_the_rules_refuse(tmp_path: Path) -> None:
     """A node that entered a store by a writer that skips the rules does not enter a copy of it."""
     src, dst = str(tmp_path / "src.db"), str(tmp_path / "dst.db")
-    with cs.open(src, clock=cs.tick_clock()) as store:
+    with cs.open(src, clock=cs.events.tick_clock()) as store:
         s = store.session("m")
         migration(s)
         with unchecked():

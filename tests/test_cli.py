@@ -50,7 +50,7 @@ def _commands(group: click.Group, prefix: str = "compactstore") -> list[tuple[st
 @pytest.fixture
 def built(target: str) -> str:
     """Return a store holding the migration story in session 'm', compacted and marked."""
-    with cs.open(target, clock=cs.tick_clock()) as st:
+    with cs.open(target, clock=cs.events.tick_clock()) as st:
         s = st.session("m")
         migration(s)
         s.mark(s.compact(0, 8, on_risk="spill"))
@@ -60,7 +60,7 @@ def built(target: str) -> str:
 @pytest.fixture
 def sqlite_built(sqlite_target: str) -> str:
     """Return a SQLite store holding the migration story in session 'm', compacted and marked."""
-    with cs.open(sqlite_target, clock=cs.tick_clock()) as st:
+    with cs.open(sqlite_target, clock=cs.events.tick_clock()) as st:
         s = st.session("m")
         migration(s)
         s.mark(s.compact(0, 8, on_risk="spill"))
@@ -249,7 +249,7 @@ def test_export_refuses_a_tampered_session(sqlite_built: str) -> None:
 
 def test_compact_is_gated_and_spills_on_request(target: str) -> None:
     """The gate refuses (exit 1, naming the binding, hinting --on-risk); --on-risk spill writes the node."""
-    with cs.open(target, clock=cs.tick_clock()) as st:
+    with cs.open(target, clock=cs.events.tick_clock()) as st:
         migration(st.session("m"))
     refused = run("compact", "0", "8", "-s", target)
     assert refused.exit_code == 1
@@ -270,7 +270,7 @@ def test_compact_is_gated_and_spills_on_request(target: str) -> None:
 
 def test_digest_mark_and_resume(sqlite_target: str) -> None:
     """L2 over two L1 nodes, a certified marker, and its resolution, as text and as JSON."""
-    with cs.open(sqlite_target, clock=cs.tick_clock()) as st:
+    with cs.open(sqlite_target, clock=cs.events.tick_clock()) as st:
         migration(st.session("m"))
     assert run("compact", "0", "8", "-s", sqlite_target, "--on-risk", "preserve", "--keep", "2:output").exit_code == 0
     assert run("compact", "8", "11", "-s", sqlite_target).exit_code == 0
@@ -289,7 +289,7 @@ def test_digest_mark_and_resume(sqlite_target: str) -> None:
 
 def test_a_marker_over_a_summary_that_drops_a_negative_fact_is_refused_and_forged_falls_back(sqlite_target: str) -> None:
     """mark exits 1 listing the violations; a forged marker resumes as fallback; --require-certified exits 1."""
-    with cs.open(sqlite_target, clock=cs.tick_clock()) as st:
+    with cs.open(sqlite_target, clock=cs.events.tick_clock()) as st:
         s = st.session("m")
         migration(s)
         node = s.compact(0, 8, summary="agent explored approaches", negative_facts=[], on_risk="preserve")
@@ -368,13 +368,13 @@ def test_proofs_print_json_that_check_verifies_offline(built: str, tmp_path: Pat
 
 def test_audit_exits_1_on_a_finding(sqlite_target: str) -> None:
     """A binding compacted away and needed later is reported; a clean session exits 0."""
-    with cs.open(sqlite_target, clock=cs.tick_clock()) as st:
+    with cs.open(sqlite_target, clock=cs.events.tick_clock()) as st:
         s = st.session("s")
         s.append(cs.Turn("user", "prepare"))
         s.bind("rollback", "migrations/003_down.sql")
         s.append(cs.Turn("assistant", "written"))
     assert run("audit", "-s", sqlite_target).exit_code == 0
-    with cs.open(sqlite_target, clock=cs.tick_clock()) as st:
+    with cs.open(sqlite_target, clock=cs.events.tick_clock()) as st:
         s = st.session("s")
         s.compact(0, 3)
         s.oblige("roll-back", needs=["rollback"])

@@ -20,7 +20,7 @@ def migration(s: cs.Session) -> None:
     s.bind("rollback", ROLLBACK)  # 5: non-regenerable
     s.bind("tables", ["users", "orders"], regenerable=True, how="\\dt")  # 6
     s.oblige("finish-migration", needs=["rollback", "tables"])  # 7
-    s.append(cs.HandleOpened(handle="psql-1", resource="subprocess", detail="psql app"))  # 8
+    s.append(cs.events.HandleOpened(handle="psql-1", resource="subprocess", detail="psql app"))  # 8
     s.append(cs.ToolCall("c2", "run_sql", {"sql": "BEGIN"}))  # 9
     s.append(cs.Turn("assistant", "Running the migration now."))  # 10
 
@@ -51,7 +51,7 @@ def test_the_gate_refuses_a_lossy_compaction_that_loses_a_needed_binding(session
 def test_preserve_keeps_the_binding_verbatim_under_a_contract(session: cs.Session) -> None:
     """on_risk="preserve" keeps the exact value in the node and says why."""
     node = session.compact(0, 8, on_risk="preserve")
-    assert cs.Excerpt(5, "value", ROLLBACK) in node.kept
+    assert cs.events.Excerpt(5, "value", ROLLBACK) in node.kept
     assert node.contract and "finish-migration" in node.contract
     assert node.loss is cs.LossClass.LOSSY_GIST
     assert session.read(node.pos).kind == "node"
@@ -148,15 +148,15 @@ def test_lossless_needs_every_literal_kept(session: cs.Session) -> None:
         session.compact(0, 8, loss=cs.LossClass.LOSSLESS, keep=["rollback"])
     node = session.compact(0, 8, loss=cs.LossClass.LOSSLESS, keep=["rollback", "tables"])
     assert node.loss is cs.LossClass.LOSSLESS
-    assert node.kept == [cs.Excerpt(5, "value", ROLLBACK), cs.Excerpt(6, "value", ["users", "orders"])]
+    assert node.kept == [cs.events.Excerpt(5, "value", ROLLBACK), cs.events.Excerpt(6, "value", ["users", "orders"])]
 
 
 def test_keep_accepts_field_paths_provable_against_the_leaf(session: cs.Session) -> None:
     """keep=(pos, path) stores the exact field value of that event."""
     node = session.compact(0, 5, keep=[(2, "output"), (1, "args.sql")])
     assert node.kept == [
-        cs.Excerpt(1, "args.sql", "ALTER TABLE users ADD email_new text"),
-        cs.Excerpt(2, "output", "ERROR: lock timeout on users"),
+        cs.events.Excerpt(1, "args.sql", "ALTER TABLE users ADD email_new text"),
+        cs.events.Excerpt(2, "output", "ERROR: lock timeout on users"),
     ]
     with pytest.raises(cs.InvalidArgument):
         session.compact(0, 5, keep=[(2, "nope")])
@@ -173,7 +173,7 @@ def test_l2_digest_carries_facts_forward(session: cs.Session) -> None:
     assert (top.tier, top.start, top.stop, top.children) == (2, 0, c.stop, [a.pos, b.pos, c.pos])
     assert [f.pos for f in top.negative_facts] == [2, 4]
     assert [i.id for i in top.unresolved] == ["finish-migration", "psql-1"]
-    assert cs.Excerpt(5, "value", ROLLBACK) in top.kept
+    assert cs.events.Excerpt(5, "value", ROLLBACK) in top.kept
     assert top.loss is cs.LossClass.LOSSY_GIST
     assert top.span_root == session.span_root(0, c.stop)
     with pytest.raises(cs.InvalidArgument, match="overlaps"):
@@ -195,7 +195,7 @@ def test_l2_refuses_gaps_and_stronger_loss_claims(session: cs.Session) -> None:
 
 def test_nodes_survive_reopen_and_are_covered_by_verify(target: str) -> None:
     """Nodes are events: they are read back after reopening and verify() covers them."""
-    with cs.open(target, clock=cs.tick_clock()) as st:
+    with cs.open(target, clock=cs.events.tick_clock()) as st:
         s = st.session("m")
         migration(s)
         node = s.compact(0, 8, on_risk="spill")
@@ -210,8 +210,8 @@ def test_nodes_survive_reopen_and_are_covered_by_verify(target: str) -> None:
 def test_the_extractive_summarizer_is_deterministic_and_drops_literals(session: cs.Session) -> None:
     """Same span, same text; binding values do not appear in it."""
     records = list(session.scan(0, 8))
-    text = cs.extractive(records)
-    assert text == cs.extractive(records)
+    text = cs.summarize.extractive(records)
+    assert text == cs.summarize.extractive(records)
     assert ROLLBACK not in text and "bound rollback" in text and "[rejected]" in text
 
 

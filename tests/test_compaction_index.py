@@ -163,7 +163,7 @@ def test_compaction_from_the_index_writes_what_the_full_pass_writes(
     # Two stores on one target, each with its own clock: the two sessions get the same
     # stamps. Closed with each example: a PostgreSQL store holds a pool of connections.
     n = next(_names)
-    with cs.open(target, clock=cs.tick_clock()) as one, cs.open(target, clock=cs.tick_clock()) as other:
+    with cs.open(target, clock=cs.events.tick_clock()) as one, cs.open(target, clock=cs.events.tick_clock()) as other:
         indexed, full = one.session(f"i{n}"), other.session(f"f{n}")
         got = _run(indexed, steps)
         with _full_path():
@@ -283,7 +283,7 @@ def test_a_node_appended_by_hand_is_held_to_its_span(store: cs.Store) -> None:
 
 def test_a_body_that_does_not_match_its_leaf_is_refused_as_before(sqlite_target: str) -> None:
     """The read that digests the span checks each body against its leaf; a changed body is refused at commit."""
-    with cs.open(sqlite_target, clock=cs.tick_clock()) as st:
+    with cs.open(sqlite_target, clock=cs.events.tick_clock()) as st:
         migration(st.session("m"))
     tamper(sqlite_target, "UPDATE events SET body = CAST(replace(CAST(body AS TEXT), 'No.', 'OK.') AS BLOB) WHERE pos = 4")
     with cs.open(sqlite_target) as st:

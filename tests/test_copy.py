@@ -18,7 +18,7 @@ from compactstore.cli import main
 
 def _fill(target: str, key: bytes | None = None) -> None:
     """Write a store with several sessions, keyed appends, compaction and a marker."""
-    with cs.open(target, key=key, clock=cs.tick_clock()) as st:
+    with cs.open(target, key=key, clock=cs.events.tick_clock()) as st:
         s = st.session("migration")
         migration(s)
         s.mark(s.compact(0, 8, on_risk="preserve"))

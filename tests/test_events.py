@@ -76,16 +76,16 @@ def test_every_event_type_has_a_distinct_kind() -> None:
 
 def test_graph_state_and_write_events_have_fixed_bytes() -> None:
     """A framework's snapshot and pending write encode canonically; empty ids are refused."""
-    _, cp = ev.canonical(cs.GraphState(id="c1", parent="c0", value={"b": 1}, ts=1))
+    _, cp = ev.canonical(cs.events.GraphState(id="c1", parent="c0", value={"b": 1}, ts=1))
     assert cp == b'{"id":"c1","kind":"graph_state","parent":"c0","ts":1,"value":{"b":1}}'
-    _, w = ev.canonical(cs.Write(checkpoint="c1", task="t", channel="ch", idx=-1, value="v", ts=1))
+    _, w = ev.canonical(cs.events.Write(checkpoint="c1", task="t", channel="ch", idx=-1, value="v", ts=1))
     assert w == b'{"channel":"ch","checkpoint":"c1","idx":-1,"kind":"write","task":"t","ts":1,"value":"v"}'
-    for bad, field in ((cs.GraphState(id=""), "id"), (cs.Write(checkpoint="", task="t", channel="c"), "checkpoint")):
+    for bad, field in ((cs.events.GraphState(id=""), "id"), (cs.events.Write(checkpoint="", task="t", channel="c"), "checkpoint")):
         with pytest.raises(cs.InvalidEvent) as info:
             ev.canonical(bad)
         assert info.value.field == field
     with pytest.raises(cs.InvalidEvent) as info:
-        ev.canonical(cs.GraphState(id="c", value={"x": float("nan")}))
+        ev.canonical(cs.events.GraphState(id="c", value={"x": float("nan")}))
     assert info.value.field == "value.x"
 
 
@@ -112,4 +112,4 @@ def test_fast_canonical_is_taken_for_plain_events_only() -> None:
     assert ev.canonical(cs.ToolCall("c1", "run", {"xs": (1, 2)}, ts=1))[0].args == {"xs": [1, 2]}
     for odd in (cs.ToolResult("c", float("nan")), cs.Turn("user", "x", ts=True), cs.Turn("user", "x", uses=("a",))):
         assert not ev._PLAIN[type(odd)](odd)
-    assert cs.Summary not in ev._PLAIN  # enums and nested structs: always decoded
+    assert cs.events.Summary not in ev._PLAIN  # enums and nested structs: always decoded

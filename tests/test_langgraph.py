@@ -107,7 +107,7 @@ def test_a_graph_with_an_interrupt_runs_end_to_end_and_its_history_proves_consis
     assert at_end is not None and at_end.pos > at_pause.pos
 
     session = saver.session("migration-7")
-    assert {r.event.ns for r in session.scan() if isinstance(r.event, cs.GraphState)} > {""}  # the subgraph's too
+    assert {r.event.ns for r in session.scan() if isinstance(r.event, cs.events.GraphState)} > {""}  # the subgraph's too
     old, new = session.head(at_pause.pos + 1), session.head(at_end.pos + 1)
     proof = session.consistency_proof(old.size, new.size)
     assert merkle.verify_consistency(old.size, new.size, old.root, new.root, proof)
@@ -241,7 +241,7 @@ def test_put_writes_is_idempotent_per_task_and_index(store: cs.Store) -> None:
     got = saver.get_tuple(c1)
     assert got is not None and got.pending_writes == [("task", ERROR, "second"), ("task", "a", 1), ("task", "b", 2)]
     last = saver.session("t").read(saver.session("t").size - 1)
-    assert isinstance(last.event, cs.Write) and last.event.supersedes == size
+    assert isinstance(last.event, cs.events.Write) and last.event.supersedes == size
     # Putting the very same checkpoint again writes nothing; a changed one supersedes it.
     cp = empty_checkpoint()
     config = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
@@ -268,12 +268,12 @@ def test_writers_deciding_from_stale_indexes_write_nothing_twice(target: str) ->
         assert a.session("t").size == size
         a.put_writes(c1, [("b", 3)], "other")
         b.put_writes(c1, [("c", 4)], "third")  # b's index predates a's write of "other"
-        writes = [r.event for r in b.session("t").scan() if isinstance(r.event, cs.Write)]
+        writes = [r.event for r in b.session("t").scan() if isinstance(r.event, cs.events.Write)]
         assert [(w.task, w.value) for w in writes] == [("task", [1]), ("other", [3]), ("third", [4])]
         a.delete_thread("t")
         b.put_writes(c1, [("c", 4)], "third")  # b's index still holds it: b reads the redaction, then writes
         last = b.session("t").read(b.session("t").size - 1).event
-        assert isinstance(last, cs.Write) and last.task == "third"
+        assert isinstance(last, cs.events.Write) and last.task == "third"
         # The same for checkpoints: putting again what the other store put writes nothing.
         c2 = _put(b, "u", {"n": 1}, {"n": 1}, {"n": 1})
         before = b.session("u").size
@@ -295,7 +295,7 @@ def test_plain_values_are_stored_as_json_and_another_serializer_sees_every_value
         c1 = _put(saver, thread, {"m": [1, "a"]}, {"m": 1}, {"m": 1})
         saver.put_writes(c1, [("m", {"role": "user"}), ("n", (1, 2))], "task")
         checkpoint, *writes = [r.event for r in saver.session(thread).scan()]
-        assert isinstance(checkpoint, cs.GraphState) and isinstance(writes[0], cs.Write)
+        assert isinstance(checkpoint, cs.events.GraphState) and isinstance(writes[0], cs.events.Write)
         assert (checkpoint.value["blobs"]["m"][1:] == [[1, "a"]]) == plain
         assert (writes[0].value == [{"role": "user"}]) == plain
         assert len(writes[1].value) == 2  # a tuple is not JSON: through serde
@@ -412,9 +412,9 @@ def test_a_growing_list_channel_stores_what_was_appended_and_reads_back_whole(st
     turns = MAX_CHAIN * 2 + 5
     configs = _grow(CompactStoreSaver(store), "t", turns)
     events = [r.event for r in store.session("langgraph:t").scan()]
-    assert sum(1 for e in events if isinstance(e, cs.GraphState) and "deltas" in e.value) >= turns - 4
+    assert sum(1 for e in events if isinstance(e, cs.events.GraphState) and "deltas" in e.value) >= turns - 4
     assert all(len(e.value.get("deltas", {}).get("messages", [])) < MAX_CHAIN for e in events
-               if isinstance(e, cs.GraphState))
+               if isinstance(e, cs.events.GraphState))
     fresh = CompactStoreSaver(store)  # reads the log from scratch
     for n, config in enumerate(configs, 1):
         assert _messages(fresh, config) == [{"role": "user", "content": f"m{i}"} for i in range(n)]

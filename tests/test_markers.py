@@ -38,8 +38,8 @@ def test_a_complete_node_is_marked_and_resumes_certified(session: cs.Session) ->
     kinds = [type(i).__name__ for i in res.context]
     assert kinds == ["SummaryItem", "RawItem", "RawItem", "RawItem", "RawItem"]
     summary = res.context[0]
-    assert isinstance(summary, cs.SummaryItem) and cs.Excerpt(5, "value", ROLLBACK) in summary.kept
-    assert [i.pos for i in res.context if isinstance(i, cs.RawItem)] == [8, 9, 10, node.pos + 1]
+    assert isinstance(summary, cs.resolver.SummaryItem) and cs.events.Excerpt(5, "value", ROLLBACK) in summary.kept
+    assert [i.pos for i in res.context if isinstance(i, cs.resolver.RawItem)] == [8, 9, 10, node.pos + 1]
 
 
 def test_closure_fails_when_an_open_call_is_not_listed(session: cs.Session) -> None:
@@ -72,7 +72,7 @@ def _push_answered_later(s: cs.Session) -> None:
 
 def test_a_call_opened_before_the_span_and_answered_in_it_is_listed_resolved(target: str) -> None:
     """compact lists what its span closed of what came before it; the marker certifies and resume says so."""
-    with cs.open(target, clock=cs.tick_clock()) as st:
+    with cs.open(target, clock=cs.events.tick_clock()) as st:
         s = st.session("s")
         _push_answered_later(s)
         node = s.compact(3, 7)
@@ -83,17 +83,17 @@ def test_a_call_opened_before_the_span_and_answered_in_it_is_listed_resolved(tar
         marker = s.mark(node)
         res = s.resume(marker)
         assert res.mode == "certified" and res == s.resume(marker, rehash=True)
-        summary = next(i for i in res.context if isinstance(i, cs.SummaryItem))
+        summary = next(i for i in res.context if isinstance(i, cs.resolver.SummaryItem))
         assert summary.resolved == node.resolved
         # The opening is shown raw before the node, its answer only through the node.
-        assert [i.pos for i in res.context if isinstance(i, cs.RawItem)] == [0, 1, 2]
+        assert [i.pos for i in res.context if isinstance(i, cs.resolver.RawItem)] == [0, 1, 2]
     with cs.open(target) as st:  # the same after a reopen
         assert st.session("s").resume(marker) == res
 
 
 def test_closure_fails_when_a_call_answered_in_the_span_is_not_listed_resolved(target: str) -> None:
     """A careless node that leaves out what its span closed would let a resumed agent push again: refused."""
-    with cs.open(target, clock=cs.tick_clock()) as st:
+    with cs.open(target, clock=cs.events.tick_clock()) as st:
         s = st.session("s")
         _push_answered_later(s)
         careless = s.compact(3, 7, resolved=[])
@@ -107,7 +107,7 @@ def test_closure_fails_when_a_call_answered_in_the_span_is_not_listed_resolved(t
 
 def test_an_l2_lists_what_its_whole_span_closed(target: str) -> None:
     """An L2 over children lists the items opened before its span and closed anywhere in it; a forged one is refused."""
-    with cs.open(target, clock=cs.tick_clock()) as st:
+    with cs.open(target, clock=cs.events.tick_clock()) as st:
         s = st.session("s")
         _push_answered_later(s)
         a, b = s.compact(1, 4), s.compact(4, 7)  # ssh-1 and ship opened in a, closed in b
@@ -153,7 +153,7 @@ def test_a_supersession_inside_the_span_of_a_raw_event_before_it_is_retained(sto
     node = s.compact(3, 6)
     assert [(f.pos, f.status) for f in node.negative_facts] == [(0, "superseded"), (1, "superseded")]
     res = s.resume(s.mark(node))
-    summary = next(i for i in res.context if isinstance(i, cs.SummaryItem))
+    summary = next(i for i in res.context if isinstance(i, cs.resolver.SummaryItem))
     assert res.mode == "certified" and {f.pos for f in summary.negative_facts} == {0, 1}
     s.bind("target", "prod-3", regenerable=True, how="ask the deploy tool")  # 8: supersedes pos 4
     s.append(cs.Turn("user", "y"))  # 9
@@ -196,7 +196,7 @@ def test_a_raw_marker_resumes_in_fallback_with_exactly_the_raw_events(session: c
     res = session.resume(marker)
     assert res.mode == "fallback" and "raw-checkpoint" in res.reasons[0]
     raw = [r for r in session.scan(0, marker.size) if r.kind not in ev.DERIVED_KINDS]
-    assert [(i.pos, i.event) for i in res.context if isinstance(i, cs.RawItem)] == [(r.pos, r.event) for r in raw]
+    assert [(i.pos, i.event) for i in res.context if isinstance(i, cs.resolver.RawItem)] == [(r.pos, r.event) for r in raw]
     assert len(res.context) == len(raw)
     older = session.mark_raw(3)
     assert session.resume(older).size == 3 and len(session.resume(older).context) == 3
@@ -215,7 +215,7 @@ def test_a_forged_marker_written_past_emission_falls_back(session: cs.Session) -
     res = session.resume(forged.pos)
     assert res.mode == "fallback"
     assert any("negative_facts at pos 2" in r for r in res.reasons)
-    assert all(isinstance(i, cs.RawItem) for i in res.context)
+    assert all(isinstance(i, cs.resolver.RawItem) for i in res.context)
     assert [i.pos for i in res.context] == [r.pos for r in session.scan(0, size) if r.kind not in ev.DERIVED_KINDS]
 
 
@@ -231,7 +231,7 @@ def test_a_marker_that_certified_less_falls_back(session: cs.Session) -> None:
 
 def test_one_marker_gives_one_digest_over_a_thousand_resumes_and_a_reopen(target: str) -> None:
     """Resolution digests are byte-identical on every call and after reopening."""
-    with cs.open(target, clock=cs.tick_clock()) as st:
+    with cs.open(target, clock=cs.events.tick_clock()) as st:
         s = st.session("m")
         migration(s)
         marker = s.mark(s.compact(0, 8, on_risk="spill"))
@@ -246,7 +246,7 @@ def test_one_marker_gives_one_digest_over_a_thousand_resumes_and_a_reopen(target
 
 def test_a_keyed_marker_carries_and_checks_a_mac(target: str) -> None:
     """In a keyed store the marker's checkpoint carries a MAC that resume checks."""
-    with cs.open(target, key=b"k", clock=cs.tick_clock()) as st:
+    with cs.open(target, key=b"k", clock=cs.events.tick_clock()) as st:
         s = st.session("m")
         migration(s)
         marker = s.mark(s.compact(0, 8, on_risk="preserve"))
@@ -281,7 +281,7 @@ def _flip(target: str, pos: int, *, leaf: bool = False) -> None:
 @pytest.mark.parametrize("pos", [0, 2, 5, 7])
 def test_one_tampered_raw_byte_under_a_certified_marker_never_certifies(target: str, pos: int) -> None:
     """With rehash=True, flipping a byte of any raw body under the marker gives IntegrityError, never certified."""
-    with cs.open(target, clock=cs.tick_clock()) as st:
+    with cs.open(target, clock=cs.events.tick_clock()) as st:
         s = st.session("m")
         migration(s)
         marker = s.mark(s.compact(0, 8, on_risk="preserve"))
@@ -302,7 +302,7 @@ def test_one_tampered_raw_byte_under_a_certified_marker_never_certifies(target: 
 def test_a_tampered_byte_in_what_resume_reads_is_found_without_rehash(target: str, pos: int, what: str,
                                                                        leaf: bool) -> None:
     """By default resume re-hashes every body it reads or returns: a flipped byte there is an IntegrityError."""
-    with cs.open(target, clock=cs.tick_clock()) as st:
+    with cs.open(target, clock=cs.events.tick_clock()) as st:
         s = st.session("m")
         migration(s)  # 0..10
         node = s.compact(0, 8, on_risk="preserve")  # 11
@@ -316,7 +316,7 @@ def test_a_tampered_byte_in_what_resume_reads_is_found_without_rehash(target: st
 
 def test_a_tampered_byte_resume_does_not_read_is_left_to_verify(sqlite_target: str) -> None:
     """A byte of a plain turn inside the compacted span: resume serves the summary, verify() and rehash=True find it."""
-    with cs.open(sqlite_target, clock=cs.tick_clock()) as st:
+    with cs.open(sqlite_target, clock=cs.events.tick_clock()) as st:
         s = st.session("m")
         migration(s)
         marker = s.mark(s.compact(0, 8, on_risk="preserve"))

@@ -176,7 +176,7 @@ def test_pop_and_clear_redact_and_the_store_still_verifies(store: cs.Store) -> N
     asyncio.run(session.add_items([{"role": "user", "content": "my card is 4242"}, *items(3, start=1)]))
     popped = asyncio.run(session.pop_item())
     assert popped == items(1, start=3)[0]
-    assert session.log.read(3).event == cs.Redacted(by=4)
+    assert session.log.read(3).event == cs.events.Redacted(by=4)
     session.log.compact(0, 3)
     asyncio.run(session.clear_session())
     assert asyncio.run(session.get_items()) == []

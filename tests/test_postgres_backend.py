@@ -364,7 +364,7 @@ def _count_rebuilds(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     def counting(self: cs.Session, build: Any, speculate: bool) -> Any:
         try:
             return commit_with(self, build, speculate)
-        except store_module.StaleHead:
+        except cs.errors.StaleHead:
             rebuilt.append(self.name)
             raise
 
@@ -375,7 +375,7 @@ def _count_rebuilds(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 def test_a_store_appending_alone_is_never_refused_for_a_moved_head(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Appends, batches and a redaction from the one store writing a session: each builds on the head it remembers."""
     rebuilt = _count_rebuilds(monkeypatch)
-    with cs.open(pg_url, clock=cs.tick_clock()) as st:
+    with cs.open(pg_url, clock=cs.events.tick_clock()) as st:
         s = st.session("s")
         for i in range(5):
             s.append(cs.Turn("user", f"t{i}"))
@@ -390,7 +390,7 @@ def test_an_append_built_on_a_head_another_writer_moved_is_built_again(pg_url: s
     """A store appends on the head it committed last in one round trip; when another store moved it, the append
     is built again under the lock: positions stay gapless, a reference to the other's event holds, verify is clean."""
     rebuilt = _count_rebuilds(monkeypatch)
-    with cs.open(pg_url, clock=cs.tick_clock()) as a, cs.open(pg_url, clock=cs.tick_clock()) as b:
+    with cs.open(pg_url, clock=cs.events.tick_clock()) as a, cs.open(pg_url, clock=cs.events.tick_clock()) as b:
         a.session("s").append(cs.Turn("user", "a0"))
         assert a.session("s").append(cs.Turn("user", "a1")).pos == 1  # on the remembered head
         assert b.session("s").append(cs.Turn("user", "b2")).pos == 2
@@ -411,7 +411,7 @@ def test_a_batch_beyond_the_inline_size_appends_on_the_remembered_head_or_is_bui
     """A batch whose bodies pass INLINE_BYTES takes the one-statement append too, and is built again on a moved head."""
     rebuilt = _count_rebuilds(monkeypatch)
     big = [cs.Turn("user", f"{i:04d}" + "x" * 2048) for i in range(2 * INLINE_BYTES // 2048)]
-    with cs.open(pg_url, clock=cs.tick_clock()) as a, cs.open(pg_url, clock=cs.tick_clock()) as b:
+    with cs.open(pg_url, clock=cs.events.tick_clock()) as a, cs.open(pg_url, clock=cs.events.tick_clock()) as b:
         a.session("s").append(cs.Turn("user", "a0"))
         assert [r.pos for r in a.session("s").extend(big)] == list(range(1, 1 + len(big)))
         assert rebuilt == []
@@ -434,7 +434,7 @@ def test_pool_connections_run_at_read_committed_whatever_the_servers_default(
     query = [(k, v) for k, v in query if k != "options"] + [("options", options)]
     strict = urlunsplit(parts._replace(query=urlencode(query, quote_via=quote)))
     rebuilt = _count_rebuilds(monkeypatch)
-    with cs.open(strict, clock=cs.tick_clock()) as a, cs.open(strict, clock=cs.tick_clock()) as b:
+    with cs.open(strict, clock=cs.events.tick_clock()) as a, cs.open(strict, clock=cs.events.tick_clock()) as b:
         assert a.backend._all("SHOW transaction_isolation") == [("read committed",)]  # type: ignore[attr-defined]
         for i in range(3):
             a.session("s").append(cs.Turn("user", f"a{i}"))

@@ -19,7 +19,7 @@ NAMES = ["migration", "Zeta", "alpha", "Émile", "ümlaut", "日本", "a b", "A"
 def _write(target: str) -> dict[str, Any]:
     """Write one history, with compaction, markers and resumes, and return everything observable."""
     out: dict[str, Any] = {}
-    with cs.open(target, key=KEY, clock=cs.tick_clock()) as st:
+    with cs.open(target, key=KEY, clock=cs.events.tick_clock()) as st:
         s = st.session("migration")
         migration(s)
         node = s.compact(0, 8, on_risk="preserve")
@@ -76,7 +76,7 @@ def test_inline_and_binary_inserts_store_the_same_bytes_as_sqlite(sqlite_target:
     keys = [f"k{i}" if i % 7 == 3 else None for i in range(40)]
     seen = []
     for target in (sqlite_target, pg_url):
-        with cs.open(target, clock=cs.tick_clock()) as st:
+        with cs.open(target, clock=cs.events.tick_clock()) as st:
             s = st.session("s")
             s.append(cs.Turn("user", "first"))
             s.extend(batch, idempotency_keys=keys)

@@ -28,7 +28,7 @@ BLOBS = ("body", "leaf", "hash", "root", "seal")
 
 
 def _build(url: str, key: bytes | None) -> None:
-    with cs.open(url, key=key, clock=cs.tick_clock()) as st:
+    with cs.open(url, key=key, clock=cs.events.tick_clock()) as st:
         a = st.session("agent-a")
         a.extend([cs.Turn("user", f"step {i}") for i in range(9)])
         a.append(cs.ToolCall("c1", "run_sql", {"sql": "ALTER TABLE t ADD c"}), idempotency_key="k-1")

@@ -27,9 +27,9 @@ def test_redacted_positions_read_as_gone_and_the_tree_still_verifies(store: cs.S
     assert red.event.positions == [1, 4] and red.kind == "redaction"  # type: ignore[attr-defined]
     got = session.read(4)
     assert got.kind == "redacted" and got.body == b""
-    assert got.event == cs.Redacted(by=red.pos)
+    assert got.event == cs.events.Redacted(by=red.pos)
     scanned = {r.pos: r.event for r in session.scan() if r.kind == "redacted"}
-    assert scanned == {1: cs.Redacted(by=red.pos), 4: cs.Redacted(by=red.pos)}
+    assert scanned == {1: cs.events.Redacted(by=red.pos), 4: cs.events.Redacted(by=red.pos)}
     assert session.head(before.size) == before
     proof = session.inclusion_proof(4, before.size)
     assert merkle.verify_inclusion(bodies[4], 4, before.size, proof, before.root)

@@ -179,7 +179,7 @@ def test_a_node_without_a_content_digest_is_certified_by_rehashing_its_span(open
     _fill(s)
     root = s.span_root(3, 35).hex()
     with unchecked():  # the store refuses it now: a node over a whole span records its digest
-        old = s.append(cs.Summary(tier=1, start=3, stop=35, span_root=root, summary="older node"))
+        old = s.append(cs.events.Summary(tier=1, start=3, stop=35, span_root=root, summary="older node"))
     assert b"content_digest" not in old.body
     got = s.restore_span(old.pos)
     assert got.certified_by == "span_root" and got.bodies == [r.body for r in s.scan(3, 35)]
@@ -193,10 +193,10 @@ def test_a_node_with_a_false_content_digest_is_refused_at_append(open_store: Cal
     root = s.span_root(3, 35).hex()
     size = s.size
 
-    def node(**kw: Any) -> cs.Summary:
+    def node(**kw: Any) -> cs.events.Summary:
         fields: dict[str, Any] = {"tier": 1, "start": 3, "stop": 35, "span_root": root, "summary": "s",
                                   "content_digest": content_digest(bodies).hex()}
-        return cs.Summary(**{**fields, **kw})
+        return cs.events.Summary(**{**fields, **kw})
 
     for bad in (
         node(content_digest=content_digest(bodies[:-1]).hex()),
@@ -233,7 +233,7 @@ def test_verify_reports_a_content_digest_that_does_not_match_its_span(
     s = store.session("run")
     _fill(s)
     with unchecked():
-        bad = s.append(cs.Summary(tier=1, start=3, stop=35, span_root=s.span_root(3, 35).hex(), summary="s",
+        bad = s.append(cs.events.Summary(tier=1, start=3, stop=35, span_root=s.span_root(3, 35).hex(), summary="s",
                                   content_digest=content_digest([]).hex()))
     report = store.verify()
     assert not report.ok
@@ -247,7 +247,7 @@ def test_both_backends_restore_byte_identical_spans(sqlite_target: str, pg_url: 
     """The same session on SQLite and PostgreSQL restores the same bodies under the same digest."""
     got = []
     for target in (sqlite_target, pg_url):
-        with cs.open(target, clock=cs.tick_clock()) as store:
+        with cs.open(target, clock=cs.events.tick_clock()) as store:
             s = store.session("run")
             _fill(s)
             node = s.compact(3, 35)

@@ -91,7 +91,7 @@ def test_the_terminal_picture_draws_lanes_strip_and_markers(pic: Picture) -> Non
 def test_show_scales_a_long_session_to_the_width(tmp_path: Path) -> None:
     """Thousands of positions share columns: the strip keeps the terminal's width, the page stays small."""
     path = str(tmp_path / "long.db")
-    with cs.open(path, clock=cs.tick_clock()) as store:
+    with cs.open(path, clock=cs.events.tick_clock()) as store:
         s = store.session("long")
         s.extend([cs.Turn("user", f"step {i}", status="failed" if i == 2500 else None) for i in range(3000)])
         s.mark(s.compact(0, 2000))
@@ -191,7 +191,7 @@ def test_the_html_page_renders_in_headless_chromium(demo_store: str, tmp_path: P
 
 def test_a_node_lists_the_earlier_items_its_span_closes(tmp_path: Path) -> None:
     """A call opened before a node's span and answered inside it is the node's ``resolved``, and show counts it."""
-    with cs.open(str(tmp_path / "r.db"), clock=cs.tick_clock()) as store:
+    with cs.open(str(tmp_path / "r.db"), clock=cs.events.tick_clock()) as store:
         s = store.session("r")
         s.extend([cs.ToolCall("c1", "run"), cs.Turn("user", "wait"), cs.ToolResult("c1", "done")])
         s.compact(1, 3)

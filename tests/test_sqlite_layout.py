@@ -29,7 +29,7 @@ def test_new_stores_keep_heads_and_subtrees_in_their_primary_key(sqlite_target: 
 
 def test_a_writer_notices_every_commit_of_another_connection(sqlite_target: str) -> None:
     """Heads and seqs one handle remembers are dropped as soon as another handle commits anything."""
-    with cs.open(sqlite_target, clock=cs.tick_clock()) as one, cs.open(sqlite_target, clock=cs.tick_clock()) as two:
+    with cs.open(sqlite_target, clock=cs.events.tick_clock()) as one, cs.open(sqlite_target, clock=cs.events.tick_clock()) as two:
         a1, a2, b2 = one.session("a"), two.session("a"), two.session("b")
         a1.extend([cs.Turn("user", "x")] * 3)
         a1.append(cs.Turn("user", "y"))  # remembered by one
@@ -46,7 +46,7 @@ def test_a_writer_notices_every_commit_of_another_connection(sqlite_target: str)
 
 def test_a_failed_transaction_leaves_nothing_remembered(sqlite_target: str) -> None:
     """A transaction that inserted its head and then failed is rolled back and forgotten."""
-    with cs.open(sqlite_target, clock=cs.tick_clock()) as st:
+    with cs.open(sqlite_target, clock=cs.events.tick_clock()) as st:
         s = st.session("s")
         s.extend([cs.Turn("user", f"t{i}") for i in range(3)])
         s.redact([1], "forget")

@@ -31,7 +31,7 @@ def test_append_assigns_gapless_positions_and_returns_the_stored_record(store: c
 
 def test_the_timestamp_is_inside_the_body_and_comes_from_the_injected_clock(open_store) -> None:  # type: ignore[no-untyped-def]
     """The clock stamps events without ts, and the stamp is part of the hashed bytes."""
-    store = open_store(clock=cs.tick_clock(start=1_000_000, step=5))
+    store = open_store(clock=cs.events.tick_clock(start=1_000_000, step=5))
     s = store.session("a")
     r0, r1 = s.extend([cs.Turn("user", "x"), cs.Turn("user", "x", ts=42)])
     assert r0.event.ts == 1_000_000 and b'"ts":1000000' in r0.body
@@ -42,7 +42,7 @@ def test_same_events_same_clock_give_identical_roots_in_two_stores(tmp_path) -> 
     """Determinism: identical inputs produce byte-identical bodies, leaves and heads."""
     heads = []
     for name in ("a.db", "b.db"):
-        with cs.open(str(tmp_path / name), clock=cs.tick_clock()) as st:
+        with cs.open(str(tmp_path / name), clock=cs.events.tick_clock()) as st:
             s = st.session("s")
             s.extend(_turns(10))
             s.append(cs.ToolCall("c1", "grep", {"b": [1, 2.5], "a": {"z": None, "y": True}}))
@@ -175,7 +175,7 @@ def test_store_proofs_verify_offline(store: cs.Store) -> None:
 
 def test_keyed_store_macs_heads_and_refuses_other_keys(target: str) -> None:
     """With a key, heads carry a MAC; a wrong or missing key is refused."""
-    with cs.open(target, key=b"secret", clock=cs.tick_clock()) as st:
+    with cs.open(target, key=b"secret", clock=cs.events.tick_clock()) as st:
         s = st.session("s")
         s.extend(_turns(4))
         head = s.head()
@@ -198,7 +198,7 @@ def test_keyed_head_recomputed_without_the_key_fails(sqlite_target: str) -> None
     from compactstore.seal import seal
 
     target = sqlite_target
-    with cs.open(target, key=b"secret", clock=cs.tick_clock()) as st:
+    with cs.open(target, key=b"secret", clock=cs.events.tick_clock()) as st:
         st.session("s").extend(_turns(4))
     conn = sqlite3.connect(target)
     conn.execute("DROP TRIGGER heads_no_update")
@@ -248,9 +248,9 @@ def test_sessions_are_listed_and_independent(store: cs.Store) -> None:
 
 def test_reopen_continues_the_same_tree(target: str) -> None:
     """A reopened store appends onto the stored frontier and verifies."""
-    with cs.open(target, clock=cs.tick_clock()) as st:
+    with cs.open(target, clock=cs.events.tick_clock()) as st:
         st.session("s").extend(_turns(13))
-    with cs.open(target, clock=cs.tick_clock(start=5)) as st:
+    with cs.open(target, clock=cs.events.tick_clock(start=5)) as st:
         s = st.session("s")
         s.extend(_turns(6))
         bodies = [r.body for r in s.scan()]

@@ -26,6 +26,13 @@ IDS = ["a", "b", "c"]
 # --- random sessions ------------------------------------------------------------------------
 
 
+
+def index_of(s: cs.Session) -> Index | None:
+    """The session's index, or None where a redaction means it is not read (the full path is)."""
+    backend = s.store.backend
+    sid = backend.session_id(s.name)
+    return None if sid is None or backend.redactions(sid) else Index(backend, sid)
+
 def _raw_event(draw: st.DrawFn, size: int) -> ev.Event:
     kind = draw(st.sampled_from(["turn", "call", "result", "bind", "oblige", "fulfil", "open", "close"]))
     status = draw(st.sampled_from([None, None, None, "ok", "failed", "rejected", "superseded"]))
@@ -233,7 +240,7 @@ def test_the_index_is_written_with_the_events_and_read_for_open_items(store: cs.
     """The migration story gives one row per fact: negatives, bindings, opens; the open items at the end."""
     s = store.session("m")
     migration(s)
-    index = Index.of(s, s.size)
+    index = index_of(s)
     assert index is not None
     assert [(r.pos, r.key) for r in index.negatives(0, s.size)] == [(2, "failed"), (4, "rejected")]
     assert index.open_at(s.size) == {7: "obligation/finish-migration", 8: "handle/psql-1", 9: "tool_call/c2"}
@@ -249,7 +256,7 @@ def test_a_session_with_redactions_takes_the_full_path(store: cs.Store) -> None:
     migration(s)
     node = s.compact(0, 8, on_risk="preserve")
     s.redact([3], "personal data")
-    assert Index.of(s, s.size) is None
+    assert index_of(s) is None
     assert s.resume(s.mark(node)).mode == "certified"
     assert store.verify().ok
 
@@ -264,7 +271,7 @@ def test_a_session_with_redactions_takes_the_full_path(store: cs.Store) -> None:
 ])
 def test_a_tampered_index_row_is_reported_by_verify(sqlite_target: str, change: str) -> None:
     """Any change to the index (a cell, a row removed, added or moved to another session) makes verify() fail."""
-    with cs.open(sqlite_target, clock=cs.tick_clock()) as st:
+    with cs.open(sqlite_target, clock=cs.events.tick_clock()) as st:
         migration(st.session("m"))
         assert st.verify().ok
     conn = unguarded(sqlite_target)
@@ -279,7 +286,7 @@ def test_a_tampered_index_row_is_reported_by_verify(sqlite_target: str, change: 
 @pytest.mark.parametrize("sql", ["DELETE FROM structure_index", "UPDATE structure_index SET text = 'x'"])
 def test_the_index_refuses_update_and_delete(target: str, sql: str) -> None:
     """The index is insert-only, like the log: the database refuses UPDATE and DELETE on it."""
-    with cs.open(target, clock=cs.tick_clock()) as st:
+    with cs.open(target, clock=cs.events.tick_clock()) as st:
         migration(st.session("m"))
     if target.startswith("postgresql"):
         import psycopg
@@ -295,14 +302,14 @@ def test_the_index_refuses_update_and_delete(target: str, sql: str) -> None:
 
 def test_two_stores_appending_in_turn_keep_the_index_whole(target: str) -> None:
     """Two stores open on one target append to one session in turn: the index stays what the log gives."""
-    with cs.open(target, clock=cs.tick_clock()) as a, cs.open(target, clock=cs.tick_clock()) as b:
+    with cs.open(target, clock=cs.events.tick_clock()) as a, cs.open(target, clock=cs.events.tick_clock()) as b:
         for i in range(6):
             s = (a if i % 2 else b).session("s")
             s.extend([cs.ToolCall(f"c{i}", "run"), cs.ToolResult(f"c{i}", "ERROR", ok=False, status="failed")])
             s.bind("k", i)
         assert a.verify().ok
         s = a.session("s")
-        index = Index.of(s, s.size)
+        index = index_of(s)
         assert index is not None and len(index.negatives(0, s.size)) == 6 + 5  # failed results, superseded bindings
 
 
@@ -326,7 +333,7 @@ def _set_schema_version(target: str, version: str) -> None:
 @pytest.mark.parametrize("version", ["1", "3", ""])
 def test_a_store_of_another_schema_version_is_refused(target: str, version: str) -> None:
     """A store whose meta names a schema version other than this library's is refused on open, with a hint."""
-    with cs.open(target, clock=cs.tick_clock()) as st:
+    with cs.open(target, clock=cs.events.tick_clock()) as st:
         migration(st.session("m"))
     _set_schema_version(target, version)
     with pytest.raises(cs.CompactStoreError, match=f"unsupported schema version '{version}'") as info:

@@ -21,7 +21,7 @@ TABLES = ("meta", "sessions", "events", "subtrees", "heads", "redactions", "stru
 
 
 def _build(path: Path, key: bytes | None) -> None:
-    with cs.open(str(path), key=key, clock=cs.tick_clock()) as st:
+    with cs.open(str(path), key=key, clock=cs.events.tick_clock()) as st:
         a = st.session("agent-a")
         a.extend([cs.Turn("user", f"step {i}") for i in range(20)])  # > 16: a stored subtree root
         a.append(cs.ToolCall("c1", "run_sql", {"sql": "ALTER TABLE t ADD c"}), idempotency_key="k-1")
@@ -179,7 +179,7 @@ def test_a_consistent_rewrite_without_the_key_is_caught(tmp_path: Path) -> None:
 def test_parallel_verify_reports_exactly_what_serial_verify_reports(tmp_path: Path) -> None:
     """Worker processes re-hashing bodies change nothing in the report, clean or tampered."""
     path = tmp_path / "p.db"
-    with cs.open(str(path), clock=cs.tick_clock()) as st:
+    with cs.open(str(path), clock=cs.events.tick_clock()) as st:
         big = st.session("big")
         for k in range(5):
             big.extend([cs.Turn("user", f"turn {k}-{i}") for i in range(2000)])
@@ -204,7 +204,7 @@ def test_parallel_verify_reports_exactly_what_serial_verify_reports(tmp_path: Pa
 def chunked_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Two whole chunks of verify's and a part of a third, heads inside chunks, a redaction, a second session."""
     path = tmp_path_factory.mktemp("chunks") / "clean.db"
-    with cs.open(str(path), clock=cs.tick_clock()) as st:
+    with cs.open(str(path), clock=cs.events.tick_clock()) as st:
         s = st.session("long")
         for k in range(9):
             s.extend([cs.Turn("user", f"turn {k}-{i}") for i in range(997)])

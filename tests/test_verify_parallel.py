@@ -35,11 +35,11 @@ def _block(s: cs.Session, k: int) -> None:
     events[40] = cs.ToolResult(f"c{k}", "timeout", ok=k % 3 != 0)
     events[50] = ev.Binding(key=f"key{k % 4}", value=k, regenerable=k % 2 == 0)  # re-bound: supersedes the last
     events[60] = ev.Obligation(name=f"o{k}", needs=[f"key{k % 4}"])
-    events[70] = cs.HandleOpened(handle=f"h{k}", resource="file")
+    events[70] = cs.events.HandleOpened(handle=f"h{k}", resource="file")
     events[120] = cs.Turn("user", "no", status="rejected")
     events[130] = cs.Turn("assistant", "again", supersedes=base + 10)
     if k % 2:
-        events[200] = cs.HandleClosed(handle=f"h{k - 1}")
+        events[200] = cs.events.HandleClosed(handle=f"h{k - 1}")
         events[210] = ev.Fulfilment(name=f"o{k - 1}")
     s.extend(events)
 
@@ -48,7 +48,7 @@ def _block(s: cs.Session, k: int) -> None:
 def structured_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A log of many structural events over three chunks of verify's, with summary nodes, and a short session."""
     path = tmp_path_factory.mktemp("structured") / "clean.db"
-    with cs.open(str(path), clock=cs.tick_clock()) as st_:
+    with cs.open(str(path), clock=cs.events.tick_clock()) as st_:
         s = st_.session("agents")
         for k in range(36):
             _block(s, k)

@@ -12,7 +12,7 @@ How a thread maps onto the log:
   ``#``, the name is ``"langgraph:#" +`` the hex BLAKE3 of the id. Every namespace of
   the thread (its subgraphs) lives in that session, so one Merkle tree covers the
   whole thread and :meth:`CompactStoreSaver.session` gives it.
-- ``put`` appends a ``graph_state`` event (:class:`compactstore.GraphState`): ``id``,
+- ``put`` appends a ``graph_state`` event (:class:`compactstore.events.GraphState`): ``id``,
   ``ns``, ``parent``; ``meta`` is the checkpoint metadata as plain JSON; ``value``
   holds the rest and only the channel values whose version changed, lists as the
   elements appended since the last one (:mod:`.langgraph_state` says how).

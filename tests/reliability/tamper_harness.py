@@ -53,7 +53,7 @@ _enc = msgspec.json.Encoder(order="sorted")
 
 def build(path: Path, key: bytes | None) -> None:
     """Write a store holding every kind of row: raw events, bindings, nodes, spills, markers."""
-    with cs.open(str(path), key=key, clock=cs.tick_clock()) as st:
+    with cs.open(str(path), key=key, clock=cs.events.tick_clock()) as st:
         a = st.session("agent-a")
         a.append(cs.Turn("user", "Make the users.email migration reversible."))
         a.append(cs.ToolCall("c1", "run_sql", {"sql": "ALTER TABLE users ADD email_new text", "dry_run": True}))
@@ -63,11 +63,11 @@ def build(path: Path, key: bytes | None) -> None:
         a.bind("rollback", "migrations/003_down.sql")
         a.bind("tables", ["users", "orders"], regenerable=True, how="\\dt")
         a.oblige("finish-migration", needs=["rollback", "tables"])
-        a.append(cs.HandleOpened(handle="psql-1", resource="subprocess", detail="psql app"))
+        a.append(cs.events.HandleOpened(handle="psql-1", resource="subprocess", detail="psql app"))
         a.append(cs.ToolCall("c2", "run_sql", {"sql": "BEGIN"}), idempotency_key="req-7")
         n1 = a.compact(0, 8, on_risk="spill")
         a.append(cs.ToolResult("c2", {"rows": 3, "ok": [1, 2.5, None]}))
-        a.append(cs.HandleClosed(handle="psql-1"))
+        a.append(cs.events.HandleClosed(handle="psql-1"))
         n2 = a.compact(n1.stop, a.size, keep=[(9, "args.sql")])
         a.mark(n1)
         n3 = a.roll_up([n1, n2])

@@ -60,7 +60,7 @@ class Target:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.store = cs.open(str(path), clock=cs.tick_clock())
+        self.store = cs.open(str(path), clock=cs.events.tick_clock())
         self.s = self.store.session("migration")
         migration(self.s)
         self.node = self.s.compact(0, 8, on_risk="spill")
@@ -232,8 +232,8 @@ positions = st.one_of(ints, st.integers(-3, 20), st.floats(), st.none(), text)
 
 def test_compact_and_digest(target: Target, request: pytest.FixtureRequest) -> None:
     """compact(start, stop, ...) and digest(nodes, ...) with garbage positions, summaries, loss classes and lists."""
-    lists = st.lists(st.one_of(positions, garbage, st.builds(cs.Fact, positions, garbage, garbage),
-                               st.builds(cs.Item, positions, garbage, garbage)), max_size=3)
+    lists = st.lists(st.one_of(positions, garbage, st.builds(cs.events.Fact, positions, garbage, garbage),
+                               st.builds(cs.events.Item, positions, garbage, garbage)), max_size=3)
     calls = st.one_of(
         st.tuples(st.just("compact"), positions, positions, st.one_of(st.none(), garbage), garbage,
                   st.one_of(st.just(cs.AUTO), lists), st.one_of(st.just(()), st.lists(st.one_of(
