@@ -42,7 +42,7 @@ from .resolver import Artifact, Resolution, RestoredSpan
 from .seal import derive_key, head_mac, key_check, seal
 from .structure import build
 from .summarize import Summarizer
-from .verify import VerifyReport, verify_store
+from .verify import Problem, VerifyReport, verify_store
 from .view import EventReader, SpanRead
 
 HASH = "blake3"
@@ -216,13 +216,24 @@ class Store:
         """Re-hash every body, rebuild every tree and check every stored node, head and seal.
 
         Also re-derives the structural index and each node's content digest from the
-        bodies. Streams: memory stays flat however long the log. ``progress(done, total)``
+        bodies, and holds every stored summary node, spill and marker to the rules
+        (:meth:`Session.rule_problems`), so a row written behind the library's back that
+        admission would have refused is a problem too. Streams: memory stays flat however long the log. ``progress(done, total)``
         is called as events are checked. ``workers`` processes (default: one per usable
         CPU from ``verify.PARALLEL_FROM`` events on, else none) check 4,096-position
         chunks, each summarised by its subtree root and its part of every head, and this
         process joins the summaries in order; the report is the same either way.
         """
-        return verify_store(self, progress=progress, workers=workers)
+        report = verify_store(self, progress=progress, workers=workers)
+        # The rules are held over a log that verifies: a damaged one is already reported.
+        damaged = {p.session for p in report.problems}
+        broken = [Problem(name, "events", pos, f"breaks a rule: {why}")
+                  for name in self.sessions() if name not in damaged and None not in damaged
+                  for pos, why in self.session(name).rule_problems()]
+        if not broken:
+            return report
+        problems = report.problems + broken
+        return msgspec.structs.replace(report, ok=False, problems=problems)
 
     def check_head(self, head: TreeHead) -> bool:
         """Return whether ``head`` carries a valid MAC under this store's key.
@@ -501,10 +512,12 @@ class Session:
                     raise
                 raise InvalidEvent(f"events[{j}].{exc.field}", exc.reason) from exc
 
-    def _admit_one(self, f: Facts, event: ev.Event, pos: int, first: int, rows: Sequence[Row]) -> None:
+    def _admit_one(self, f: Facts, event: ev.Event, pos: int, first: int, rows: Sequence[Row],
+                   content: bool = True) -> None:
         if isinstance(event, ev.Summary):
             rules.admit_node(f, event, pos)
-            self._check_content(event, first, rows)
+            if content:
+                self._check_content(event, first, rows)
         elif isinstance(event, ev.Spill):
             rules.admit_spill(f, event, pos)
         elif isinstance(event, ev.RecoveryMarker):
@@ -513,6 +526,39 @@ class Session:
             if event.root != root.hex():
                 raise InvalidEvent("root", f"got {event.root[:16]}…, the log's root at size {event.size} is {root.hex()[:16]}…")
             # Its MAC is held to the key at resume: a copy into a store with another key keeps the source's.
+
+    def rule_problems(self) -> list[tuple[int, str]]:
+        """Return ``(position, why)`` for each stored derived event that breaks a rule of its log.
+
+        Each summary node, spill and marker is held to the log before it, as at admission,
+        so a store written behind the library's back (rows inserted with valid hashes) is
+        caught by :meth:`Store.verify`. Content digests are verify's own check. In a
+        session with redactions only the events appended after the last one are held to
+        the rules: an erased body no longer gives the facts the earlier ones were admitted on.
+        """
+        sid = self._sid()
+        if sid is None:
+            return []
+        size = self.size
+        erased = self.store.backend.redactions(sid)
+        after = max(erased.values()) + 1 if erased else 0
+        found: list[tuple[int, str]] = []
+        try:
+            passed = _Pass(self, size, (), ()) if erased else None
+        except CompactStoreError as exc:
+            return [(-1, f"the log does not read: {exc}")]
+        for pos in self.store.backend.derived_positions(sid, after, size):
+            try:
+                event = self.read(pos).event
+                if not isinstance(event, _ADMITTED):
+                    continue
+                needs = min(event.size, pos) if isinstance(event, ev.RecoveryMarker) else pos
+                f: Facts = (passed.facts(needs) if passed is not None else
+                            IndexedFacts(self._index(), needs, self.reader(needs), self.span_root, self._nodes_before))
+                self._admit_one(f, event, pos, pos, (), content=False)
+            except CompactStoreError as exc:
+                found.append((pos, str(exc)))
+        return found
 
     def _check_content(self, node: ev.Summary, first: int, rows: Sequence[Row]) -> None:
         """Refuse a node whose span root or content digest is not that of its span's bodies.

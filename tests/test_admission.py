@@ -113,3 +113,29 @@ def test_a_marker_as_a_sessions_first_event_is_admitted(store: cs.Store) -> None
     """A raw-checkpoint marker at size 0 opens a session: admission reads no stored log for it."""
     s = store.session("empty")
     assert s.mark_raw().pos == 0 and s.resume(0).mode == "fallback"
+
+
+def test_verify_reports_each_rule_broken_by_a_stored_derived_event(store: cs.Store) -> None:
+    """Each rule-breaking event planted by a writer that skips admission is a verify() problem at its position."""
+    s = store.session("m")
+    migration(s)
+    cases = _rules_broken(s)
+    assert store.verify().ok
+    planted = []
+    with unchecked():
+        for _, event, _ in cases:
+            planted.append(s.append(event).pos)
+    report = store.verify()
+    assert not report.ok
+    found = sorted(p.pos for p in report.problems if p.what.startswith("breaks a rule") and p.session == "m")
+    assert found == planted, [str(p) for p in report.problems]
+
+
+def test_verify_passes_what_compact_roll_up_and_mark_write(store: cs.Store) -> None:
+    """The rules verify() re-runs are the ones admission ran: a session built through the API has no rule problem."""
+    s = store.session("m")
+    migration(s)
+    a, b = s.compact(0, 8, on_risk="spill"), s.compact(8, 11)
+    s.mark(s.roll_up([a, b]))
+    s.mark_raw()
+    assert [p for p in store.verify().problems] == []

@@ -171,6 +171,10 @@ class Backend(Protocol):
         """Return ``(pos, body)`` of the summary nodes (events of kind ``node``) at positions ``[lo, hi)``, by position."""
         ...
 
+    def derived_positions(self, session_id: int, lo: int, hi: int) -> list[int]:
+        """Return the positions in ``[lo, hi)`` of derived events (nodes, spills, markers, attempts), in order."""
+        ...
+
     def body(self, session_id: int, pos: int) -> bytes | None:
         """Return the stored body at ``pos`` (None: redacted or missing)."""
         ...

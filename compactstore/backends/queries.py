@@ -95,6 +95,10 @@ class Queries:
             f"SELECT pos, body FROM events WHERE session_id = {m} AND pos >= {m} AND pos < {m} AND kind = 'node' "
             "ORDER BY pos"
         )
+        self.derived_positions = (
+            f"SELECT pos FROM events WHERE session_id = {m} AND pos >= {m} AND pos < {m} "
+            "AND kind IN ('node', 'spill', 'marker', 'attempt') ORDER BY pos"
+        )
         self.body = f"SELECT body FROM events WHERE session_id = {m} AND pos = {m}"
         self.leaves = f"SELECT pos, leaf FROM events WHERE session_id = {m} AND pos >= {m} AND pos < {m} ORDER BY pos"
         self.subtrees = (
@@ -200,6 +204,10 @@ class Reads:
         """Return ``(pos, body)`` of the events of kind ``node`` at positions ``[lo, hi)``, by position."""
         got = self._fetch(self._q.node_bodies, (session_id, lo, hi))
         return [(int(p), None if b is None else bytes(b)) for p, b in got]
+
+    def derived_positions(self, session_id: int, lo: int, hi: int) -> list[int]:
+        """Return the positions in ``[lo, hi)`` of derived events (nodes, spills, markers, attempts), in order."""
+        return [int(p) for (p,) in self._fetch(self._q.derived_positions, (session_id, lo, hi))]
 
     def body(self, session_id: int, pos: int) -> bytes | None:
         """Return the stored body at ``pos`` (None: redacted or missing)."""

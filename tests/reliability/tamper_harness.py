@@ -199,13 +199,31 @@ def _stored(level: int) -> bool:
     return True if is_stored is None else bool(is_stored(level))
 
 
+def _reroot(conn: sqlite3.Connection, seq: int, body: bytes, leaves: list[bytes]) -> bytes:
+    """Rewrite a marker's root to the forged log's root at its size (a keyless marker carries no MAC)."""
+    try:
+        event = cs.events.decode(body)
+    except cs.InvalidEvent:
+        return body
+    if not isinstance(event, cs.events.RecoveryMarker) or event.mac is not None or event.size > len(leaves):
+        return body
+    root = merkle.root_of_leaves(leaves[: event.size]) if event.size else merkle.empty_root()
+    if root.hex() == event.root:
+        return body
+    _, new = cs.events.canonical(msgspec.structs.replace(event, root=root.hex()))
+    conn.execute("UPDATE events SET body = ? WHERE seq = ?", (new, seq))
+    return new
+
+
 def rehash(conn: sqlite3.Connection, sid: int, level: str) -> None:
     """Recompute what a keyless attacker can for session ``sid``: ``leaf``, ``tree`` or ``forge``."""
     if level == "raw":
         return
     rows = conn.execute("SELECT seq, pos, leaf, body FROM events WHERE session_id = ? ORDER BY pos", (sid,)).fetchall()
-    leaves = []
+    leaves: list[bytes] = []
     for seq, _pos, leaf, body in rows:
+        if level == "forge" and body is not None:
+            body = _reroot(conn, seq, body, leaves)
         new = merkle.leaf_hash(body) if body is not None else leaf
         if new != leaf:
             conn.execute("UPDATE events SET leaf = ? WHERE seq = ?", (new, seq))
