@@ -134,6 +134,18 @@ def test_node_bodies_returns_the_summary_nodes(store: cs.Store, backend: Backend
     assert backend.node_bodies(sid, 0, 20) == []
 
 
+def test_derived_positions_lists_nodes_spills_markers_and_attempts(store: cs.Store, backend: Backend) -> None:
+    """derived_positions() returns, in order, the positions of derived events in a range, and no others."""
+    sid = _sid(backend)
+    derived = [r.pos for r in _records(store) if r.kind in ("node", "spill", "marker", "attempt")]
+    assert derived and backend.derived_positions(sid, 0, 100) == derived
+    assert backend.derived_positions(sid, 0, derived[0]) == []
+    s = store.session("s")
+    marker = s.mark_raw().pos
+    assert backend.derived_positions(sid, derived[-1] + 1, marker + 1) == [marker]
+    assert backend.derived_positions(_sid(backend, "other"), 0, 100) == []
+
+
 def test_seq_bounds_counts_every_event(backend: Backend) -> None:
     """seq_bounds() returns the count, least and greatest sequence number of all events."""
     count, lo, hi = backend.seq_bounds()
