@@ -39,7 +39,7 @@ from .facts import Facts, FullFacts, IndexedFacts
 from .index import Index
 from .markers import Marker
 from .resolver import Artifact, Resolution, RestoredSpan
-from .seal import derive_key, head_mac, key_check, seal
+from .seal import derive_key, head_mac, key_check, seal, store_id, store_id_ok
 from .structure import build
 from .summarize import Summarizer
 from .verify import VerifyReport, verify_store
@@ -173,7 +173,8 @@ class Store:
             raise
 
     def _check_meta(self) -> None:
-        wanted = {"hash": HASH, "keyed": "1" if self.mac_key else "0"}
+        # Only a new store takes this identity: init_meta writes into an empty table alone.
+        wanted = {"hash": HASH, "keyed": "1" if self.mac_key else "0", "store_id": store_id(os.urandom(16))}
         if self.mac_key:
             wanted["key_check"] = key_check(self.mac_key)
         meta = self.backend.init_meta(wanted)
@@ -187,6 +188,10 @@ class Store:
         if meta.get("keyed") not in ("0", "1") or ("key_check" in meta) != (meta.get("keyed") == "1"):
             raise IntegrityError(f"meta table is inconsistent: {sorted(meta)}")
         self.keyed = meta.get("keyed") == "1"
+        if not store_id_ok(meta.get("store_id")):
+            raise IntegrityError(f"meta table: the store's identity is missing or does not check: {meta.get('store_id')!r}")
+        #: this store's identity, bound into every artifact it makes
+        self.store_id = str(meta["store_id"])
         if self.mac_key and not self.keyed:
             raise IntegrityError("the store was created without a key", hint="open it without key=")
         if self.mac_key and meta.get("key_check") != wanted["key_check"]:

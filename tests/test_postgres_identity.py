@@ -48,7 +48,7 @@ def _write(target: str) -> dict[str, Any]:
                 level: st.backend.subtree_range(sid, level, 0, 1 << 40) for level in st.backend.subtree_counts(sid)
             }
             out[f"{name}/proofs"] = (sess.inclusion_proof(0), sess.consistency_proof(1))
-        out["meta"] = st.backend.meta()
+        out["meta"] = {k: v for k, v in st.backend.meta().items() if k != "store_id"}
         report = st.verify()
         assert report.ok, report.problems
     return out
