@@ -119,3 +119,41 @@ class MarkerInvalid(CompactStoreError):
 
 class ReconstructionUnsoundError(CompactStoreError, RuntimeError):
     """A restoration was asked of an artifact that cannot support it."""
+
+
+class KeyRequired(CompactStoreError):
+    """A keyed store opened without its key was asked to certify or restore; nothing was certified.
+
+    The store may still be read; only its key can check the seals that every
+    certification and restoration rests on.
+
+    Attributes:
+        session: the session asked about, when there is one.
+    """
+
+    def __init__(self, what: str = "certify", *, session: str | None = None) -> None:
+        super().__init__(
+            f"this store is keyed: open it with its key to {what}",
+            hint="open it with cs.open(target, key=...) to certify, resume or restore",
+        )
+        self.session = session
+
+
+class ForeignReference(InvalidArgument, ReconstructionUnsoundError):
+    """A ``Node``, ``Marker`` or ``Artifact`` passed in is not what this session of this store logged.
+
+    Only its position (and digest) is ever taken from a caller's object; when those
+    name another session, another store, or another event than the one logged at that
+    position, nothing is certified or restored. A bad argument and a refused
+    restoration both, so it is both errors.
+
+    Attributes:
+        field: ``node``, ``marker`` or ``artifact``.
+        reason: what does not match.
+        session, pos: where it was held against the log.
+    """
+
+    def __init__(self, field: str, reason: str, *, session: str | None = None, pos: int | None = None) -> None:
+        super().__init__(field, reason, hint="take nodes, markers and artifacts from the session you pass them to")
+        self.session = session
+        self.pos = pos

@@ -26,9 +26,9 @@ from blake3 import blake3
 from . import events as ev
 from . import merkle, rules
 from .compaction import Node
-from .errors import IntegrityError, InvalidArgument, ReconstructionUnsoundError
+from .errors import ForeignReference, IntegrityError, InvalidArgument, ReconstructionUnsoundError
 from .events import JSON, LossClass
-from .facts import FullFacts, IndexedFacts
+from .facts import Facts, FullFacts, IndexedFacts
 from .markers import Marker
 from .rules import CONDITIONS
 from .view import SessionView
@@ -82,6 +82,11 @@ class Resolution(msgspec.Struct, frozen=True):
         reasons: why the mode was chosen (each failed condition, for a fallback).
         digest: BLAKE3 of the canonical encoding of mode, checkpoint and context: the
             same marker gives the same digest every time, on every backend.
+        loss: the loss class of the certified summary tier (None for a fallback, whose
+            context is the raw log).
+        restorable: the names of the literals a restoration may take from that tier
+            (its kept bindings by key, other excerpts as ``pos:path``): empty unless the
+            tier is LOSSLESS and its claim holds against the log.
     """
 
     session: str
@@ -92,6 +97,8 @@ class Resolution(msgspec.Struct, frozen=True):
     context: list[ContextItem]
     reasons: list[str]
     digest: bytes
+    loss: LossClass | None = None
+    restorable: list[str] = []
 
 
 def _verified_prefix(view: SessionView, marker_pos: int) -> tuple[list[ev.Event], list[bytes]]:
@@ -115,7 +122,9 @@ def _verified_prefix(view: SessionView, marker_pos: int) -> tuple[list[ev.Event]
 
 def resume(view: SessionView, pos: int, *, rehash: bool = False) -> Resolution:
     """Resume from the marker at ``pos``; see :meth:`compactstore.store.Session.resume`."""
-    record = view.read(pos)
+    # The marker is proven in the sealed head first: a keyed store opened without its
+    # key, or a marker the sealed tree does not hold, certifies nothing.
+    record = view.proven(pos)
     m = Marker.from_record(record)
     if not rehash and m.node is not None and 0 <= m.size <= pos and tuple(m.conditions) == CONDITIONS:
         resolution = _resume_certified(view, record, m)
@@ -173,7 +182,7 @@ def _resume_certified(view: SessionView, record: ev.Record, m: Marker) -> Resolu
         _summary_item(node, top),
         *(RawItem(r.pos, r.event) for r in raw if r.pos >= top.stop and r.event.kind not in ev.DERIVED_KINDS),
     ]
-    return _resolution(view, pos, "certified", size, head.root, context, reasons)
+    return _resolution(view, pos, "certified", size, head.root, context, reasons, _tier(f, node, top))
 
 
 def _check_checkpoint(view: SessionView, m: Marker, root: bytes, mac: bytes | None) -> None:
@@ -211,16 +220,33 @@ def _resume_full(view: SessionView, pos: int, m: Marker) -> Resolution:
         mode = "fallback" if reasons else "certified"
         if mode == "certified":
             reasons = [f"every condition holds and every digest on path {path} matches the log"]
-    context = _certified(events, m.node) if mode == "certified" and m.node is not None else _raw(events, 0, size)
-    return _resolution(view, pos, mode, size, root, context, reasons)
+    tier: tuple[LossClass | None, list[str]] = (None, [])
+    if mode == "certified" and m.node is not None:
+        top = events[m.node]
+        assert isinstance(top, ev.Summary)
+        tier = _tier(f, m.node, top)
+        context = _certified(events, m.node)
+    else:
+        context = _raw(events, 0, size)
+    return _resolution(view, pos, mode, size, root, context, reasons, tier)
+
+
+def _tier(f: Facts, node_pos: int, top: ev.Summary) -> tuple[LossClass, list[str]]:
+    """Return the loss class of a certified tier and the names of the literals restorable from it."""
+    if rules.restoration_problems(f, top, node_pos):
+        return top.loss, []
+    return top.loss, sorted(_literals(top, f.event))
 
 
 def _resolution(
-    view: SessionView, pos: int, mode: Mode, size: int, root: bytes, context: list[ContextItem], reasons: list[str]
+    view: SessionView, pos: int, mode: Mode, size: int, root: bytes, context: list[ContextItem], reasons: list[str],
+    tier: tuple[LossClass | None, list[str]],
 ) -> Resolution:
+    # The digest covers mode, checkpoint and context only, as it always has: the tier's
+    # loss class and literals are in the context already.
     body = _encoder.encode({"marker": pos, "mode": mode, "size": size, "root": root.hex(), "context": context})
     digest = blake3(b"compactstore/resolution/v1\x00" + body).digest()
-    return Resolution(view.name, pos, mode, size, root, context, reasons, digest)
+    return Resolution(view.name, pos, mode, size, root, context, reasons, digest, *tier)
 
 
 def _raw(events: list[ev.Event], start: int, stop: int) -> list[ContextItem]:
@@ -246,20 +272,51 @@ def _summary_item(node_pos: int, n: ev.Summary) -> SummaryItem:
 class Artifact(msgspec.Struct, frozen=True):
     """What a later instance expands: loss class, payload (summary and literals), digest.
 
-    ``digest`` is BLAKE3 over the payload and the node's span root, so an artifact
-    altered on its way through a context window no longer verifies.
+    ``digest`` is BLAKE3 over the payload, the loss class, the node's position and span
+    root, the tree head it was made at (``size``, ``root``), the session's name and the
+    store's identity, so an artifact altered on its way through a context window (its
+    loss tag relabelled, say) no longer verifies. A restoration against the log takes
+    only ``node``, ``size`` and ``digest`` from it and re-reads everything else.
     """
 
     loss: LossClass | str | None
     payload: dict[str, JSON]
     digest: str | None
     span_root: str | None = None
+    #: the session that made it
+    session: str | None = None
+    #: the position of the summary node it was made from
+    node: int | None = None
+    #: the tree head (size and hex root) it was made at
+    size: int | None = None
+    root: str | None = None
+    #: the identity of the store that made it
+    store: str | None = None
 
 
-def artifact_digest(payload: Mapping[str, JSON], span_root: str | None) -> str:
-    """Return the digest an artifact with this payload and span root must carry."""
-    body = _encoder.encode({"payload": payload, "span_root": span_root})
-    return blake3(b"compactstore/artifact/v1\x00" + body).hexdigest()
+def artifact_digest(
+    payload: Mapping[str, JSON],
+    span_root: str | None,
+    *,
+    loss: LossClass | str | None = None,
+    session: str | None = None,
+    node: int | None = None,
+    size: int | None = None,
+    root: str | None = None,
+    store: str | None = None,
+) -> str:
+    """Return the digest an artifact with these fields must carry."""
+    body = _encoder.encode({
+        "payload": payload, "span_root": span_root, "loss": loss, "session": session, "node": node,
+        "size": size, "root": root, "store": store,
+    })
+    return blake3(b"compactstore/artifact/v2\x00" + body).hexdigest()
+
+
+def _digest_of(a: Artifact) -> str:
+    return artifact_digest(
+        a.payload, a.span_root, loss=a.loss, session=a.session, node=a.node, size=a.size, root=a.root, store=a.store
+    )
 
 
 def literal_name(excerpt: ev.Excerpt, binding_keys: Mapping[int, str]) -> str:
@@ -269,23 +326,110 @@ def literal_name(excerpt: ev.Excerpt, binding_keys: Mapping[int, str]) -> str:
     return f"{excerpt.pos}:{excerpt.path}"
 
 
-def artifact(view: SessionView, node: Node) -> Artifact:
-    """Return the artifact of ``node``; see :meth:`compactstore.store.Session.artifact`."""
+def _literals(node: ev.Summary, read: Callable[[int], ev.Event | None]) -> dict[str, JSON]:
+    """Return a node's kept excerpts by literal name; ``read`` gives the events they come from."""
     keys = {}
     for e in node.kept:
-        event = view.read(e.pos).event
+        event = read(e.pos) if e.path == "value" else None
         if isinstance(event, ev.Binding):
             keys[e.pos] = event.key
-    literals = {literal_name(e, keys): e.value for e in node.kept}
+    return {literal_name(e, keys): e.value for e in node.kept}
+
+
+def position_of(view: SessionView, field: str, obj: object) -> int:
+    """Return the position a caller's ``Node`` or ``Marker`` (or plain position) names.
+
+    Only the position is taken from such an object, and only once its session and leaf
+    are those of the event this session logged there: everything else is read again
+    from the log, so an object edited in memory or taken from another session is never
+    trusted. A plain position is returned as given, for the caller to check.
+
+    Raises:
+        ForeignReference: the object names another session, or another event.
+        InvalidArgument: there is no event at its position.
+    """
+    if not isinstance(obj, Node | Marker):
+        if isinstance(obj, int) and not isinstance(obj, bool):
+            return obj
+        raise InvalidArgument(field, f"want a {'Marker' if field == 'marker' else 'Node'} or its position, got {type(obj).__name__}")
+    if obj.session != view.name:
+        raise ForeignReference(field, f"is from session {obj.session!r}, not {view.name!r}", session=view.name, pos=obj.pos)
+    record = view.read(obj.pos)
+    if record.leaf != obj.leaf:
+        raise ForeignReference(
+            field, f"is not the {record.kind} logged at pos {obj.pos}: its leaf differs (edited, or from another store)",
+            session=view.name, pos=obj.pos,
+        )
+    return obj.pos
+
+
+def artifact(view: SessionView, node: int) -> Artifact:
+    """Return the artifact of the node at ``node``; see :meth:`compactstore.store.Session.artifact`."""
+    return _made(view, node, view.sealed_head())
+
+
+def _made(view: SessionView, pos: int, head: ev.TreeHead) -> Artifact:
+    """Return the artifact of the node at ``pos`` as the log holds it, made at tree head ``head``."""
+    if not 0 <= pos < head.size:
+        raise InvalidArgument("node", f"no event at {pos} in session {view.name!r} before size {head.size}")
+    record = view.proven(pos)
+    node = record.event
+    if not isinstance(node, ev.Summary):
+        raise InvalidArgument("node", f"pos {pos} is a {record.kind!r} event, not a summary node")
     payload: dict[str, JSON] = {
         "summary": node.summary,
-        "literals": literals,
+        "literals": _literals(node, lambda p: view.proven(p).event),
         "negative_facts": msgspec.to_builtins(node.negative_facts),
         "unresolved": msgspec.to_builtins(node.unresolved),
         "spills": {r.key: r.handle for r in node.spills},
     }
-    span_root = node.span_root.hex()
-    return Artifact(node.loss, payload, artifact_digest(payload, span_root), span_root)
+    made = Artifact(node.loss, payload, None, node.span_root, view.name, pos, head.size, head.root.hex(), view.store_id)
+    return msgspec.structs.replace(made, digest=_digest_of(made))
+
+
+def certified_artifact(view: SessionView, given: Artifact) -> Artifact:
+    """Return ``given`` made again from the log, after checking that it is what the log gives.
+
+    Only the node position, tree size and digest are taken from ``given``: the node is
+    re-read by position and proven in the sealed head, the head at ``size`` proven a
+    prefix of it, and the artifact made again from them must carry the same digest. So
+    a relabelled loss class, an edited payload, another session's or store's artifact,
+    or one that names no node, is refused; the loss class of what comes back is the
+    logged node's, and a LOSSLESS one is held to the rule again
+    (:func:`compactstore.rules.restoration_problems`).
+
+    Raises:
+        ReconstructionUnsoundError: naming what does not match (``ForeignReference`` for
+            another session or store).
+        KeyRequired: the store is keyed and was opened without its key.
+    """
+    if not isinstance(given, Artifact):
+        raise InvalidArgument("artifact", f"want an Artifact, got {type(given).__name__}")
+    if given.session != view.name:
+        raise ForeignReference("artifact", f"was made in session {given.session!r}, not {view.name!r}", session=view.name)
+    if given.store != view.store_id:
+        raise ForeignReference("artifact", "was made by another store", session=view.name)
+    pos, size = given.node, given.size
+    if not isinstance(pos, int) or not isinstance(size, int) or isinstance(pos, bool) or isinstance(size, bool):
+        raise ReconstructionUnsoundError("the artifact names no node and tree head: nothing in the log can vouch for it")
+    latest = view.sealed_head()
+    if not 0 <= pos < size <= latest.size:
+        raise ForeignReference(
+            "artifact", f"names node {pos} at size {size}, not in this session (size {latest.size})", session=view.name
+        )
+    made = _made(view, pos, view.sealed_head(size))
+    if made.digest != given.digest:
+        raise ReconstructionUnsoundError(
+            f"the artifact does not match node {pos} as logged: its loss class, payload, span root or tree head "
+            "was altered after it was made"
+        )
+    node = view.proven(pos).event
+    assert isinstance(node, ev.Summary)
+    if node.loss is LossClass.LOSSLESS:
+        problems = rules.restoration_problems(view.facts(pos), node, pos)
+        if problems:
+            raise ReconstructionUnsoundError(f"node at pos {pos} is logged LOSSLESS but is not: " + "; ".join(problems))
+    return made
 
 
 def _loss_of(artifact: Artifact) -> LossClass:
@@ -308,10 +452,18 @@ def reconstruct(
 ) -> dict[str, JSON]:
     """Expand (tolerant operations) or restore (restoration operations) an artifact's payload.
 
+    A restoration needs a LOSSLESS artifact whose digest verifies, that names its node,
+    whose every literal the durable source gives exactly, and whose node the durable
+    source confirms is LOSSLESS with the artifact's span root (``lookup("<node>:loss")``,
+    ``lookup("<node>:span_root")``): a loss tag relabelled on the way is refused even with
+    its digest recomputed. :meth:`compactstore.store.Session.reconstruct` goes further and
+    makes the artifact again from the log.
+
     Args:
         operation: ``summarize``, ``plan``, ``brainstorm``, ``rank`` (tolerant) or
             ``authorize``, ``commit``, ``emit_authoritative``, ``retry_idempotent``.
-        lookup: the durable source: returns a literal's exact value, or None.
+        lookup: the durable source: returns a literal's exact value (or a field of a
+            logged event, as ``pos:path``), or None.
         uses: the literals (name -> value) the operation is about to act on; each must
             be in the artifact or among ``tool_results`` (invention guard).
         tool_results: values produced by tool calls in the current turn.
@@ -344,12 +496,17 @@ def reconstruct(
         return payload
     loss = _loss_of(artifact)
     if loss is not LossClass.LOSSLESS or not artifact.digest:
+        # The digest is left out of the message: it binds the store's identity, which differs per store.
+        why = loss.value if loss is not LossClass.LOSSLESS else "LOSSLESS but carries no digest"
         raise ReconstructionUnsoundError(
-            f"operation {operation!r} needs restoration, but the artifact is {loss.value} with digest "
-            f"{artifact.digest!r}: re-fetch the literals from the durable source instead"
+            f"operation {operation!r} needs restoration, but the artifact is {why}: "
+            "re-fetch the literals from the durable source instead"
         )
-    if artifact.digest != artifact_digest(artifact.payload, artifact.span_root):
+    if artifact.digest != _digest_of(artifact):
         raise ReconstructionUnsoundError("the artifact's digest does not verify: it was altered after it was made")
+    node = artifact.node
+    if not isinstance(node, int) or isinstance(node, bool) or node < 0:
+        raise ReconstructionUnsoundError("the artifact names no node: nothing in the durable source vouches for its loss class")
     for name, value in literals.items():
         durable = lookup(name)
         if durable is None:
@@ -358,6 +515,14 @@ def reconstruct(
             raise ReconstructionUnsoundError(
                 f"literal {name!r}: the artifact says {value!r}, the durable source {durable!r}: the compaction layer is corrupt"
             )
+    # The tag travelled with the artifact; the durable source says what the node really is.
+    logged = lookup(f"{node}:loss")
+    if logged != LossClass.LOSSLESS.value:
+        raise ReconstructionUnsoundError(
+            f"the durable source holds node {node} as {logged!r}, not LOSSLESS: the artifact's loss tag is not the log's"
+        )
+    if lookup(f"{node}:span_root") != artifact.span_root:
+        raise ReconstructionUnsoundError(f"the durable source gives node {node} another span root than the artifact's")
     return payload
 
 
@@ -366,26 +531,41 @@ def _canonical(value: JSON) -> bytes:
 
 
 def lookup(view: SessionView, name: str) -> JSON | None:
-    """Return the exact value of a literal from the log: a binding key, or ``pos:path``."""
+    """Return the exact value of a literal from the log: a binding key, or ``pos:path``.
+
+    What it returns is proven in the sealed head: the event at ``pos`` by an inclusion
+    proof; for a binding key, every body up to the head is re-hashed into its root (the
+    latest binding of a key is only known by reading them all).
+
+    Raises:
+        KeyRequired: the store is keyed and was opened without its key.
+        IntegrityError: a body read does not match its leaf or the sealed head.
+    """
+    head = view.sealed_head()
     if ":" in name and name.split(":", 1)[0].isdigit():
         pos_text, path = name.split(":", 1)
         pos = int(pos_text)
-        if not 0 <= pos < view.size:
+        if not 0 <= pos < head.size:
             return None
-        record = view.read(pos)
-        if merkle.leaf_hash(record.body) != record.leaf:
-            raise IntegrityError(f"event at pos {pos} does not match its leaf", session=view.name, pos=pos)
+        record = view.proven(pos)
+        if isinstance(record.event, ev.Redacted):
+            return None
         try:
             return rules.extract(record.event, path)
         except KeyError:
             return None
     found = None
-    for record in view.scan():
+    leaves = []
+    for record in view.scan(0, head.size):
         event = record.event
+        leaf = record.leaf if isinstance(event, ev.Redacted) else merkle.leaf_hash(record.body)
+        if leaf != record.leaf:
+            raise IntegrityError(f"event at pos {record.pos} does not match its leaf", session=view.name, pos=record.pos)
+        leaves.append(leaf)
         if isinstance(event, ev.Binding) and event.key == name:
-            if merkle.leaf_hash(record.body) != record.leaf:
-                raise IntegrityError(f"binding at pos {record.pos} does not match its leaf", session=view.name, pos=record.pos)
             found = event.value
+    if len(leaves) != head.size or merkle.root_of_leaves(leaves) != head.root:
+        raise IntegrityError(f"the log up to size {head.size} does not give the sealed head's root", session=view.name)
     return found
 
 
@@ -398,7 +578,13 @@ def restore(
     tool_results: Iterable[JSON] = (),
     attempt: str | None = None,
 ) -> tuple[dict[str, JSON], ev.Attempt | None]:
-    """Reconstruct against the log; return the payload and, under ``attempt``, the attempt to record."""
+    """Reconstruct against the log; return the payload and, under ``attempt``, the attempt to record.
+
+    A restoration operation acts on the artifact made again from the log
+    (:func:`certified_artifact`), never on the caller's copy.
+    """
+    if operation in RESTORATION_OPS:
+        artifact = certified_artifact(view, artifact)
     prior = None
     if attempt is not None:
         for record in view.scan():

@@ -8,6 +8,8 @@
   or resolved item of its span (:func:`lossless_problems`).
 - **The marker conditions** (seed 003), checked at emission and at resume by the same
   code: closure, negative-fact retention, anchoring (:func:`check_marker`).
+- **Restoration** (seed 000): literals are restored only from a LOSSLESS node whose
+  claim holds against the log when the restoration is decided (:func:`restoration_problems`).
 - **Admission**: what the store checks of every derived event (summary node, spill,
   marker), whichever way it enters the log (:func:`admit_node`, :func:`admit_spill`,
   :func:`admit_marker`).
@@ -150,6 +152,28 @@ def lossless_problems(f: Facts, node: ev.Summary) -> list[str]:
     if missing_items:
         problems.append(f"open or resolved items not listed: {missing_items}")
     return problems
+
+
+def restoration_problems(f: Facts, node: ev.Summary, pos: int) -> list[str]:
+    """Return why literals cannot be restored from ``node`` at ``pos``: empty only when they can.
+
+    A restoration acts on exact literals, so only a LOSSLESS node gives them, and only
+    while its claim holds against the log at decision time, whatever admitted it: its
+    span and excerpts match the log, an L2's children are LOSSLESS, and it keeps every
+    binding, negative fact and item of its span. ``f``: the log up to at least ``pos``.
+    """
+    if node.loss is not LossClass.LOSSLESS:
+        return [f"node at pos {pos} is {node.loss.value}: only a LOSSLESS node restores literals"]
+    found: list[Violation] = []
+    if not node_anchoring(f, node, pos, found):
+        return [str(v) for v in found]
+    problems = [str(v) for v in found]
+    if node.tier == 2:
+        kids = [f.event(c) if 0 <= c < pos else None for c in node.children]
+        lossy = [c for c, k in zip(node.children, kids) if not isinstance(k, ev.Summary) or k.loss is not LossClass.LOSSLESS]
+        if lossy:
+            problems.append(f"children at pos {lossy} are not LOSSLESS")
+    return problems + lossless_problems(f, node)
 
 
 def lossless_error(node: ev.Summary, problems: Sequence[str]) -> CompactionInvariantError:

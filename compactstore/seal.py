@@ -53,3 +53,28 @@ def head_mac(mac_key: bytes, session: str, size: int, root: bytes) -> bytes:
 def key_check(mac_key: bytes) -> str:
     """Return the hex check value stored with a keyed store, to recognise its key."""
     return blake3(_KEY_CHECK, key=mac_key).hexdigest()
+
+
+_STORE_ID_DOMAIN = b"compactstore/store-id/v1\x00"
+
+
+def store_id(nonce: bytes) -> str:
+    """Return the store identity made of ``nonce`` (16 random bytes): the nonce and an 8-byte check, in hex.
+
+    Written once into a new store's meta table and bound into every artifact it
+    makes, so that an artifact is held only against the store that made it, even
+    when another store holds the very same events. The check catches an edited id
+    as the unkeyed seals catch edited heads.
+    """
+    return (nonce + blake3(_STORE_ID_DOMAIN + nonce).digest(length=8)).hex()
+
+
+def store_id_ok(text: object) -> bool:
+    """Return whether ``text`` is a store identity as :func:`store_id` makes it."""
+    if not isinstance(text, str) or len(text) != 48:
+        return False
+    try:
+        raw = bytes.fromhex(text)
+    except ValueError:
+        return False
+    return text == raw.hex() and blake3(_STORE_ID_DOMAIN + raw[:16]).digest(length=8) == raw[16:]

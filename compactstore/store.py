@@ -30,6 +30,7 @@ from .errors import (
     IntegrityError,
     InvalidArgument,
     InvalidEvent,
+    KeyRequired,
     ReconstructionUnsoundError,
     SessionMoved,
     StaleHead,
@@ -39,7 +40,7 @@ from .facts import Facts, FullFacts, IndexedFacts
 from .index import Index
 from .markers import Marker
 from .resolver import Artifact, Resolution, RestoredSpan
-from .seal import derive_key, head_mac, key_check, seal
+from .seal import derive_key, head_mac, key_check, seal, store_id, store_id_ok
 from .structure import build
 from .summarize import Summarizer
 from .verify import Problem, VerifyReport, verify_store
@@ -173,7 +174,8 @@ class Store:
             raise
 
     def _check_meta(self) -> None:
-        wanted = {"hash": HASH, "keyed": "1" if self.mac_key else "0"}
+        # Only a new store takes this identity: init_meta writes into an empty table alone.
+        wanted = {"hash": HASH, "keyed": "1" if self.mac_key else "0", "store_id": store_id(os.urandom(16))}
         if self.mac_key:
             wanted["key_check"] = key_check(self.mac_key)
         meta = self.backend.init_meta(wanted)
@@ -187,6 +189,10 @@ class Store:
         if meta.get("keyed") not in ("0", "1") or ("key_check" in meta) != (meta.get("keyed") == "1"):
             raise IntegrityError(f"meta table is inconsistent: {sorted(meta)}")
         self.keyed = meta.get("keyed") == "1"
+        if not store_id_ok(meta.get("store_id")):
+            raise IntegrityError(f"meta table: the store's identity is missing or does not check: {meta.get('store_id')!r}")
+        #: this store's identity, bound into every artifact it makes
+        self.store_id = str(meta["store_id"])
         if self.mac_key and not self.keyed:
             raise IntegrityError("the store was created without a key", hint="open it without key=")
         if self.mac_key and meta.get("key_check") != wanted["key_check"]:
@@ -368,7 +374,7 @@ class Session:
         and the append is built again under the lock.
         """
         if self.store.keyed and self.store.mac_key is None:
-            raise CompactStoreError("this store is keyed", hint="open it with its key to append")
+            raise KeyRequired("append", session=self.name)
         if speculate:
             try:
                 return self._commit_with(build, True)
@@ -773,24 +779,20 @@ class Session:
             raise rules.gate_error(found, start, stop)
 
     def spilled(self, handle: str) -> ev.JSON:
-        """Return the exact value spilled under ``handle``, checked against the tree and its digest.
+        """Return the exact value spilled under ``handle``, proven in the sealed head and checked against its digest.
 
         Raises:
             InvalidArgument: ``handle`` names no spill.
-            IntegrityError: the spill does not match its leaf, the tree or its digest.
+            IntegrityError: the spill does not match its leaf, the sealed head or its digest.
+            KeyRequired: the store is keyed and was opened without its key.
         """
         pos = rules.spill_position(handle) if isinstance(handle, str) else None
         if pos is None:
             raise InvalidArgument("handle", f"want 'spill:<pos>', got {handle!r}")
-        record = self.read(pos)
+        record = self.proven(pos)
         spill = record.event
         if not isinstance(spill, ev.Spill):
             raise InvalidArgument("handle", f"{handle} names a {record.kind!r} event, not a spill")
-        head = self.head()
-        if merkle.leaf_hash(record.body) != record.leaf or not merkle.verify_inclusion(
-            record.body, pos, head.size, self.inclusion_proof(pos, head.size), head.root
-        ):
-            raise IntegrityError(f"spill {handle} does not match the tree", session=self.name, pos=pos)
         if rules.value_digest(spill.value) != spill.digest:
             raise IntegrityError(f"spill {handle}: value does not match its digest", session=self.name, pos=pos)
         return spill.value
@@ -819,7 +821,7 @@ class Session:
             MarkerInvalid: a condition fails; ``violations`` names each condition,
                 position and item. Nothing is written; ``mark_raw`` is the safe fallback.
         """
-        pos = node.pos if isinstance(node, Node) else node
+        pos = resolver.position_of(self, "node", node)
         return Marker.from_record(self._built(lambda size: [markers.marker(self, size, pos)])[-1])
 
     def mark_raw(self, size: int | None = None) -> Marker:
@@ -855,12 +857,22 @@ class Session:
             IntegrityError: a body read does not match its leaf, or the bodies read do
                 not give the checkpoint root (with ``rehash``: any body up to the marker).
         """
-        pos = marker.pos if isinstance(marker, Marker) else _position("marker", marker)
+        pos = resolver.position_of(self, "marker", marker if isinstance(marker, Marker) else _position("marker", marker))
         return resolver.resume(self, pos, rehash=rehash)
 
     def artifact(self, node: Node | int) -> Artifact:
-        """Return the artifact a later instance expands from ``node``: loss class, payload, digest."""
-        return resolver.artifact(self, node if isinstance(node, Node) else self.node(node))
+        """Return the artifact a later instance expands from ``node``: loss class, payload, digest.
+
+        The node is read again from the log and proven in the sealed head (of a ``Node``
+        passed in, only its position is taken, once its session and leaf match). The
+        digest binds the payload, loss class, node position, span root, the tree head
+        (size and root), the session's name and the store's identity.
+
+        Raises:
+            KeyRequired: the store is keyed and was opened without its key.
+            ForeignReference: ``node`` is not the node this session logged at its position.
+        """
+        return resolver.artifact(self, resolver.position_of(self, "node", node))
 
     def lookup(self, name: str) -> ev.JSON | None:
         """Return a literal's exact value from the log (a binding key, or ``pos:path``), or None."""
@@ -911,8 +923,7 @@ class Session:
             ReconstructionUnsoundError: a body in the span was redacted.
             InvalidArgument: there is no summary node at that position.
         """
-        _position("node", node.pos if isinstance(node, Node) else node)
-        pos = node.pos if isinstance(node, Node) else node
+        pos = resolver.position_of(self, "node", node if isinstance(node, Node) else _position("node", node))
         store, backend, name = self.store, self.store.backend, self.name
         # The node is read again from the log: a Node passed in is only a position here.
         sid = self._sid()
@@ -928,7 +939,7 @@ class Session:
         if merkle.leaf_hash(row.body) != row.leaf:  # type: ignore[arg-type]
             raise IntegrityError(f"node at pos {pos} does not match its leaf", session=name, pos=pos)
         if store.keyed and store.mac_key is None:
-            raise CompactStoreError("this store is keyed", hint="open it with its key to certify a restoration")
+            raise KeyRequired("certify a restoration", session=name)
         head = backend.head(sid)
         if head is None or head.seal != store.seal_head(name, head.size, head.root, head.prev):
             raise IntegrityError("the latest tree head's seal does not verify", session=name)
@@ -1156,6 +1167,66 @@ class Session:
         (root,) = self._roots([(0, size)], sid)
         mac = head_mac(self.store.mac_key, self.name, size, root) if self.store.mac_key else None
         return TreeHead(self.name, size, root, mac)
+
+    @property
+    def store_id(self) -> str:
+        """Return the identity of the store this session lives in (bound into every artifact it makes)."""
+        return self.store.store_id
+
+    def sealed_head(self, size: int | None = None) -> TreeHead:
+        """Return the tree head at ``size`` (default: the latest) as the latest sealed head vouches for it.
+
+        The latest stored head's seal is checked (a keyed MAC in a keyed store), and a
+        head at an earlier size is proven a prefix of it by a consistency proof: a root
+        recomputed from a forged subtree table does not pass. Every certification and
+        restoration rests on this head, in O(log n).
+
+        Raises:
+            KeyRequired: the store is keyed and was opened without its key.
+            IntegrityError: the seal or the consistency proof does not verify.
+            InvalidArgument: the session is empty, or ``size`` is not in [0, latest size].
+        """
+        store, name = self.store, self.name
+        if store.keyed and store.mac_key is None:
+            raise KeyRequired("certify", session=name)
+        sid = self._require_sid()
+        row = store.backend.head(sid)
+        if row is None or row.seal != store.seal_head(name, row.size, row.root, row.prev):
+            raise IntegrityError("the latest tree head's seal does not verify", session=name)
+        size = row.size if size is None else size
+        if not isinstance(size, int) or isinstance(size, bool) or not 0 <= size <= row.size:
+            raise InvalidArgument("size", f"must be in [0, {row.size}] for session {name!r}, got {size!r}")
+        root = row.root
+        if size < row.size:
+            root, *proof = self._roots([(0, size), *merkle.consistency_spans(size, row.size)], sid)
+            if not merkle.verify_consistency(size, row.size, root, row.root, proof, HASH):
+                raise IntegrityError(f"the stored tree at size {size} is not a prefix of the sealed head", session=name, pos=size)
+        return TreeHead(name, size, root, head_mac(store.mac_key, name, size, root) if store.mac_key else None)
+
+    def proven(self, pos: int) -> Record:
+        """Return the record at ``pos``, its body checked against its leaf and the leaf proven in the sealed head.
+
+        The inclusion proof is held against :meth:`sealed_head`, not against a root
+        recomputed from the stored subtree table, in O(log n). A redacted record has
+        only its leaf proven.
+
+        Raises:
+            KeyRequired: the store is keyed and was opened without its key.
+            IntegrityError: the body, its leaf or the proof does not verify.
+            InvalidArgument: no event at ``pos`` under the sealed head.
+        """
+        head = self.sealed_head()
+        _position("pos", pos)
+        sid, backend = self._require_sid(), self.store.backend
+        row = backend.row(sid, pos) if pos < head.size else None
+        if row is None:
+            raise InvalidArgument("pos", f"no event at {pos} in session {self.name!r} (size {head.size})")
+        if row.body is not None and merkle.leaf_hash(row.body) != row.leaf:
+            raise IntegrityError(f"event at pos {pos} does not match its leaf", session=self.name, pos=pos)
+        proof = self._roots(merkle.inclusion_spans(pos, head.size), sid)
+        if merkle.root_from_inclusion(row.leaf, pos, head.size, proof, HASH) != head.root:
+            raise IntegrityError(f"event at pos {pos} is not in the tree of the sealed head", session=self.name, pos=pos)
+        return self._record(row)
 
     def span_root(self, start: int, stop: int) -> bytes:
         """Return the root of positions ``[start, stop)`` (see :func:`merkle.span_root`), in O(log n)."""

@@ -51,7 +51,7 @@ class Sealed(Protocol):
 
 MAX_PROBLEMS = 10_000
 #: Every name the meta table may hold.
-META_NAMES = frozenset({"schema_version", "hash", "keyed", "key_check"})
+META_NAMES = frozenset({"schema_version", "hash", "keyed", "key_check", "store_id"})
 #: Below every real position or size: where verify starts reading, so nothing hides there.
 _FLOOR = -(2**62)
 #: From this many events on, verify() re-hashes bodies in one worker process per core.

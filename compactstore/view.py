@@ -69,6 +69,22 @@ class SessionView(Protocol):
         """Return the tree head at ``size``, with a MAC when the store is keyed."""
         ...
 
+    @property
+    def store_id(self) -> str:
+        """Return the identity of the store the session lives in."""
+        ...
+
+    def sealed_head(self, size: int | None = None) -> TreeHead:
+        """Return the tree head at ``size`` (default: the latest), proven against the latest sealed head.
+
+        Raises ``KeyRequired`` on a keyed store opened without its key.
+        """
+        ...
+
+    def proven(self, pos: int) -> Record:
+        """Return the record at ``pos``, checked against its leaf and proven in the latest sealed head."""
+        ...
+
     def span_root(self, start: int, stop: int) -> bytes:
         """Return the root of ``[start, stop)`` from the stored tree."""
         ...

@@ -7,7 +7,7 @@ own statements (those both share are in :mod:`compactstore.backends.queries`).
 
 Tables (the same in every backend):
 
-- ``meta(name, value)``: schema version, hash, key check. Checked on open.
+- ``meta(name, value)``: schema version, hash, key check, the store's identity. Checked on open.
 - ``sessions(id, name)``: covered by the tree heads, whose seals include the name.
 - ``events(seq, session_id, pos, kind, idem_key, leaf, body)``: the log. ``leaf`` is
   ``H(0x00 || body)``; ``kind`` and ``idem_key`` repeat what the body says, for indexes.

@@ -13,7 +13,7 @@ from ..errors import StaleHead
 from ..structure import IndexRow
 
 #: The schema this library writes and reads; a store of any other version is refused.
-SCHEMA_VERSION = "3"
+SCHEMA_VERSION = "4"
 
 
 class Row(NamedTuple):
