@@ -386,6 +386,8 @@ def lookup(view: SessionView, name: str) -> JSON | None:
             if merkle.leaf_hash(record.body) != record.leaf:
                 raise IntegrityError(f"binding at pos {record.pos} does not match its leaf", session=view.name, pos=record.pos)
             found = event.value
+        elif isinstance(event, ev.Redacted):
+            found = None  # it may have bound the key anew: the latest value is unknown
     return found
 
 
