@@ -9,7 +9,6 @@ between appends and re-read only when another writer has moved the session on.
 
 from __future__ import annotations
 
-import itertools
 import os
 import re
 import threading
@@ -488,11 +487,7 @@ class Session:
                 continue
             pos = first + j
             if isinstance(event, ev.Redaction):
-                held = {p: e for p in set(event.positions) if 0 <= p < pos and (e := get(p)) is not None}
-                lo = min(held, default=pos)
-                logged = ((r.pos, r.event) for r in self.scan(lo, first)) if lo < first else iter(())
-                batch = ((first + i, e) for i, e in enumerate(events[:j]) if first + i >= lo)
-                rules.admit_redaction(held, itertools.chain(logged, batch), event)
+                self._admit_redaction(event, first, events[:j])
                 continue
             needs = event.size if isinstance(event, ev.RecoveryMarker) else pos
             # Spills give no structural facts: the index at ``first`` still answers after them.
@@ -513,6 +508,18 @@ class Session:
                 if len(events) == 1 or not isinstance(exc, InvalidEvent):
                     raise
                 raise InvalidEvent(f"events[{j}].{exc.field}", exc.reason) from exc
+
+    def _after(self, positions: Iterable[int], first: int, batch: Sequence[ev.Event]) -> list[tuple[int, ev.Event]]:
+        """Return ``(position, event)`` from the first of ``positions`` to the end of ``batch`` (appended at ``first``)."""
+        lo = min((p for p in positions if _is_position(p)), default=first + len(batch))
+        logged = [(r.pos, r.event) for r in self.scan(lo, first)] if lo < first else []
+        return logged + [(first + i, e) for i, e in enumerate(batch) if first + i >= lo]
+
+    def _admit_redaction(self, redaction: ev.Redaction, first: int, batch: Sequence[ev.Event]) -> None:
+        """Refuse a redaction (after ``batch``, appended at ``first``) that leaves a derived copy of what it erases."""
+        after = self._after(redaction.positions, first, batch)
+        named = set(redaction.positions)
+        rules.admit_redaction({p: e for p, e in after if p in named}, after, redaction)
 
     def _admit_one(self, f: Facts, event: ev.Event, pos: int, first: int, rows: Sequence[Row]) -> None:
         if isinstance(event, ev.Summary):
@@ -609,9 +616,10 @@ class Session:
         given = as_list("positions", positions)
 
         def build(size: int) -> list[ev.Event]:
-            held = {p: self.read(p).event for p in set(given) if _is_position(p) and p < size}
-            later = ((r.pos, r.event) for r in self.scan(min(held), size)) if held else iter(())
-            return [ev.Redaction(positions=sorted([*given, *rules.copies(held, later)]), reason=reason)]
+            named = {p for p in given if _is_position(p) and p < size}
+            after = self._after(named, size, [])
+            held = {p: e for p, e in after if p in named}
+            return [ev.Redaction(positions=sorted([*given, *rules.copies(held, after)]), reason=reason)]
 
         return self._built(build)[0]
 
