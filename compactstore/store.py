@@ -997,7 +997,7 @@ class Session:
             by = (erasures or _Erasures(self, row.session_id)).by(row.pos)
             return Record(self.name, row.seq, row.pos, "redacted", ev.Redacted(by=by), b"", row.leaf)
         if merkle.leaf_hash(row.body) != row.leaf:
-            raise IntegrityError(f"the body at pos {row.pos} does not match its leaf", session=self.name, pos=row.pos)
+            raise IntegrityError(f"event at pos {row.pos} does not match its leaf", session=self.name, pos=row.pos)
         return Record(self.name, row.seq, row.pos, row.kind, ev.decode(row.body), row.body, row.leaf)
 
     def _require_sid(self) -> int:
