@@ -18,6 +18,7 @@ Only the source of the facts varies; the rules are written once.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
@@ -88,6 +89,14 @@ class Facts(Protocol):
         """Return ``(position, name, needs)`` of each obligation open at ``size``, by position."""
         ...
 
+    def redacted_in(self, start: int, stop: int) -> list[int]:
+        """Return the positions in ``[start, stop)`` whose bodies a redaction erased, by position.
+
+        What such a position held is unknown: it gives no fact, and so nothing can show
+        that a summary kept it.
+        """
+        ...
+
 
 class FullFacts:
     """:class:`Facts` from one pass over the events ``[0, size)``."""
@@ -98,6 +107,7 @@ class FullFacts:
         self.s = structure if structure is not None else build(enumerate(events))
         self._span_root = span_root
         self._bound: dict[int, ev.Binding] | None = None
+        self._redacted: list[int] | None = None
 
     def event(self, pos: int) -> ev.Event | None:
         return self.events[pos] if 0 <= pos < self.size else None
@@ -142,6 +152,12 @@ class FullFacts:
 
     def open_obligations(self) -> list[tuple[int, str, list[str]]]:
         return [(pos, o.name, list(o.needs)) for pos, o in self.s.open_obligations()]
+
+    def redacted_in(self, start: int, stop: int) -> list[int]:
+        if self._redacted is None:
+            self._redacted = [p for p, e in enumerate(self.events) if isinstance(e, ev.Redacted)]
+        found = self._redacted
+        return found[bisect_left(found, start) : bisect_left(found, stop)]
 
 
 class IndexSource(Protocol):
@@ -193,14 +209,20 @@ def _item(pos: int, name: str) -> Item:
 class IndexedFacts:
     """:class:`Facts` from the structural index, the summary nodes and a few events read one by one.
 
-    ``get`` reads an event (it may check each body against its leaf), ``span_root``
-    serves a span's root from the stored tree, and ``nodes`` lists the summary nodes
-    before a size (they give no index rows).
+    ``get`` reads an event, checking its body against its leaf (and that a missing body
+    was redacted); ``span_root`` serves a span's root from the stored tree, and
+    ``nodes`` lists the summary nodes before a size (they give no index rows). Every
+    event a fact names (a negative fact, an open or closed item, a binding, an
+    obligation) is read through ``get`` before the fact is served: a rule then never
+    decides on an index row whose body was erased or changed behind the store's back.
+    ``redacted`` lists the positions a redaction erased (the index holds what they gave
+    when appended, which is no longer known).
     """
 
     def __init__(
         self, index: IndexSource, size: int, get: Get, span_root: SpanRoot,
         nodes: Callable[[int], list[tuple[int, ev.Summary]]], *, readable: int | None = None,
+        redacted: Iterable[int] = (),
     ) -> None:
         self.index, self.size = index, size
         #: events before this position may be read (after ``size`` only when the index
@@ -209,6 +231,16 @@ class IndexedFacts:
         self._get, self._span_root, self._nodes_before = get, span_root, nodes
         self._nodes: list[tuple[int, ev.Summary]] | None = None
         self._open: dict[int, dict[int, str]] = {}
+        self._redacted = sorted(p for p in redacted if 0 <= p < size)
+
+    def _read(self, positions: Iterable[int]) -> None:
+        """Read the events at ``positions`` through ``get``, which raises on a body that no longer holds them."""
+        wanted = sorted({p for p in positions if 0 <= p < self.readable})
+        prefetch = getattr(self._get, "prefetch", None)
+        if prefetch is not None:
+            prefetch(wanted)  # one query for all of them, when the reader can
+        for p in wanted:
+            self._get(p)
 
     def _open_at(self, at: int) -> dict[int, str]:
         if at not in self._open:
@@ -228,21 +260,27 @@ class IndexedFacts:
 
     def negatives_in(self, start: int, stop: int) -> list[Fact]:
         # A position made negative only at or after the boundary was not negative there.
-        return [Fact(r.pos, r.key, r.text) for r in self.index.negatives(start, stop) if r.num < stop]  # type: ignore[arg-type]
+        rows = [r for r in self.index.negatives(start, stop) if r.num < stop]
+        self._read(r.pos for r in rows)
+        return [Fact(r.pos, r.key, r.text) for r in rows]  # type: ignore[arg-type]
 
     def negatives_at(self, positions: Sequence[object]) -> Callable[[object], Fact | None]:
         rows = self.index.negatives_at(_positions(positions, self.size), self.size)
+        self._read(rows)
         found = {p: Fact(r.pos, r.key, r.text) for p, r in rows.items()}  # type: ignore[arg-type]
         return lambda p: found.get(int(p)) if isinstance(p, int) and 0 <= p < self.size else None
 
     def unresolved_at(self, start: int, stop: int) -> list[Item]:
-        return [_item(p, name) for p, name in sorted(self._open_at(stop).items()) if start <= p]
+        got = [_item(p, name) for p, name in sorted(self._open_at(stop).items()) if start <= p]
+        self._read(i.pos for i in got)
+        return got
 
     def resolved_in(self, start: int, stop: int) -> list[Item]:
         # Open at the start and no longer at the stop: closed inside the span (a close
         # closes every earlier open of its item).
         at_stop = self._open_at(stop)
         got = [_item(p, name) for p, name in self._open_at(start).items() if p not in at_stop]
+        self._read(i.pos for i in got)
         return sorted(got, key=lambda i: (i.pos, i.kind, i.id))
 
     def resolved_before(self, items: Sequence[Item], stop: int) -> set[Item]:
@@ -255,7 +293,10 @@ class IndexedFacts:
 
     def latest_binding(self, key: str, before: int) -> tuple[int, bool] | None:
         row = self.index.latest_binding(key, before)
-        return None if row is None else (row.pos, bool(row.num))
+        if row is None:
+            return None
+        self._read([row.pos])
+        return (row.pos, bool(row.num))
 
     def binding(self, pos: int) -> ev.Binding:
         event = self._get(pos)
@@ -272,4 +313,9 @@ class IndexedFacts:
         obligations = {p: _item(p, name).id for p, name in self._open_at(self.size).items()
                        if split_item(name)[0] == "obligation"}
         needs = self.index.needs(sorted(obligations))
+        self._read(obligations)
         return [(p, name, needs.get(p, [])) for p, name in sorted(obligations.items())]
+
+    def redacted_in(self, start: int, stop: int) -> list[int]:
+        found = self._redacted
+        return found[bisect_left(found, start) : bisect_left(found, stop)]

@@ -564,6 +564,8 @@ def lookup(view: SessionView, name: str) -> JSON | None:
         leaves.append(leaf)
         if isinstance(event, ev.Binding) and event.key == name:
             found = event.value
+        elif isinstance(event, ev.Redacted):
+            found = None  # it may have bound the key anew: the latest value is unknown
     if len(leaves) != head.size or merkle.root_of_leaves(leaves) != head.root:
         raise IntegrityError(f"the log up to size {head.size} does not give the sealed head's root", session=view.name)
     return found

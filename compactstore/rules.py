@@ -20,7 +20,7 @@ over the log or the structural index) is the caller's choice.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Literal
 
 import msgspec
@@ -145,6 +145,9 @@ def lossless_problems(f: Facts, node: ev.Summary) -> list[str]:
     missing_items = [i.id for i in f.unresolved_at(start, stop) if i not in items]
     missing_items += [i.id for i in f.resolved_in(start, stop) if i not in done]
     problems = []
+    erased = f.redacted_in(start, stop)
+    if erased:
+        problems.append(f"positions {erased} were redacted: what they held cannot be shown kept")
     if missing:
         problems.append(f"bindings not kept: {missing}")
     if missing_facts:
@@ -206,6 +209,10 @@ def check_marker(f: Facts, node_pos: int) -> tuple[list[Violation], list[int]]:
     for fact in f.negatives_in(top.start, top.stop):
         if fact.pos not in retained:
             found.append(Violation("negative_facts", fact.pos, f"{fact.status} item dropped: {fact.text}"))
+    # A redacted position is unknown, not empty: it may have been a failure, a rejection
+    # or an open call, and nothing can show that the summary kept it.
+    for p in f.redacted_in(top.start, top.stop):
+        found.append(Violation("negative_facts", p, "redacted: what it held cannot be shown retained"))
     for r in risks(f, top.start, top.stop, kept_keys(top, f)):
         found.append(Violation(
             "anchoring", r.binding_pos,
@@ -311,6 +318,101 @@ def marker_error(node: int, violations: Sequence[Violation]) -> MarkerInvalid:
         + (f"; and {len(violations) - 5} more" if len(violations) > 5 else ""),
         violations,
     )
+
+
+# --- redaction: what a derived event quotes ---------------------------------------------
+
+#: Strings shorter than this are not taken as quoted: they occur in any text ("ok", "yes").
+QUOTE_MIN = 4
+#: The fields in which an event holds what it says (its literals), as opposed to what
+#: identifies it (a key, a call id, a role) or places it (status, position, time).
+_LITERAL_FIELDS = ("content", "args", "output", "value", "how", "detail", "literals", "summary", "meta")
+
+
+def _strings(value: object, out: set[str]) -> None:
+    """Add to ``out`` every scalar of a JSON value as text (a string as it is, a number in JSON)."""
+    if isinstance(value, str):
+        out.add(value)
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        out.add(ev.encode_json(value))
+    elif isinstance(value, list):
+        for v in value:
+            _strings(v, out)
+    elif isinstance(value, dict):
+        for v in value.values():
+            _strings(v, out)
+
+
+def literals(event: ev.Event) -> set[str]:
+    """Return the literals ``event`` holds, as text, of at least QUOTE_MIN characters each.
+
+    Each string or number of its content, arguments, output, value, details, literals,
+    summary or metadata: what a copy of it would quote.
+    """
+    out: set[str] = set()
+    for name in _LITERAL_FIELDS:
+        if name in event.__struct_fields__:
+            _strings(msgspec.to_builtins(getattr(event, name)), out)
+    return {t for t in out if len(t) >= QUOTE_MIN}
+
+
+def quotes(event: ev.Event, positions: set[int], said: set[str]) -> bool:
+    """Return whether the derived ``event`` quotes what the events at ``positions`` held.
+
+    It does when it is a copy of one of them by structure (a spill of one; a summary
+    node keeping an excerpt of one, retaining one as a negative fact, or pointing at a
+    spill of one) or by text (a spill's value, a node's summary, fact texts, kept values
+    or contract, or an attempt's literals contain one of the literals ``said``). Raw
+    events are what they are: only derived events are copies.
+    """
+    texts: set[str] = set()
+    if isinstance(event, ev.Spill):
+        cited = {event.source}
+        _strings(msgspec.to_builtins(event.value), texts)
+    elif isinstance(event, ev.Summary):
+        cited = {e.pos for e in event.kept} | {x.pos for x in event.negative_facts}
+        handles = (spill_position(r.handle) for r in event.spills)
+        cited |= {r.source for r in event.spills} | {h for h in handles if h is not None}
+        texts |= {event.summary, event.contract or ""} | {x.text for x in event.negative_facts}
+        for e in event.kept:
+            _strings(msgspec.to_builtins(e.value), texts)
+    elif isinstance(event, ev.Attempt):
+        cited = set()
+        _strings(msgspec.to_builtins(event.literals), texts)
+    else:
+        return False
+    if event.meta:
+        _strings(msgspec.to_builtins(event.meta), texts)
+    return bool(cited & positions) or any(lit in t for t in texts for lit in said)
+
+
+def copies(held: Mapping[int, ev.Event], later: Iterable[tuple[int, ev.Event]]) -> list[int]:
+    """Return the positions among ``later`` of the derived events that quote an event of ``held``.
+
+    ``held`` maps each position to be redacted to its event; ``later`` gives the events
+    after the first of them (see :func:`quotes`). A redaction erases these with the
+    positions it names, so the literal leaves the log, not only its first record.
+    """
+    positions = set(held)
+    said: set[str] = set()
+    for e in held.values():
+        said |= literals(e)
+    return sorted(q for q, e in later if q not in positions and quotes(e, positions, said))
+
+
+def admit_redaction(held: Mapping[int, ev.Event], later: Iterable[tuple[int, ev.Event]], redaction: ev.Redaction) -> None:
+    """Refuse a redaction that leaves a copy of what it erases: it must list every quoting derived event.
+
+    Raises:
+        InvalidEvent: naming ``positions`` and the first copy left.
+    """
+    left = [q for q in copies(held, later) if q not in set(redaction.positions)]
+    if left:
+        raise InvalidEvent(
+            "positions",
+            f"the derived events at {left[:10]} quote what the redacted positions hold: a redaction erases them "
+            "too (Session.redact lists them)",
+        )
 
 
 # --- admission of derived events -------------------------------------------------------

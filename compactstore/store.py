@@ -65,7 +65,7 @@ class _Prepared(msgspec.Struct, gc=False):
 
 
 #: Derived events the store admits only if they keep the rules (see :mod:`compactstore.rules`).
-_ADMITTED = (ev.Summary, ev.Spill, ev.RecoveryMarker)
+_ADMITTED = (ev.Summary, ev.Spill, ev.RecoveryMarker, ev.Redaction)
 #: How often a builder's compare-and-append is tried again when another writer moved the session.
 _RETRIES = 16
 #: Spans whose read was checked against their leaves, kept per store for the commit that follows.
@@ -120,6 +120,11 @@ def _utf8(field: str, text: str) -> None:
 
 
 MAX_POS = 2**63 - 1
+
+
+def _is_position(value: object) -> bool:
+    """Return whether ``value`` is an int position (not a bool)."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_POS
 
 
 def _position(field: str, value: object) -> int:
@@ -498,6 +503,9 @@ class Session:
             if not isinstance(event, _ADMITTED):
                 continue
             pos = first + j
+            if isinstance(event, ev.Redaction):
+                self._admit_redaction(event, first, events[:j])
+                continue
             needs = event.size if isinstance(event, ev.RecoveryMarker) else pos
             # Spills give no structural facts: the index at ``first`` still answers after them.
             # A session's first batch has no stored log (nor, outside this transaction, an id) to index.
@@ -517,6 +525,18 @@ class Session:
                 if len(events) == 1 or not isinstance(exc, InvalidEvent):
                     raise
                 raise InvalidEvent(f"events[{j}].{exc.field}", exc.reason) from exc
+
+    def _after(self, positions: Iterable[int], first: int, batch: Sequence[ev.Event]) -> list[tuple[int, ev.Event]]:
+        """Return ``(position, event)`` from the first of ``positions`` to the end of ``batch`` (appended at ``first``)."""
+        lo = min((p for p in positions if _is_position(p)), default=first + len(batch))
+        logged = [(r.pos, r.event) for r in self.scan(lo, first)] if lo < first else []
+        return logged + [(first + i, e) for i, e in enumerate(batch) if first + i >= lo]
+
+    def _admit_redaction(self, redaction: ev.Redaction, first: int, batch: Sequence[ev.Event]) -> None:
+        """Refuse a redaction (after ``batch``, appended at ``first``) that leaves a derived copy of what it erases."""
+        after = self._after(redaction.positions, first, batch)
+        named = set(redaction.positions)
+        rules.admit_redaction({p: e for p, e in after if p in named}, after, redaction)
 
     def _admit_one(self, f: Facts, event: ev.Event, pos: int, first: int, rows: Sequence[Row],
                    content: bool = True) -> None:
@@ -623,17 +643,37 @@ class Session:
                 raise InvalidEvent("positions", f"{p} was already redacted by the event at pos {done[p]}")
 
     def redact(self, positions: Sequence[int], reason: str) -> Record:
-        """Erase the bodies at ``positions``, recording a redaction event that says why.
+        """Erase the bodies at ``positions`` and every derived copy of them, recording a redaction event that says why.
+
+        A derived event (summary node, spill, attempt) is a copy, and is erased with
+        them, when it quotes one of them (:func:`compactstore.rules.quotes`): by
+        structure, a spill of one, or a node keeping an excerpt of one, retaining one as
+        a negative fact or pointing at a spill of one; by text, a spill's value, a
+        node's summary, fact texts, kept values or contract, or an attempt's literals
+        that contain one of their literals (each string or number of their content,
+        arguments, output, value or metadata of at least ``rules.QUOTE_MIN``
+        characters). The redaction event lists every position it erases, copies
+        included; a redaction appended by other means must list them too.
 
         The leaves stay, so the tree, its heads and proofs still verify and ``verify()``
         reports the positions as redacted, not tampered. Reading them gives a
-        :class:`~compactstore.events.Redacted` placeholder; no summary over them can be
-        certified as a LOSSLESS restoration.
+        :class:`~compactstore.events.Redacted` placeholder. A redacted position is
+        unknown to the rules, not empty: a marker over a span holding one resumes as
+        ``fallback`` and cannot be emitted, a node over one cannot be LOSSLESS, and a
+        span holding one cannot be restored.
 
         Raises:
             InvalidEvent: a position is out of range or already redacted; nothing is written.
         """
-        return self.append(ev.Redaction(positions=sorted(positions), reason=reason))
+        given = as_list("positions", positions)
+
+        def build(size: int) -> list[ev.Event]:
+            named = {p for p in given if _is_position(p) and p < size}
+            after = self._after(named, size, [])
+            held = {p: e for p, e in after if p in named}
+            return [ev.Redaction(positions=sorted([*given, *rules.copies(held, after)]), reason=reason)]
+
+        return self._built(build)[0]
 
     def _replay(self, row: Row, p: _Prepared) -> Record:
         """Return the earlier record for ``p.key`` if ``p`` is the same event, else raise."""
@@ -785,12 +825,15 @@ class Session:
             InvalidArgument: ``handle`` names no spill.
             IntegrityError: the spill does not match its leaf, the sealed head or its digest.
             KeyRequired: the store is keyed and was opened without its key.
+            ReconstructionUnsoundError: the spill was redacted.
         """
         pos = rules.spill_position(handle) if isinstance(handle, str) else None
         if pos is None:
             raise InvalidArgument("handle", f"want 'spill:<pos>', got {handle!r}")
         record = self.proven(pos)
         spill = record.event
+        if isinstance(spill, ev.Redacted):
+            raise ReconstructionUnsoundError(f"{handle} was redacted by the event at pos {spill.by}: its value is gone")
         if not isinstance(spill, ev.Spill):
             raise InvalidArgument("handle", f"{handle} names a {record.kind!r} event, not a spill")
         if rules.value_digest(spill.value) != spill.digest:
@@ -875,7 +918,14 @@ class Session:
         return resolver.artifact(self, resolver.position_of(self, "node", node))
 
     def lookup(self, name: str) -> ev.JSON | None:
-        """Return a literal's exact value from the log (a binding key, or ``pos:path``), or None."""
+        """Return a literal's exact value from the log (a binding key, or ``pos:path``), or None.
+
+        None too when a position redacted after the key's latest binding may have bound
+        it anew: the latest value is then unknown.
+
+        Raises:
+            IntegrityError: a body read does not match its leaf, or was erased without a redaction.
+        """
         if not isinstance(name, str):
             raise InvalidArgument("name", f"want a binding key or 'pos:path', got {type(name).__name__}")
         return resolver.lookup(self, name)
@@ -934,7 +984,12 @@ class Session:
             n = _node_span.decode(row.body)  # type: ignore[arg-type]
         except (msgspec.DecodeError, TypeError):
             # Not a node (or erased): the full decoding says which, in its own words.
-            Node.from_record(self._record(row))
+            record = self._record(row)
+            if isinstance(record.event, ev.Redacted):
+                raise ReconstructionUnsoundError(
+                    f"node at pos {pos} was redacted by the event at pos {record.event.by}: it cannot vouch for a span"
+                ) from None
+            Node.from_record(record)
             raise InvalidArgument("node", f"pos {pos} is not a summary node") from None
         if merkle.leaf_hash(row.body) != row.leaf:  # type: ignore[arg-type]
             raise IntegrityError(f"node at pos {pos} does not match its leaf", session=name, pos=pos)
@@ -965,25 +1020,41 @@ class Session:
         except TypeError:
             if None not in got:
                 raise
-            erased = sorted(p for p in backend.redactions(sid) if start <= p < stop)
+            erasures = _Erasures(self, sid)
+            erased = [start + i for i, b in enumerate(got) if b is None]
+            for p in erased:
+                erasures.by(p)  # erased behind the store's back: tampering, not a redaction
             raise ReconstructionUnsoundError(
                 f"[{start}, {stop}) cannot be restored: positions {erased} were redacted, only their leaves remain"
             ) from None
         if not ok:
+            # Name the body that changed when one no longer matches its leaf (else the node is at fault).
+            leaves = dict(backend.subtree_range(sid, 0, start, stop))
+            bad = next((start + i for i, b in enumerate(got) if merkle.leaf_hash(b) != leaves.get(start + i)), pos)  # type: ignore[arg-type]
             raise IntegrityError(
-                f"the bodies of [{start}, {stop}) do not give the {by.replace('_', ' ')} of node at pos {pos}",
-                session=name, pos=pos,
+                f"the bodies of [{start}, {stop}) do not give the {by.replace('_', ' ')} of node at pos {pos}"
+                + (f": the body at pos {bad} does not match its leaf" if bad != pos else ""),
+                session=name, pos=bad,
             )
         return RestoredSpan(name, pos, start, stop, got, by)  # type: ignore[arg-type]
 
     # --- reading ---------------------------------------------------------------
 
-    def _record(self, row: Row, redacted: dict[int, int] | None = None) -> Record:
+    def _record(self, row: Row, erasures: _Erasures | None = None) -> Record:
+        """Return the record of a stored row: the one checked read of a body.
+
+        A body must hash to its leaf; a missing one must have been erased by a logged
+        redaction (``erasures`` answers that, read once per call that passes it).
+
+        Raises:
+            IntegrityError: naming the position: the body does not match its leaf, or it
+                is missing and no redaction event accounts for it.
+        """
         if row.body is None:
-            if redacted is None:
-                redacted = self.store.backend.redactions(row.session_id)
-            by = redacted.get(row.pos, -1)
+            by = (erasures or _Erasures(self, row.session_id)).by(row.pos)
             return Record(self.name, row.seq, row.pos, "redacted", ev.Redacted(by=by), b"", row.leaf)
+        if merkle.leaf_hash(row.body) != row.leaf:
+            raise IntegrityError(f"event at pos {row.pos} does not match its leaf", session=self.name, pos=row.pos)
         return Record(self.name, row.seq, row.pos, row.kind, ev.decode(row.body), row.body, row.leaf)
 
     def _require_sid(self) -> int:
@@ -1050,19 +1121,20 @@ class Session:
         backend = self.store.backend
         out: list[Record] = []
         redacted = False
-        erased: dict[int, int] | None = None
+        erasures = _Erasures(self, sid)
 
         def bodies(chunk: list[Row]) -> list[bytes]:
-            nonlocal redacted, erased
+            nonlocal redacted
             got = [r.body or b"" for r in chunk]
-            if any(r.body is None for r in chunk):
-                redacted = True
-                erased = erased if erased is not None else backend.redactions(sid)
+            for r in chunk:
+                if r.body is None:
+                    erasures.by(r.pos)  # a body erased behind the store's back is not a redaction
+                    redacted = True
             for r, leaf in zip(chunk, merkle.leaf_hashes(got)):
                 if r.body is not None and leaf != r.leaf:
                     raise IntegrityError(f"the body at pos {r.pos} does not match its leaf", session=self.name, pos=r.pos)
             if records:
-                out.extend(self._record(r, erased) for r in chunk)
+                out.extend(self._record(r, erasures) for r in chunk)
             return got
 
         def stream() -> Iterator[list[bytes]]:
@@ -1135,11 +1207,9 @@ class Session:
         sid = self._sid()
         if sid is None:
             return
-        redacted: dict[int, int] | None = None  # read once, and only if a redacted row comes up
+        erasures = _Erasures(self, sid)  # read once, and only if a redacted row comes up
         for row in self.store.backend.rows(sid, start, stop, _CHUNK):
-            if row.body is None and redacted is None:
-                redacted = self.store.backend.redactions(sid)
-            yield self._record(row, redacted)
+            yield self._record(row, erasures)
 
     def _bounded(self, name: str, value: int | None, lo: int) -> tuple[int, int | None]:
         """Return ``(value or size, session id)`` after checking ``lo <= value <= size``.
@@ -1283,8 +1353,9 @@ class _EventReader:
         wanted = sorted({p for p in positions if 0 <= p < self.size and p not in self.events})
         if sid is None or not wanted:
             return
+        erasures = _Erasures(session, sid)
         for row in session.store.backend.rows_at(sid, wanted):
-            self.add(session._record(row))
+            self.add(session._record(row, erasures))
 
     def add(self, record: Record) -> None:
         """Take in a record read elsewhere, checking it like the ones read here.
@@ -1299,6 +1370,46 @@ class _EventReader:
             )
         self.leaves[record.pos] = leaf
         self.events[record.pos] = record.event
+
+
+class _Erasures:
+    """Which erased bodies of a session a logged redaction accounts for, read as they come up.
+
+    A body may be missing only where the redactions table names the redaction event
+    that erased it, and that event, itself matching its leaf, lists the position.
+    """
+
+    def __init__(self, session: Session, sid: int) -> None:
+        self.session, self.sid = session, sid
+        self.table: dict[int, int] | None = None
+        self.listed: dict[int, frozenset[int]] = {}
+
+    def by(self, pos: int) -> int:
+        """Return the position of the redaction event that erased ``pos``.
+
+        Raises:
+            IntegrityError: no logged redaction erased it: the body was erased behind the store's back.
+        """
+        backend = self.session.store.backend
+        if self.table is None:
+            self.table = backend.redactions(self.sid)
+        by = self.table.get(pos)
+        if by is not None and by not in self.listed:
+            row = backend.row(self.sid, by)
+            listed: frozenset[int] = frozenset()
+            if row is not None and row.body is not None and merkle.leaf_hash(row.body) == row.leaf:
+                try:
+                    event: ev.Event | None = ev.decode(row.body)
+                except InvalidEvent:
+                    event = None
+                if isinstance(event, ev.Redaction):
+                    listed = frozenset(event.positions)
+            self.listed[by] = listed
+        if by is None or not pos < by or pos not in self.listed[by]:
+            raise IntegrityError(
+                f"the body at pos {pos} is missing and no redaction event erased it", session=self.session.name, pos=pos
+            )
+        return by
 
 
 class _NodeSpan(msgspec.Struct, frozen=True, tag="node", tag_field="kind"):

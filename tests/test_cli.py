@@ -228,7 +228,7 @@ def test_export_refuses_a_session_with_redacted_positions(sqlite_built: str, tmp
         st.session("m").redact([4], "forget the rejection")
     out = tmp_path / "out.jsonl"
     result = run("export", "-s", sqlite_built, "-o", str(out))
-    assert result.exit_code == 1 and "1 redacted positions (4)" in result.stderr
+    assert result.exit_code == 1 and "2 redacted positions (4, 12)" in result.stderr  # the node quoting it too
     assert not out.exists()
     assert run("export", "-s", sqlite_built).stdout == ""
 
@@ -241,7 +241,7 @@ def test_export_refuses_a_tampered_session(sqlite_built: str) -> None:
     conn.commit()
     conn.close()
     result = run("export", "-s", sqlite_built)
-    assert result.exit_code == 1 and "pos 4 of 'm' does not match its leaf" in result.stderr and result.stdout == ""
+    assert result.exit_code == 1 and "'m': event at pos 4 does not match its leaf" in result.stderr and result.stdout == ""
 
 
 # --- compaction, markers, resume --------------------------------------------------------------

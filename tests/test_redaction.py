@@ -51,15 +51,16 @@ def test_bad_redactions_write_nothing(session: cs.Session) -> None:
 
 
 def test_a_redacted_literal_cannot_be_restored_or_certified(session: cs.Session) -> None:
-    """A node whose kept excerpt was redacted no longer certifies; its literal is gone from the log."""
+    """A node whose kept excerpt was redacted is erased with it and no longer certifies; its literal is gone from the log."""
     node = session.compact(0, 8, loss=cs.LossClass.LOSSLESS, keep=["rollback", "tables"])
     art = session.artifact(node)
     marker = session.mark(node)
     assert session.resume(marker).mode == "certified"
     assert cs.reconstruct(art, "authorize", session.lookup)
-    session.redact([5], "secret path")
+    red = session.redact([5], "secret path")
+    assert red.event.positions == [5, node.pos]  # type: ignore[attr-defined]
     res = session.resume(marker)
-    assert res.mode == "fallback" and any("kept excerpt" in r for r in res.reasons)
+    assert res.mode == "fallback" and any("not a summary node" in r for r in res.reasons)
     assert session.lookup("rollback") is None
     with pytest.raises(cs.ReconstructionUnsoundError, match="absent"):
         cs.reconstruct(art, "authorize", session.lookup)

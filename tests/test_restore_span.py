@@ -156,8 +156,18 @@ def test_a_tampered_span_or_node_is_refused(
 def test_a_redacted_event_in_the_span_can_never_be_restored(compacted: tuple[cs.Store, cs.Session, cs.Node]) -> None:
     """A redaction erases a body the digest covers: restoration is refused, naming the position."""
     _, s, node = compacted
+    s.redact([30], "user asked to forget")  # its content is longer than the summary's line: not quoted
+    assert s.read(node.pos).kind == "node"
+    with pytest.raises(cs.ReconstructionUnsoundError, match=r"\[30\] were redacted"):
+        s.restore_span(node)
+
+
+def test_a_node_quoting_a_redacted_event_is_erased_with_it(compacted: tuple[cs.Store, cs.Session, cs.Node]) -> None:
+    """A node whose summary quotes a redacted turn goes with it: restoring from it is refused."""
+    _, s, node = compacted
     s.redact([7], "user asked to forget")
-    with pytest.raises(cs.ReconstructionUnsoundError, match=r"\[7\] were redacted"):
+    assert s.read(node.pos).kind == "redacted"
+    with pytest.raises(cs.ReconstructionUnsoundError, match=f"node at pos {node.pos} was redacted"):
         s.restore_span(node)
 
 

@@ -255,9 +255,12 @@ def test_a_session_with_redactions_takes_the_full_path(store: cs.Store) -> None:
     s = store.session("m")
     migration(s)
     node = s.compact(0, 8, on_risk="preserve")
-    s.redact([3], "personal data")
+    s.redact([10], "personal data")  # after the span: the node still certifies
     assert index_of(s) is None
-    assert s.resume(s.mark(node)).mode == "certified"
+    marker = s.mark(node)
+    assert s.resume(marker).mode == "certified"
+    s.redact([3], "personal data")  # in the span: unknown now, so nothing certifies over it
+    assert s.resume(marker).mode == "fallback"
     assert store.verify().ok
 
 

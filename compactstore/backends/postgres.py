@@ -860,6 +860,13 @@ class _PGWriter:
             (sid, positions),
             fetch=False,
         )
+        self._do(
+            "erase the negative facts' texts",
+            f"UPDATE {queries.TABLE} SET text = '' WHERE session_id = %s AND pos = ANY(%s::bigint[]) "
+            "AND rel = 'negative' AND text <> ''",
+            (sid, positions),
+            fetch=False,
+        )
 
 
 _: type[Backend] = PostgresBackend

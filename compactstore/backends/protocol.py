@@ -80,7 +80,11 @@ class Writer(Protocol):
         ...
 
     def erase(self, positions: Sequence[int], by: int) -> None:
-        """Record ``positions`` as redacted by the event at ``by``: body and idem_key NULL, kind ``redacted``."""
+        """Record ``positions`` as redacted by the event at ``by``: body and idem_key NULL, kind ``redacted``.
+
+        The texts of the negative facts at those positions in the structural index (renderings
+        of the erased events) are blanked too; every other row and column stays.
+        """
         ...
 
     def index_rows(self, rels: Sequence[str], lo: int, hi: int) -> list[IndexRow]:

@@ -27,6 +27,14 @@ TABLE = "structure_index"
 #: ``(statement, arguments) -> rows``: one statement run on a backend's connection.
 Fetch = Callable[[str, Sequence[object]], Sequence[tuple[Any, ...]]]
 
+#: The one change the index allows: blanking the text of a negative fact (the rendering of
+#: its event, which can quote a literal) at a position a redaction erased.
+_ERASE_TEXT = (
+    "NEW.text = '' AND NEW.session_id = OLD.session_id AND NEW.pos = OLD.pos AND NEW.rel = 'negative' "
+    "AND OLD.rel = 'negative' AND NEW.key = OLD.key AND NEW.num = OLD.num "
+    "AND EXISTS (SELECT 1 FROM redactions r WHERE r.session_id = OLD.session_id AND r.pos = OLD.pos)"
+)
+
 SQLITE_SCHEMA = (
     f"CREATE TABLE IF NOT EXISTS {TABLE} (session_id INTEGER NOT NULL, pos INTEGER NOT NULL, "
     "rel TEXT NOT NULL, key TEXT NOT NULL, num INTEGER NOT NULL, text TEXT NOT NULL, "
@@ -39,7 +47,8 @@ SQLITE_SCHEMA = (
     f"CREATE INDEX IF NOT EXISTS idx_{TABLE}_num ON {TABLE} (session_id, rel, num, pos, key, text) "
     "WHERE rel = 'negative'",
     *(
-        f"CREATE TRIGGER IF NOT EXISTS {TABLE}_no_{op.lower()} BEFORE {op} ON {TABLE} "
+        f"CREATE TRIGGER IF NOT EXISTS {TABLE}_no_{op.lower()} BEFORE {op} ON {TABLE}"
+        f"{f' WHEN NOT ({_ERASE_TEXT})' if op == 'UPDATE' else ''} "
         f"BEGIN SELECT RAISE(ABORT, 'compactstore: {TABLE} is append-only'); END"
         for op in ("UPDATE", "DELETE")
     ),
@@ -52,9 +61,14 @@ POSTGRES_SCHEMA = (
     f"CREATE UNIQUE INDEX IF NOT EXISTS {TABLE}_pos ON {TABLE} (session_id, rel, pos, num)",
     f"CREATE INDEX IF NOT EXISTS {TABLE}_key ON {TABLE} (session_id, rel, key, pos) WHERE rel = 'binding'",
     f"CREATE INDEX IF NOT EXISTS {TABLE}_num ON {TABLE} (session_id, rel, num) WHERE rel = 'negative'",
+    "CREATE OR REPLACE FUNCTION compactstore_index_erase_only() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+    f"IF {_ERASE_TEXT} THEN RETURN NEW; END IF; "
+    "RAISE EXCEPTION 'compactstore: % is append-only', TG_TABLE_NAME "
+    "USING ERRCODE = 'restrict_violation'; END $$",
     *(
         f"CREATE OR REPLACE TRIGGER {TABLE}_no_{op} BEFORE {spec} ON {TABLE} "
-        f"FOR EACH {'STATEMENT' if op == 'truncate' else 'ROW'} EXECUTE FUNCTION compactstore_append_only()"
+        f"FOR EACH {'STATEMENT' if op == 'truncate' else 'ROW'} EXECUTE FUNCTION "
+        f"{'compactstore_index_erase_only' if op == 'update' else 'compactstore_append_only'}()"
         for op, spec in (("update", "UPDATE"), ("delete", "DELETE"), ("truncate", "TRUNCATE"))
     ),
 )
@@ -106,6 +120,10 @@ class Queries:
             "ORDER BY idx"
         )
         self.subtree_counts = f"SELECT level, count(*) FROM subtrees WHERE session_id = {m} GROUP BY level"
+        #: blanks the negative facts' texts at one erased position (see ``_ERASE_TEXT``)
+        self.erase_text = (
+            f"UPDATE {TABLE} SET text = '' WHERE session_id = {m} AND pos = {m} AND rel = 'negative' AND text <> ''"
+        )
 
     def _in(self, n: int) -> str:
         return "(" + ", ".join([self.mark] * n) + ")"

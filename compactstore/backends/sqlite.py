@@ -125,6 +125,8 @@ class SQLiteBackend(Reads):
         self._in_write = Reads(lambda sql, args: conn.execute(sql, args).fetchall(), queries.SQLITE)
         try:
             conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            # A redaction erases a body: its bytes must not stay behind in freed space.
+            conn.execute("PRAGMA secure_delete = ON")
             if path != ":memory:":
                 _enter_wal(conn)
             conn.execute(f"PRAGMA synchronous = {'FULL' if durable else 'NORMAL'}")
@@ -263,6 +265,19 @@ class SQLiteBackend(Reads):
         return int(n), int(lo), int(hi)
 
 
+def _drop_old_pages(conn: sqlite3.Connection) -> None:
+    """Copy the write-ahead log into the file and truncate it, so erased bodies leave the disk now.
+
+    Secure delete zeroes them in the pages an erasure writes; the log still holds the
+    pages as they were until a checkpoint. Best effort: a reader holding an older
+    snapshot keeps its frames until it ends, and the next checkpoint drops them.
+    """
+    try:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    except sqlite3.Error:
+        pass  # busy or read-only: the automatic checkpoint gets there later
+
+
 def _enter_wal(conn: sqlite3.Connection) -> None:
     """Put the file in WAL mode, waiting up to the busy timeout for other openers.
 
@@ -385,7 +400,7 @@ class _SQLiteWriter:
     Not a generator-based one: an append of one event pays for entering and leaving it.
     """
 
-    __slots__ = ("_backend", "_name", "_conn", "_version", "session_id", "_head", "_seq", "written", "seq_after")
+    __slots__ = ("_backend", "_name", "_conn", "_version", "session_id", "_head", "_seq", "written", "seq_after", "erased")
 
     def __init__(self, backend: SQLiteBackend, name: str) -> None:
         self._backend = backend
@@ -394,6 +409,8 @@ class _SQLiteWriter:
         #: the head this transaction inserted, and the seq after its events
         self.written: HeadRow | None = None
         self.seq_after: int | None = None
+        #: whether the transaction erased bodies (then the write-ahead log is emptied after it)
+        self.erased = False
 
     def __enter__(self) -> _SQLiteWriter:
         backend, conn, name = self._backend, self._conn, self._name
@@ -442,6 +459,8 @@ class _SQLiteWriter:
                     raise
                 # Committed: remember it. (A rollback leaves the remembered state as it was.)
                 backend._remember(self._version, self._name, self)
+                if self.erased:
+                    _drop_old_pages(self._conn)
                 return
             self._rollback()
             if isinstance(exc, (sqlite3.Error, UnicodeDecodeError)):
@@ -532,6 +551,8 @@ class _SQLiteWriter:
             "UPDATE events SET body = NULL, kind = 'redacted', idem_key = NULL WHERE session_id = ? AND pos = ?",
             [(sid, p) for p in positions],
         )
+        self._conn.executemany(queries.SQLITE.erase_text, [(sid, p) for p in positions])
+        self.erased = True
 
 
 _: type[Backend] = SQLiteBackend

@@ -8,7 +8,7 @@ import tempfile
 import click
 
 from .. import merkle
-from ..errors import InvalidEvent
+from ..errors import IntegrityError, InvalidEvent
 from .app import EXIT_REFUSED, Failure, emit, main, opened, pick_session, short, store_options
 
 SPOOL_BYTES = 16 * 1024 * 1024
@@ -51,6 +51,9 @@ def export_command(target: str, key_env: str | None, session_name: str | None, a
                     spool.write(record.body + b"\n")
             except InvalidEvent as exc:
                 raise Failure(f"an event of {session.name!r} does not decode: {exc.reason}", EXIT_REFUSED,
+                              error="IntegrityError", as_json=as_json, hint="run `compactstore verify`") from exc
+            except IntegrityError as exc:  # the read itself checks each body against its leaf
+                raise Failure(f"{session.name!r}: {exc.args[0]}: the store was altered", EXIT_REFUSED,
                               error="IntegrityError", as_json=as_json, hint="run `compactstore verify`") from exc
             if frontier.size != head.size or frontier.root() != head.root:
                 raise Failure(f"the leaves of {session.name!r} do not give its root {short(head.root)}…",

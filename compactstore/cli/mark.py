@@ -105,7 +105,8 @@ def resume_command(marker: int | None, show_context: bool, require_certified: bo
     """
     with opened(target, key_env, as_json) as store:
         session = pick_session(store, session_name, target, as_json)
-        pos = marker if marker is not None else _latest_marker(session)
+        with reporting(as_json):  # finding the latest marker reads, and checks, every body
+            pos = marker if marker is not None else _latest_marker(session)
         if pos is None:
             raise Failure(f"session {session.name!r} holds no marker", as_json=as_json,
                           hint="emit one with `compactstore mark NODE` or `compactstore mark --raw`")
