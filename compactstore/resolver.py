@@ -271,11 +271,14 @@ def literal_name(excerpt: ev.Excerpt, binding_keys: Mapping[int, str]) -> str:
 
 def artifact(view: SessionView, node: Node) -> Artifact:
     """Return the artifact of ``node``; see :meth:`compactstore.store.Session.artifact`."""
-    keys = {}
+    keys: dict[int, str] = {}
     for e in node.kept:
         event = view.read(e.pos).event
         if isinstance(event, ev.Binding):
             keys[e.pos] = event.key
+    # A key names its latest kept value; an earlier one, re-bound since, keeps its ``pos:path``.
+    latest = {k: p for p, k in sorted(keys.items())}
+    keys = {p: k for p, k in keys.items() if latest[k] == p}
     literals = {literal_name(e, keys): e.value for e in node.kept}
     payload: dict[str, JSON] = {
         "summary": node.summary,

@@ -258,3 +258,13 @@ def test_a_phantom_resolved_item_is_refused_at_admission(session: cs.Session) ->
         with pytest.raises(cs.InvalidEvent) as info:
             session.compact(10, 12, resolved=[Item(9, "tool_call", "c2"), lie])
         assert info.value.field == "resolved" and session.size == size
+
+
+def test_an_artifact_names_a_key_by_its_latest_kept_value(store: cs.Store) -> None:
+    """A LOSSLESS artifact over a re-bound key carries both values: the key names the live one, ``pos:value`` the other."""
+    s = store.session("m")
+    s.bind("rollback", "migrations/003_down.sql")  # 0
+    s.bind("rollback", ROLLBACK.replace("003", "004"))  # 1
+    art = s.artifact(s.compact(0, 2, keep=cs.AUTO, loss=cs.LossClass.LOSSLESS))
+    assert art.payload["literals"] == {"0:value": "migrations/003_down.sql", "rollback": "migrations/004_down.sql"}
+    assert cs.reconstruct(art, "authorize", s.lookup) == art.payload
