@@ -21,9 +21,9 @@ import msgspec
 
 from . import events as ev
 from . import rules
-from .errors import InvalidArgument
+from .errors import CompactionInvariantError, InvalidArgument
 from .events import Excerpt, Fact, Item, LossClass, Record, SpillRef, as_list
-from .facts import Facts, FullFacts
+from .facts import Facts
 from .structure import build
 from .summarize import Summarizer, extractive
 from .view import SessionView
@@ -210,14 +210,16 @@ def compaction(
     loss: object = LossClass.LOSSY_GIST,
     negative_facts: Iterable[Fact | int] | Auto = AUTO,
     unresolved: Iterable[Item | str] | Auto = AUTO,
-    keep: Iterable[str | tuple[int, str]] = (),
+    keep: Iterable[str | tuple[int, str]] | Auto = (),
     on_risk: OnRisk = "refuse",
     resolved: Iterable[Item | str] | Auto = AUTO,
 ) -> list[ev.Event]:
     """Return the events that compact ``[start, stop)`` at checkpoint ``size``: spills, then the L1 node.
 
     See :meth:`compactstore.store.Session.compact`. Spill handles name the positions
-    the spills take when appended at ``size``.
+    the spills take when appended at ``size``. ``keep=AUTO`` keeps every literal of the
+    span verbatim (:func:`compactstore.rules.span_literals`); ``loss=AUTO`` makes the node
+    LOSSLESS when it keeps every literal, fact and item of its span, else LOSSY_LITERAL.
 
     Raises:
         InvalidArgument: a bad argument, or a span that is empty, out of range or overlaps an L1 node.
@@ -225,8 +227,9 @@ def compaction(
     """
     if on_risk not in ("refuse", "preserve", "spill"):
         raise InvalidArgument("on_risk", f'want "refuse", "preserve" or "spill", got {on_risk!r}')
-    loss = loss_class(loss)
-    keep = as_list("keep", keep)
+    wanted = None if loss is AUTO else loss_class(loss)
+    keep_all = keep is AUTO
+    keep = [] if keep is AUTO else as_list("keep", keep)
     negative_facts = _optional_list("negative_facts", negative_facts)  # type: ignore[assignment]
     unresolved = _optional_list("unresolved", unresolved)  # type: ignore[assignment]
     resolved = _optional_list("resolved", resolved)  # type: ignore[assignment]
@@ -234,7 +237,8 @@ def compaction(
         raise InvalidArgument("summary", f"must be str, got {type(summary).__name__}")
     if not isinstance(start, int) or not isinstance(stop, int) or not 0 <= start < stop <= size:
         raise InvalidArgument("span", f"[{start}, {stop}) is not a non-empty span of the session's {size} positions")
-    f = view.facts(size)
+    reader = view.reader(size)
+    f = view.facts(size, reader=reader)
     found = rules.overlap(f, 1, start, stop, size)
     if found is not None:
         raise found
@@ -242,11 +246,19 @@ def compaction(
     items = _items(unresolved, f.unresolved_at(start, stop))
     done = _items(resolved, f.resolved_in(start, stop), "resolved")
     kept = _kept(view, keep, f, stop)
-    at_risk = rules.risks(f, start, stop, f.keys_at({e.pos for e in kept if e.path == "value"}))
+    # The literals are read off the span's events: read it once, here, when they are needed.
+    literal = keep_all or wanted in (None, LossClass.LOSSLESS)
+    got = view.read_span(start, stop, records=summary is None or literal) if literal else None
+    for r in got.records if got is not None and literal else ():
+        reader.add(r)
+    if keep_all:
+        kept += rules.span_literals(f, start, stop)
+    at_risk = rules.risks(f, start, stop, {e.pos for e in kept if e.path == "value"})
     spills: list[ev.Spill] = []
     refs: list[SpillRef] = []
     contract = None
-    if at_risk and loss is not LossClass.LOSSLESS:
+    # Under AUTO a node that loses a needed live value cannot be LOSSLESS: the gate runs.
+    if at_risk and wanted is not LossClass.LOSSLESS:
         if on_risk == "refuse":
             raise rules.gate_error(at_risk, start, stop)
         needed = sorted({(r.key, r.binding_pos) for r in at_risk})
@@ -262,15 +274,18 @@ def compaction(
                 refs.append(SpillRef(f"spill:{size + i}", k, p, d))
             contract = f"spilled for obligations {names}: {[k for k, _ in needed]}"
     node = ev.Summary(
-        tier=1, start=start, stop=stop, span_root="", summary="", loss=loss, negative_facts=facts,
-        unresolved=items, resolved=done, kept=_dedupe(kept), spills=refs, contract=contract,
+        tier=1, start=start, stop=stop, span_root="", summary="", loss=wanted or LossClass.LOSSLESS,
+        negative_facts=facts, unresolved=items, resolved=done, kept=_dedupe(kept), spills=refs, contract=contract,
     )
-    if loss is LossClass.LOSSLESS:
+    if literal:
         problems = rules.lossless_problems(f, node)
-        if problems:
+        if problems and wanted is LossClass.LOSSLESS:
             raise rules.lossless_error(node, problems)
-    # One read of the span: the summarizer's records, the content digest, each body against its leaf.
-    got = view.read_span(start, stop, records=summary is None)
+        if problems:
+            node = msgspec.structs.replace(node, loss=LossClass.LOSSY_LITERAL)
+    if got is None:
+        # One read of the span: the summarizer's records, the content digest, each body against its leaf.
+        got = view.read_span(start, stop, records=summary is None)
     text = summary if summary is not None else _summary_text((summarizer or extractive)(got.records))
     return [*spills, _sealed(node, text, got.span_root, got.digest)]
 
@@ -311,24 +326,26 @@ def roll_up(
             raise InvalidArgument("nodes", f"nodes at pos {a.pos} and {b.pos} are not contiguous: [{a.start}, {a.stop}) then [{b.start}, {b.stop})")
     start, stop = children[0].start, children[-1].stop
     floor = rules.weakest(c.loss for c in children)
-    wanted = floor if loss is None else loss_class(loss)
+    auto = loss is None or loss is AUTO
+    wanted = floor if auto else loss_class(loss)
     if rules.LOSS_ORDER[wanted] < rules.LOSS_ORDER[floor]:
-        from .errors import CompactionInvariantError
-
         raise CompactionInvariantError(f"an L2 node cannot be {wanted.value} over children that are {floor.value}")
-    f = view.facts(size)
+    reader = view.reader(size)
+    f = view.facts(size, reader=reader)
     found = rules.overlap(f, 2, start, stop, size)
     if found is not None:
         raise found
-    # The children's facts, and what became negative inside the span after they were
-    # written (an event of the first child superseded by one of the last).
-    carried = sorted(
-        {x.pos: x for x in [*f.negatives_in(start, stop), *(x for c in children for x in c.negative_facts)]}.values(),
-        key=lambda x: x.pos,
-    )
-    listed = sorted({i for c in children for i in c.unresolved}, key=lambda i: (i.pos, i.kind, i.id))
-    closed = f.resolved_before(listed, stop)
-    still_open = sorted({i for i in listed if i not in closed}, key=lambda i: (i.pos, i.kind, i.id))
+    # The children's facts as the log gives them, and what became negative inside the
+    # span after they were written (an event of the first child superseded by one of the last).
+    cited = sorted({x.pos for c in children for x in c.negative_facts if start <= x.pos < stop})
+    logged = f.negatives_at(cited)
+    facts = {p: x for p in cited if (x := logged(p)) is not None}
+    facts.update((x.pos, x) for x in f.negatives_in(start, stop))
+    carried = sorted(facts.values(), key=lambda x: x.pos)
+    # The children's open items that are still open at the boundary, as the log gives them.
+    open_at_stop = set(f.unresolved_at(start, stop))
+    still_open = sorted({i for c in children for i in c.unresolved if i in open_at_stop},
+                        key=lambda i: (i.pos, i.kind, i.id))
     node = ev.Summary(
         tier=2, start=start, stop=stop, span_root="", summary="", loss=wanted,
         children=[c.pos for c in children], negative_facts=_facts(negative_facts, carried, f),
@@ -341,7 +358,16 @@ def roll_up(
         contract="; ".join(c.contract for c in children if c.contract) or None,
     )
     text = summary if summary is not None else _summary_text((summarizer or extractive)(records))
-    got = view.read_span(start, stop)
+    literal = wanted is LossClass.LOSSLESS
+    got = view.read_span(start, stop, records=literal)
+    if literal:
+        for r in got.records:
+            reader.add(r)
+        problems = rules.lossless_problems(f, node)
+        if problems and not auto:
+            raise rules.lossless_error(node, problems)
+        if problems:  # the children are LOSSLESS, what this node retains of the span is not
+            node = msgspec.structs.replace(node, loss=LossClass.LOSSY_LITERAL)
     return [_sealed(node, text, got.span_root, got.digest)]
 
 
@@ -356,27 +382,29 @@ def _sealed(node: ev.Summary, text: str, span_root: bytes, digest: bytes | None)
 
 
 def audit(view: SessionView) -> list[Finding]:
-    """Return every binding destroyed by a lossy compaction and needed by a later step."""
+    """Return every binding whose live value a lossy compaction destroyed and a later step needed.
+
+    The live value is the key's latest binding before the step; it is destroyed when
+    every node covering it (written before the step) keeps neither an excerpt nor a
+    spill of that position.
+    """
     size = view.size
-    events = [r.event for r in view.scan(0, size)]
-    s = build(enumerate(events))
-    f = FullFacts(events, view.span_root, s)
+    s = build((r.pos, r.event) for r in view.scan(0, size))
     findings: list[Finding] = []
     seen: set[tuple[int, str]] = set()
     for pos, key, via in sorted(s.needs):
-        bound = [(p, b) for p, b in s.bindings.get(key, []) if p < pos]
-        if not bound or bound[-1][1].regenerable:
+        live = s.latest_binding(key, pos)
+        if live is None or live[1].regenerable:
             continue
-        # Every source of the binding must lie in a lossy span compacted before this step
-        # by a node that kept nothing of it; one raw or kept source keeps it reachable.
-        swallowed_by = None
-        for bpos, _ in bound:
-            covering = [(npos, n) for npos, n in s.nodes.items() if npos < pos and n.start <= bpos < n.stop]
-            if not covering or any(key in rules.kept_keys(n, f) or n.loss is LossClass.LOSSLESS for _, n in covering):
-                swallowed_by = None
-                break
-            swallowed_by = min(npos for npos, _ in covering)
-        if swallowed_by is not None and (swallowed_by, key) not in seen:
+        # The live value must lie in a lossy span compacted before this step by a node that
+        # kept nothing of it. A value of the key bound earlier, raw or kept, is stale and
+        # keeps nothing the step can use.
+        bpos = live[0]
+        covering = [npos for npos, n in s.nodes.items() if npos < pos and n.start <= bpos < n.stop]
+        if not covering or any(bpos in rules.kept_positions(s.nodes[npos]) for npos in covering):
+            continue
+        swallowed_by = min(covering)
+        if (swallowed_by, key) not in seen:
             seen.add((swallowed_by, key))
-            findings.append(Finding(swallowed_by, key, bound[-1][0], pos, pos - swallowed_by, via))
+            findings.append(Finding(swallowed_by, key, bpos, pos, pos - swallowed_by, via))
     return findings

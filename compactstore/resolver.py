@@ -328,11 +328,14 @@ def literal_name(excerpt: ev.Excerpt, binding_keys: Mapping[int, str]) -> str:
 
 def _literals(node: ev.Summary, read: Callable[[int], ev.Event | None]) -> dict[str, JSON]:
     """Return a node's kept excerpts by literal name; ``read`` gives the events they come from."""
-    keys = {}
+    keys: dict[int, str] = {}
     for e in node.kept:
         event = read(e.pos) if e.path == "value" else None
         if isinstance(event, ev.Binding):
             keys[e.pos] = event.key
+    # A key names its latest kept value; an earlier one, re-bound since, keeps its ``pos:path``.
+    latest = {k: p for p, k in sorted(keys.items())}
+    keys = {p: k for p, k in keys.items() if latest[k] == p}
     return {literal_name(e, keys): e.value for e in node.kept}
 
 

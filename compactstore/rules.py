@@ -1,11 +1,39 @@
 """Every rule of the store, written once, as pure functions over :class:`compactstore.facts.Facts`.
 
 - **The gate** (seed 001): before a lossy compaction, an open obligation that needs a
-  non-regenerable binding whose latest value is bound inside the span makes it keep
-  the binding verbatim, spill it, or be refused (:func:`risks`).
+  non-regenerable binding whose live value (its latest binding at the checkpoint) is
+  bound inside the span makes it keep that value verbatim, spill it, or be refused
+  (:func:`risks`). A binding is kept by the position of its live value, never by its
+  key: an excerpt or spill of a value bound earlier and re-bound since keeps nothing
+  an obligation can use (:func:`kept_positions`).
 - **Loss-class monotonicity**: a node is no better than its weakest child (:func:`weakest`).
-- **The lossless check**: a LOSSLESS node keeps every binding, negative fact and open
-  or resolved item of its span (:func:`lossless_problems`).
+- **The lossless check**: a LOSSLESS node keeps every literal of its span verbatim,
+  each provable against its leaf, and retains every negative fact and open or resolved
+  item of its span (:func:`lossless_problems`). The literals of a span
+  (:func:`span_literals`, the one list the check, the compactor and admission read)
+  are read from event fields, never from prose, the same way on every backend:
+
+  - a binding's ``value``;
+  - a tool call's ``name`` and every leaf of its ``args``;
+  - every leaf of a tool result's ``output`` (for a failed call, its exact error);
+  - the ``content`` of a user's turn (role ``user`` or ``human``), and of any turn with
+    status ``rejected``: the decisions (approve, reject, authorize);
+  - a handle's ``detail`` (a path, a command line) when it has one;
+  - the ``value`` of a framework snapshot or pending write, whole (the store never
+    interprets it).
+
+  A leaf is a scalar, an empty list or map, or a map with a key that a field path
+  cannot spell (empty, or holding ``.``, ``[`` or ``]``); its path is the field path
+  :func:`extract` reads (``args.sql``, ``output.rows[0]``). An excerpt of a field keeps
+  every leaf under it. Derived events (nodes, spills, markers, attempts, redactions)
+  repeat or point at raw literals and give none of their own; a redacted body's
+  literals are gone, so a span holding one cannot be LOSSLESS. Listing a literal (in a
+  fact's text, a summary, an item) does not keep it; spilling keeps a binding for the
+  gate, not for a LOSSLESS claim, whose artifact must carry every literal.
+- **What a node claims** is held to the log: each retained negative fact is the log's
+  fact at its position (the event there, its status, its text), each item listed as
+  unresolved or resolved is one the log opened there and left open or closed as
+  claimed (:func:`false_claims`).
 - **The marker conditions** (seed 003), checked at emission and at resume by the same
   code: closure, negative-fact retention, anchoring (:func:`check_marker`).
 - **Restoration** (seed 000): literals are restored only from a LOSSLESS node whose
@@ -36,6 +64,9 @@ Condition = Literal["closure", "negative_facts", "anchoring"]
 
 #: Loss classes from best to worst.
 LOSS_ORDER = {LossClass.LOSSLESS: 0, LossClass.LOSSY_GIST: 1, LossClass.LOSSY_LITERAL: 2}
+
+#: Turn roles that speak for the user: their turns carry the user's decisions, so their words are literals.
+USER_ROLES = frozenset({"user", "human"})
 
 
 class Violation(msgspec.Struct, frozen=True, order=True):
@@ -94,9 +125,13 @@ def value_digest(value: ev.JSON) -> str:
     return blake3(ev.encode_json(value).encode()).hexdigest()
 
 
-def kept_keys(node: ev.Summary, f: Facts) -> set[str]:
-    """Return the binding keys a node keeps verbatim or spilled."""
-    return f.keys_at({e.pos for e in node.kept if e.path == "value"}) | {sp.key for sp in node.spills}
+def kept_positions(node: ev.Summary) -> set[int]:
+    """Return the positions of the binding values ``node`` keeps verbatim (a ``value`` excerpt) or spilled.
+
+    A binding is kept by the position of its value, not by its key: an excerpt of a
+    value re-bound since does not keep the live one.
+    """
+    return {e.pos for e in node.kept if e.path == "value"} | {sp.source for sp in node.spills}
 
 
 def weakest(losses: Iterable[LossClass]) -> LossClass:
@@ -107,8 +142,15 @@ def weakest(losses: Iterable[LossClass]) -> LossClass:
 # --- the gate and the lossless check --------------------------------------------------
 
 
-def risks(f: Facts, start: int, stop: int, kept: set[str] = frozenset()) -> list[Risk]:  # type: ignore[assignment]
-    """Return each open obligation that needs a non-regenerable binding last bound in ``[start, stop)``."""
+def risks(f: Facts, start: int, stop: int, kept: Iterable[int | str] = ()) -> list[Risk]:
+    """Return each open obligation that needs a non-regenerable binding whose live value is bound in ``[start, stop)``.
+
+    The live value of a key is its latest binding before ``f.size``. ``kept`` names what
+    the compaction keeps: positions of binding values (see :func:`kept_positions`), or
+    keys, each standing for its latest binding before ``stop`` (what ``keep=KEY`` keeps).
+    """
+    positions = {k for k in kept if isinstance(k, int) and not isinstance(k, bool)}
+    keys = {k for k in kept if isinstance(k, str)}
     out = []
     latest: dict[str, tuple[int, bool] | None] = {}
     for opos, name, needs in f.open_obligations():
@@ -116,10 +158,11 @@ def risks(f: Facts, start: int, stop: int, kept: set[str] = frozenset()) -> list
             if key not in latest:
                 latest[key] = f.latest_binding(key, f.size)
             found = latest[key]
-            if found is None or key in kept:
+            if found is None:
                 continue
             bpos, regenerable = found
-            if start <= bpos < stop and not regenerable:
+            # The live value lies in the span, so it is also the key's latest before ``stop``.
+            if start <= bpos < stop and not regenerable and bpos not in positions and key not in keys:
                 out.append(Risk(name, opos, key, bpos))
     return out
 
@@ -134,13 +177,103 @@ def gate_error(found: Sequence[Risk], start: int, stop: int) -> CompactionInvari
     )
 
 
+def literals_of(pos: int, event: ev.Event) -> list[Excerpt]:
+    """Return the literals of the event at ``pos`` an operation could act on, as excerpts (see the module docstring)."""
+    out: list[Excerpt] = []
+    if event.kind in ev.DERIVED_KINDS:
+        return out
+    if isinstance(event, ev.Binding):
+        out.append(Excerpt(pos, "value", event.value))
+    elif isinstance(event, ev.ToolCall):
+        out.append(Excerpt(pos, "name", event.name))
+        if event.args:
+            _leaves(pos, "args", event.args, out)
+    elif isinstance(event, ev.ToolResult):
+        if event.output is not None:
+            _leaves(pos, "output", event.output, out)
+    elif isinstance(event, ev.Turn):
+        if event.role in USER_ROLES or event.status == "rejected":
+            out.append(Excerpt(pos, "content", event.content))
+    elif isinstance(event, ev.HandleOpened):
+        if event.detail:
+            out.append(Excerpt(pos, "detail", event.detail))
+    elif isinstance(event, ev.GraphState | ev.Write):
+        if event.value is not None:
+            out.append(Excerpt(pos, "value", event.value))
+    return out
+
+
+def _leaves(pos: int, path: str, value: ev.JSON, out: list[Excerpt]) -> None:
+    if isinstance(value, dict) and value and all(_spellable(k) for k in value):
+        for k in sorted(value):
+            _leaves(pos, f"{path}.{k}", value[k], out)
+    elif isinstance(value, list) and value:
+        for i, v in enumerate(value):
+            _leaves(pos, f"{path}[{i}]", v, out)
+    else:
+        out.append(Excerpt(pos, path, value))
+
+
+def _spellable(key: object) -> bool:
+    """Return whether a map key can be spelled in a field path that :func:`extract` reads back."""
+    return isinstance(key, str) and key != "" and not any(c in key for c in ".[]")
+
+
+def span_literals(f: Facts, start: int, stop: int) -> list[Excerpt]:
+    """Return every literal of positions ``[start, stop)`` an operation could act on, by position and path.
+
+    The one list the lossless check, the compactor and admission read (see the module
+    docstring for what a literal is). A position that cannot be read (a redacted body)
+    gives none: :func:`lossless_problems` refuses a span that holds one.
+    """
+    out: list[Excerpt] = []
+    for pos in range(start, stop):
+        event = f.event(pos)
+        if event is not None:
+            out.extend(literals_of(pos, event))
+    return out
+
+
+def _prefixes(path: str) -> list[str]:
+    """Return the field paths that hold ``path``, itself included (``args``, ``args.a``, ``args.a[0]``)."""
+    return [path[:i] for i, c in enumerate(path) if c in ".[" and i] + [path]
+
+
+def _provable(f: Facts, kept: Iterable[Excerpt]) -> set[tuple[int, str]]:
+    """Return ``(pos, path)`` of the excerpts whose value digest is that of the field they name in the log."""
+    out = set()
+    for e in kept:
+        if _excerpt_matches(f.event(e.pos) if e.pos >= 0 else None, e):
+            out.add((e.pos, e.path))
+    return out
+
+
+def _excerpt_matches(source: ev.Event | None, e: Excerpt) -> bool:
+    """Return whether excerpt ``e`` is field ``e.path`` of ``source``, compared by value digest (``1`` is not ``true``)."""
+    if source is None:
+        return False
+    try:
+        return value_digest(extract(source, e.path)) == value_digest(e.value)
+    except (KeyError, InvalidArgument, TypeError):
+        return False
+
+
 def lossless_problems(f: Facts, node: ev.Summary) -> list[str]:
-    """Return why ``node`` cannot be LOSSLESS: each binding, negative fact or item of its span it does not keep."""
+    """Return why ``node`` cannot be LOSSLESS.
+
+    Each literal of its span not kept verbatim by a provable excerpt, each position it
+    cannot read (a redacted body), each negative fact it does not retain as the log
+    gives it, each open or resolved item of its span it does not list.
+    """
     start, stop = node.start, node.stop
-    keys = kept_keys(node, f)
-    retained = {x.pos for x in node.negative_facts}
-    missing = sorted(k for k in f.keys_in(start, stop) if k not in keys)
-    missing_facts = [x.pos for x in f.negatives_in(start, stop) if x.pos not in retained]
+    kept = _provable(f, node.kept)
+    missing = [
+        f"pos {lit.pos} {lit.path}" for lit in span_literals(f, start, stop)
+        if not any((lit.pos, p) in kept for p in _prefixes(lit.path))
+    ]
+    unread = [p for p in range(start, stop) if isinstance(f.event(p), ev.Redacted | type(None))]
+    retained = set(node.negative_facts)
+    missing_facts = [x.pos for x in f.negatives_in(start, stop) if x not in retained]
     items, done = set(node.unresolved), set(node.resolved)
     missing_items = [i.id for i in f.unresolved_at(start, stop) if i not in items]
     missing_items += [i.id for i in f.resolved_in(start, stop) if i not in done]
@@ -149,7 +282,10 @@ def lossless_problems(f: Facts, node: ev.Summary) -> list[str]:
     if erased:
         problems.append(f"positions {erased} were redacted: what they held cannot be shown kept")
     if missing:
-        problems.append(f"bindings not kept: {missing}")
+        more = f" and {len(missing) - 8} more" if len(missing) > 8 else ""
+        problems.append(f"literals not kept verbatim: {', '.join(missing[:8])}{more}")
+    if unread:
+        problems.append(f"positions {unread} were redacted: their literals cannot be kept")
     if missing_facts:
         problems.append(f"negative facts not retained at pos {missing_facts}")
     if missing_items:
@@ -205,19 +341,22 @@ def check_marker(f: Facts, node_pos: int) -> tuple[list[Violation], list[int]]:
                 "closure", item.pos, f"{item.kind} {item.id!r} is open at the boundary but not listed as UNRESOLVED"
             ))
     _check_resolved(top, f.resolved_in(top.start, top.stop), found)
-    retained = {x.pos for x in top.negative_facts}
+    # Retained as the log gives it: a fact at the right position with another status or
+    # text (a rejection kept as "superseded: approved") retains nothing.
+    retained = set(top.negative_facts)
     for fact in f.negatives_in(top.start, top.stop):
-        if fact.pos not in retained:
+        if fact not in retained:
             found.append(Violation("negative_facts", fact.pos, f"{fact.status} item dropped: {fact.text}"))
     # A redacted position is unknown, not empty: it may have been a failure, a rejection
     # or an open call, and nothing can show that the summary kept it.
     for p in f.redacted_in(top.start, top.stop):
         found.append(Violation("negative_facts", p, "redacted: what it held cannot be shown retained"))
-    for r in risks(f, top.start, top.stop, kept_keys(top, f)):
+    found.extend(v for _, v in false_claims(f, top))
+    for r in risks(f, top.start, top.stop, kept_positions(top)):
         found.append(Violation(
             "anchoring", r.binding_pos,
-            f"binding {r.key!r} needed by open obligation {r.obligation!r} (pos {r.obligation_pos}) "
-            "is neither kept nor spilled",
+            f"live value of binding {r.key!r} (bound at pos {r.binding_pos}) needed by open obligation "
+            f"{r.obligation!r} (pos {r.obligation_pos}) is neither kept nor spilled",
         ))
     return sorted(set(found)), path
 
@@ -225,19 +364,74 @@ def check_marker(f: Facts, node_pos: int) -> tuple[list[Violation], list[int]]:
 def _check_resolved(top: ev.Summary, resolved: Iterable[ev.Item], found: list[Violation]) -> None:
     """Hold ``top.resolved`` to ``resolved``: the items opened before its span and closed inside it.
 
-    A missing one looks still open in a resumed context; one listed that was not closed
-    there would tell the agent something was done that was not.
+    A missing one looks still open in a resumed context. (One listed that was not closed
+    there, which would tell the agent something was done that was not, is a false claim:
+    see :func:`false_claims`.)
     """
     listed, want = set(top.resolved), set(resolved)
     for item in sorted(want - listed, key=lambda i: (i.pos, i.kind, i.id)):
         found.append(Violation(
             "closure", item.pos, f"{item.kind} {item.id!r} is closed in the span but not listed as RESOLVED"
         ))
-    for item in sorted(listed - want, key=lambda i: (i.pos, i.kind, i.id)):
-        found.append(Violation(
-            "closure", item.pos,
-            f"{item.kind} {item.id!r} is listed as RESOLVED but was not opened before the span and closed in it",
-        ))
+
+
+def _clip(text: str, n: int = 60) -> str:
+    return repr(text if len(text) <= n else text[: n - 1] + "…")
+
+
+def false_claims(f: Facts, node: ev.Summary) -> list[tuple[str, Violation]]:
+    """Return each claim of ``node`` that the log at ``f.size`` does not bear out, with the field that holds it.
+
+    - ``negative_facts``: a retained fact must be the log's negative fact at its
+      position, same status and text, at a position the node may cite: in its span, or
+      before it and made negative by an event in it. A position outside ``[0, stop)``
+      is impossible.
+    - ``unresolved``: an item listed as unresolved must be opened at its position inside
+      the span and still open at its stop.
+    - ``resolved``: an item listed as resolved must be opened at its position before the
+      span, open at its start, and closed inside it.
+    """
+    start, stop = node.start, node.stop
+    out: list[tuple[str, Violation]] = []
+    owed = {x.pos: x for x in f.negatives_in(start, stop)}
+    later = f.negatives_at([x.pos for x in node.negative_facts if start <= x.pos < stop and x.pos not in owed])
+    for i, x in enumerate(node.negative_facts):
+        what = f"negative_facts[{i}] ({x.status} at pos {x.pos})"
+        if not 0 <= x.pos < stop:
+            out.append(("negative_facts", Violation(
+                "negative_facts", x.pos, f"{what} is outside [0, {stop}): the span cannot cite it")))
+            continue
+        want = owed.get(x.pos) or (later(x.pos) if x.pos >= start else None)
+        if want is None:
+            out.append(("negative_facts", Violation(
+                "negative_facts", x.pos, f"{what}: the log gives no negative fact there that the span may cite")))
+        elif want != x:
+            out.append(("negative_facts", Violation(
+                "negative_facts", x.pos,
+                f"{what} {_clip(x.text)} does not match the log: {want.status} {_clip(want.text)}")))
+    open_at_stop = set(f.unresolved_at(start, stop))
+    for i, item in enumerate(node.unresolved):
+        what = f"unresolved[{i}] ({item.kind} {item.id!r} at pos {item.pos})"
+        if not start <= item.pos < stop:
+            out.append(("unresolved", Violation(
+                "closure", item.pos, f"{what} is outside the span [{start}, {stop}): it cannot be open in it")))
+        elif item not in open_at_stop:
+            out.append(("unresolved", Violation(
+                "closure", item.pos,
+                f"{item.kind} {item.id!r} is listed as UNRESOLVED but was not opened at pos {item.pos} "
+                "and left open at the boundary")))
+    closed = set(f.resolved_in(start, stop))
+    for i, item in enumerate(node.resolved):
+        if not 0 <= item.pos < start:
+            out.append(("resolved", Violation(
+                "closure", item.pos,
+                f"resolved[{i}] ({item.kind} {item.id!r} at pos {item.pos}) is outside [0, {start}): "
+                "it cannot be opened before the span")))
+        elif item not in closed:
+            out.append(("resolved", Violation(
+                "closure", item.pos,
+                f"{item.kind} {item.id!r} is listed as RESOLVED but was not opened before the span and closed in it")))
+    return out
 
 
 def _check_path(f: Facts, node_pos: int, found: list[Violation]) -> list[int]:
@@ -277,12 +471,7 @@ def node_anchoring(f: Facts, node: ev.Summary, pos: int, found: list[Violation])
         if not contiguous or spans[0][0] != node.start or spans[-1][1] != node.stop:
             found.append(Violation("anchoring", pos, "children are not contiguous L1 nodes covering its span"))
     for e in node.kept:
-        source = f.event(e.pos) if 0 <= e.pos < pos else None
-        try:
-            ok = source is not None and extract(source, e.path) == e.value
-        except KeyError:
-            ok = False
-        if not ok:
+        if not _excerpt_matches(f.event(e.pos) if 0 <= e.pos < pos else None, e):
             found.append(Violation("anchoring", e.pos, f"kept excerpt {e.path!r} does not match the log"))
     for ref in node.spills:
         if not _spill_matches(f, ref, pos):
@@ -459,12 +648,15 @@ def admit_node(f: Facts, node: ev.Summary, pos: int) -> None:
     """Refuse a summary node at ``pos`` that breaks a rule; ``f`` is the log before it.
 
     Checked: its span and tier; no overlap with a node of its tier; an L2's children;
-    loss-class monotonicity; its excerpts and spills against the log; the lossless
-    check for a LOSSLESS claim, and the gate for a lossy tier-1 node. The span root and
+    loss-class monotonicity; its excerpts and spills against the log; its retained
+    facts and listed items against the log (:func:`false_claims`); the lossless check
+    for a LOSSLESS claim, and the gate for a lossy tier-1 node. The span root and
     content digest, which need the span's bodies, are the store's to check.
 
     Raises:
-        InvalidEvent, InvalidArgument: the node is malformed or overlaps another.
+        InvalidEvent, InvalidArgument: the node is malformed or overlaps another, or a
+            retained fact or listed item is not the log's (the error names the field:
+            ``negative_facts``, ``unresolved``, ``resolved``).
         CompactionInvariantError: it claims a loss class it does not meet, its excerpts
             or spills do not match the log, or it loses what an open obligation needs.
     """
@@ -492,12 +684,16 @@ def admit_node(f: Facts, node: ev.Summary, pos: int) -> None:
         raise CompactionInvariantError(
             f"node at pos {pos} does not match the log: " + "; ".join(str(v) for v in mismatched)
         )
+    claims = false_claims(f, node)
+    if claims:
+        raise InvalidEvent(claims[0][0], "; ".join(str(v) for _, v in claims[:5]) + (
+            f"; and {len(claims) - 5} more" if len(claims) > 5 else ""))
     if node.loss is LossClass.LOSSLESS:
         problems = lossless_problems(f, node)
         if problems:
             raise lossless_error(node, problems)
     elif node.tier == 1:
-        at_risk = risks(f, start, stop, kept_keys(node, f))
+        at_risk = risks(f, start, stop, kept_positions(node))
         if at_risk:
             raise gate_error(at_risk, start, stop)
 

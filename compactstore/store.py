@@ -748,10 +748,10 @@ class Session:
         *,
         summary: str | None = None,
         summarizer: Summarizer | None = None,
-        loss: LossClass = LossClass.LOSSY_GIST,
+        loss: LossClass | Auto = LossClass.LOSSY_GIST,
         negative_facts: Iterable[ev.Fact | int] | Auto = AUTO,
         unresolved: Iterable[ev.Item | str] | Auto = AUTO,
-        keep: Iterable[str | tuple[int, str]] = (),
+        keep: Iterable[str | tuple[int, str]] | Auto = (),
         on_risk: OnRisk = "refuse",
         resolved: Iterable[ev.Item | str] | Auto = AUTO,
     ) -> Node:
@@ -763,7 +763,11 @@ class Session:
         default), its loss class, the negative facts it retains, the items it lists
         as unresolved and those opened before the span and closed in it it lists as
         resolved (all filled from the log's structure unless given), and the bindings
-        in ``keep`` (keys, or ``(pos, field path)``) verbatim.
+        in ``keep`` (keys, each kept by its latest value before ``stop``, or
+        ``(pos, field path)``) verbatim; ``keep=AUTO`` keeps every literal of the span
+        (:func:`compactstore.rules.span_literals`). ``loss=AUTO`` picks the honest class:
+        LOSSLESS when every literal, negative fact and item of the span is kept, else
+        LOSSY_LITERAL.
 
         Before a lossy compaction the gate runs: an open obligation that needs a
         non-regenerable binding bound in the span makes it refuse (``on_risk="refuse"``),
@@ -772,6 +776,7 @@ class Session:
         Raises:
             CompactionInvariantError: the gate refused, or LOSSLESS was claimed for a node
                 that does not keep every literal and fact of its span.
+            InvalidEvent: a given negative fact or item is not the log's (naming the field).
             InvalidArgument: the span is empty, out of range, or overlaps an L1 node.
         """
         return Node.from_record(self._built(lambda size: compaction.compaction(
@@ -785,7 +790,7 @@ class Session:
         *,
         summary: str | None = None,
         summarizer: Summarizer | None = None,
-        loss: LossClass | None = None,
+        loss: LossClass | Auto | None = None,
         negative_facts: Iterable[ev.Fact | int] | Auto = AUTO,
         unresolved: Iterable[ev.Item | str] | Auto = AUTO,
         resolved: Iterable[ev.Item | str] | Auto = AUTO,
@@ -794,7 +799,8 @@ class Session:
 
         ``resolved`` (filled from the log's structure unless given) lists the items opened
         before its span and closed anywhere in it. Its loss class defaults to the weakest
-        of its children's, and cannot be stronger.
+        of its children's (LOSSY_LITERAL when that is LOSSLESS and the node itself does
+        not keep every literal, fact and item of its span), and cannot be stronger.
 
         Raises:
             InvalidArgument: the nodes are not contiguous L1 nodes, or overlap an L2 node.

@@ -55,6 +55,19 @@ def text_of(event: ev.Event) -> str:
     return text if len(text) <= TEXT_LIMIT else text[: TEXT_LIMIT - 1] + "…"
 
 
+def fact_text(event: ev.Event) -> str:
+    """Return the text a negative fact records for ``event``.
+
+    A failed tool result's is its exact output, neither cut nor re-spaced: the exact
+    error string is what a resumed agent must not have to guess. Any other event's is
+    its one-line rendering (:func:`text_of`).
+    """
+    if isinstance(event, ev.ToolResult) and (not event.ok or event.status == "failed"):
+        out = event.output if isinstance(event.output, str) else ev.encode_json(event.output)
+        return f"result {event.call_id} failed: {out}"
+    return text_of(event)
+
+
 def _negative_status(event: ev.Event) -> ev.Status | None:
     if event.status in ("failed", "rejected", "superseded"):
         return event.status
@@ -93,10 +106,10 @@ class Structure:
         derived = event.kind in ev.DERIVED_KINDS
         status = None if derived else _negative_status(event)
         if status is not None:
-            self.negatives[pos] = ev.Fact(pos, status, text_of(event))
+            self.negatives[pos] = ev.Fact(pos, status, fact_text(event))
             self.cause[pos] = pos
         elif not derived:
-            self._texts[pos] = text_of(event)
+            self._texts[pos] = fact_text(event)
         if event.supersedes is not None:
             self._supersede(event.supersedes, pos)
         if isinstance(event, ev.Binding) and event.key in self.bindings:
@@ -262,7 +275,7 @@ def inert(event: ev.Event) -> bool:
 
 def superseded_text(event: ev.Event) -> str:
     """Return the text a supersede records for ``event``: as :meth:`Structure._supersede` does."""
-    return "" if event.kind in ev.DERIVED_KINDS else text_of(event)
+    return "" if event.kind in ev.DERIVED_KINDS else fact_text(event)
 
 
 def apply_items(open_items: dict[int, str], rows: Iterable[IndexRow]) -> None:
@@ -308,7 +321,7 @@ class Deriver:
         derived = event.kind in ev.DERIVED_KINDS
         status = None if derived else _negative_status(event)
         if status is not None:
-            rows.append(IndexRow(pos, "negative", status, pos, text_of(event)))
+            rows.append(IndexRow(pos, "negative", status, pos, fact_text(event)))
             self._negative.add(pos)
         if event.supersedes is not None:
             self._supersede(event.supersedes, pos)

@@ -52,7 +52,7 @@ def test_bad_redactions_write_nothing(session: cs.Session) -> None:
 
 def test_a_redacted_literal_cannot_be_restored_or_certified(session: cs.Session) -> None:
     """A node whose kept excerpt was redacted is erased with it and no longer certifies; its literal is gone from the log."""
-    node = session.compact(0, 8, loss=cs.LossClass.LOSSLESS, keep=["rollback", "tables"])
+    node = session.compact(0, 8, loss=cs.LossClass.LOSSLESS, keep=cs.AUTO)
     art = session.artifact(node)
     marker = session.mark(node)
     assert session.resume(marker).mode == "certified"

@@ -26,13 +26,17 @@ def lossy(session: cs.Session) -> cs.Artifact:
 @pytest.fixture
 def lossless(session: cs.Session) -> cs.Artifact:
     """Return the artifact of a LOSSLESS node over the same span."""
-    return session.artifact(session.compact(0, 8, loss=cs.LossClass.LOSSLESS, keep=["rollback", "tables"]))
+    return session.artifact(session.compact(0, 8, loss=cs.LossClass.LOSSLESS, keep=cs.AUTO))
 
 
 def test_the_artifact_carries_loss_class_payload_and_digest(session: cs.Session, lossless: cs.Artifact) -> None:
-    """An artifact names its literals by binding key and carries a digest over payload and span root."""
+    """An artifact names its literals by binding key (else ``pos:path``) and carries a digest over payload and span root."""
     assert lossless.loss is cs.LossClass.LOSSLESS
-    assert lossless.payload["literals"] == {"rollback": ROLLBACK, "tables": ["users", "orders"]}
+    assert lossless.payload["literals"] == {
+        "0:content": "Make the users.email migration reversible.", "1:name": "run_sql", "1:args.dry_run": True,
+        "1:args.sql": "ALTER TABLE users ADD email_new text", "2:output": "ERROR: lock timeout on users",
+        "4:content": "No. Do not backfill in place.", "rollback": ROLLBACK, "tables": ["users", "orders"],
+    }
     assert lossless.digest and lossless.span_root == session.span_root(0, 8).hex()
 
 
@@ -68,16 +72,17 @@ def test_a_missing_digest_or_an_altered_payload_is_refused(session: cs.Session, 
     """The digest must be present and must verify."""
     with pytest.raises(cs.ReconstructionUnsoundError, match="digest"):
         cs.reconstruct(msgspec.structs.replace(lossless, digest=None), "commit", session.lookup)
-    altered = dict(lossless.payload, literals={"rollback": "migrations/004_down.sql", "tables": ["users", "orders"]})
+    literals = dict(lossless.payload["literals"], rollback="migrations/004_down.sql")  # type: ignore[arg-type]
+    altered = dict(lossless.payload, literals=literals)
     with pytest.raises(cs.ReconstructionUnsoundError, match="altered"):
         cs.reconstruct(msgspec.structs.replace(lossless, payload=altered), "commit", session.lookup)
 
 
 def test_a_literal_absent_from_or_different_in_the_durable_source_is_refused(lossless: cs.Artifact) -> None:
     """Every literal is re-checked against the durable source first."""
-    with pytest.raises(cs.ReconstructionUnsoundError, match="'rollback' is absent"):
+    with pytest.raises(cs.ReconstructionUnsoundError, match="'0:content' is absent"):
         cs.reconstruct(lossless, "commit", lambda name: None)
-    durable = {"rollback": "migrations/003_down_v2.sql", "tables": ["users", "orders"]}
+    durable = dict(lossless.payload["literals"], rollback="migrations/003_down_v2.sql")  # type: ignore[arg-type]
     with pytest.raises(cs.ReconstructionUnsoundError, match="corrupt"):
         cs.reconstruct(lossless, "commit", durable.get)
 

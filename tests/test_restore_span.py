@@ -79,7 +79,7 @@ def test_a_lossless_node_restores_too_and_its_literals_are_in_the_bodies(open_st
     """Loss class does not matter to the raw log: a LOSSLESS node's span restores like any other."""
     s = open_store().session("run")
     _fill(s)
-    node = s.compact(0, 12, loss=cs.LossClass.LOSSLESS, keep=["rollback"])
+    node = s.compact(0, 12, loss=cs.LossClass.LOSSLESS, keep=cs.AUTO)
     got = s.restore_span(node)
     assert any(isinstance(e, cs.Binding) and e.value == "migrations/003_down.sql" for e in got.events())
 

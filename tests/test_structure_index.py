@@ -64,10 +64,15 @@ def sessions(draw: st.DrawFn) -> list[tuple[str, object]]:
     steps: list[tuple[str, object]] = []
     size = 0
     for _ in range(draw(st.integers(4, 40))):
-        what = draw(st.sampled_from(["raw"] * 6 + ["compact", "digest", "forge"]))
+        what = draw(st.sampled_from(["raw"] * 6 + ["rebind", "compact", "digest", "forge"]))
         if what == "raw" or size < 2:
             steps.append(("raw", _raw_event(draw, size)))
             size += 1
+        elif what == "rebind":  # a key bound again and then needed: anchoring must follow its live value
+            key = draw(st.sampled_from(KEYS[:1]))
+            steps.append(("raw", ev.Binding(key=key, value=f"v{size}")))
+            steps.append(("raw", ev.Obligation(name=f"o{draw(st.sampled_from(IDS))}", needs=[key])))
+            size += 2
         elif what == "compact":
             a = draw(st.integers(0, size - 1))
             b = draw(st.integers(a + 1, size))

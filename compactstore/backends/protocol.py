@@ -13,6 +13,9 @@ from ..errors import StaleHead
 from ..structure import IndexRow
 
 #: The schema this library writes and reads; a store of any other version is refused.
+#: 4: a failed tool result's negative fact holds its exact output (3 cut it at 160
+#: characters), redactions blank the fact texts they erase, and a store carries its
+#: identity in meta; a store written by 3 no longer verifies.
 SCHEMA_VERSION = "4"
 
 
