@@ -314,18 +314,27 @@ def reconstruct(
         lookup: the durable source: returns a literal's exact value, or None.
         uses: the literals (name -> value) the operation is about to act on; each must
             be in the artifact or among ``tool_results`` (invention guard).
-        tool_results: values produced by tool calls in the current turn.
-        prior: the literals an earlier attempt of this operation used (retry guard).
+        tool_results: values produced by tool calls in the current turn (a list, not a str).
+        prior: the literals the earlier attempts of this operation used (retry guard);
+            required for ``retry_idempotent`` (an empty mapping when there were none).
 
     Raises:
         ReconstructionUnsoundError: naming the literal and why.
+        InvalidArgument: naming the argument of the wrong type: an artifact that is not
+            an :class:`Artifact` or whose payload is not JSON, ``uses``, ``prior`` or a tool
+            result that is not JSON, a ``lookup`` that is not callable, ``retry_idempotent``
+            without ``prior``.
     """
+    uses, produced_values, prior = _checked_arguments(artifact, operation, lookup, uses, tool_results, prior)
     if operation not in TOLERANT_OPS | RESTORATION_OPS:
         raise ReconstructionUnsoundError(f"unknown operation {operation!r}: refusing to guess its loss tolerance")
-    payload = dict(artifact.payload) if isinstance(artifact.payload, dict) else {}
+    if operation == "retry_idempotent" and prior is None:
+        raise InvalidArgument("prior", "retry_idempotent needs the literals the earlier attempts used "
+                              "(an empty mapping when there were none): without them a retry is unguarded")
+    payload = dict(artifact.payload)
     raw_literals = payload.get("literals")
     literals: dict[str, JSON] = raw_literals if isinstance(raw_literals, dict) else {}
-    produced = [_canonical(v) for v in tool_results]
+    produced = [_canonical(v) for v in produced_values]
     for name, value in (uses or {}).items():
         if name in literals:
             if _canonical(literals[name]) != _canonical(value):
@@ -354,7 +363,7 @@ def reconstruct(
         durable = lookup(name)
         if durable is None:
             raise ReconstructionUnsoundError(f"literal {name!r} is absent from the durable source: cannot restore it")
-        if _canonical(durable) != _canonical(value):
+        if _canonical(ev.as_json(f"lookup({name!r})", durable)) != _canonical(value):
             raise ReconstructionUnsoundError(
                 f"literal {name!r}: the artifact says {value!r}, the durable source {durable!r}: the compaction layer is corrupt"
             )
@@ -363,6 +372,23 @@ def reconstruct(
 
 def _canonical(value: JSON) -> bytes:
     return _encoder.encode(value)
+
+
+def _checked_arguments(
+    artifact: object, operation: object, lookup: object, uses: object, tool_results: object, prior: object
+) -> tuple[dict[str, JSON] | None, list[JSON], dict[str, JSON] | None]:
+    """Return ``uses``, ``tool_results`` and ``prior`` as checked values, or raise InvalidArgument naming the bad one."""
+    if not isinstance(artifact, Artifact):
+        raise InvalidArgument("artifact", f"want an Artifact, got {type(artifact).__name__}")
+    ev.as_json_map("artifact.payload", artifact.payload)
+    for name in ("digest", "span_root"):
+        if getattr(artifact, name) is not None and not isinstance(getattr(artifact, name), str):
+            raise InvalidArgument(f"artifact.{name}", f"want a hex str or None, got {type(getattr(artifact, name)).__name__}")
+    ev.as_text("operation", operation, empty=True)
+    ev.as_callable("lookup", lookup)
+    acting = None if uses is None else ev.as_json_map("uses", uses)
+    results = [ev.as_json(f"tool_results[{i}]", v) for i, v in enumerate(ev.as_list("tool_results", tool_results))]
+    return acting, results, None if prior is None else ev.as_json_map("prior", prior)
 
 
 def lookup(view: SessionView, name: str) -> JSON | None:
@@ -399,8 +425,10 @@ def restore(
     attempt: str | None = None,
 ) -> tuple[dict[str, JSON], ev.Attempt | None]:
     """Reconstruct against the log; return the payload and, under ``attempt``, the attempt to record."""
-    prior = None
+    prior: dict[str, JSON] | None = None
     if attempt is not None:
+        ev.as_text("attempt", attempt)
+        prior = {}
         for record in view.scan():
             if isinstance(record.event, ev.Attempt) and record.event.key == attempt:
                 prior = record.event.literals

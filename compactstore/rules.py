@@ -122,6 +122,14 @@ def risks(f: Facts, start: int, stop: int, kept: set[str] = frozenset()) -> list
     return out
 
 
+def unbound_needs(f: Facts, needs: Iterable[str]) -> list[str]:
+    """Return those of ``needs`` that no binding before ``f.size`` names, in order.
+
+    An obligation on such a key puts nothing at risk, so the gate would protect nothing.
+    """
+    return [key for key in dict.fromkeys(needs) if f.latest_binding(key, f.size) is None]
+
+
 def gate_error(found: Sequence[Risk], start: int, stop: int) -> CompactionInvariantError:
     """Return the gate's refusal of a lossy compaction of ``[start, stop)`` that would lose ``found``."""
     lines = "; ".join(str(r) for r in found)

@@ -97,6 +97,9 @@ def open(  # noqa: A001 - the public name the API promises
         raise InvalidArgument("target", f"want a non-empty path or postgresql:// URL without NUL, got {target!r}")
     if key is not None:
         derive_key(key)  # a bad key is refused before anything is created
+    if clock is not None:
+        ev.as_callable("clock", clock)
+    ev.as_flag("durable", durable)
     store = Store(open_backend(target, durable=durable), key=key, clock=clock)
     store.target = target
     return store
@@ -118,14 +121,7 @@ def _utf8(field: str, text: str) -> None:
         raise InvalidArgument(field, f"not valid Unicode text: {exc.reason} at {exc.start}") from None
 
 
-MAX_POS = 2**63 - 1
-
-
-def _position(field: str, value: object) -> int:
-    """Return ``value`` as a position, or raise InvalidArgument naming ``field``."""
-    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_POS:
-        raise InvalidArgument(field, f"want an int position in [0, 2**63), got {value!r}")
-    return value
+_position = ev.as_position
 
 
 class _Pass:
@@ -222,6 +218,10 @@ class Store:
         chunks, each summarised by its subtree root and its part of every head, and this
         process joins the summaries in order; the report is the same either way.
         """
+        if progress is not None:
+            ev.as_callable("progress", progress)
+        if workers is not None:
+            ev.as_position("workers", workers)
         return verify_store(self, progress=progress, workers=workers)
 
     def check_head(self, head: TreeHead) -> bool:
@@ -230,6 +230,8 @@ class Store:
         Raises:
             CompactStoreError: the store was opened without a key.
         """
+        if not isinstance(head, TreeHead):
+            raise InvalidArgument("head", f"want a TreeHead, got {type(head).__name__}")
         if self.mac_key is None:
             raise CompactStoreError("no key: open the store with its key to check head MACs")
         return head.mac is not None and head.mac == head_mac(self.mac_key, head.session, head.size, head.root)
@@ -581,7 +583,8 @@ class Session:
         Raises:
             InvalidEvent: a position is out of range or already redacted; nothing is written.
         """
-        return self.append(ev.Redaction(positions=sorted(positions), reason=reason))
+        given = [ev.as_position(f"positions[{i}]", p) for i, p in enumerate(ev.as_list("positions", positions))]
+        return self.append(ev.Redaction(positions=sorted(given), reason=ev.as_text("reason", reason)))
 
     def _replay(self, row: Row, p: _Prepared) -> Record:
         """Return the earlier record for ``p.key`` if ``p`` is the same event, else raise."""
@@ -620,9 +623,31 @@ class Session:
         """
         return self.append(ev.Binding(key=key, value=value, regenerable=regenerable, how=how))
 
-    def oblige(self, name: str, needs: Sequence[str] = ()) -> Record:
-        """Open obligation ``name``, which will need the bindings ``needs``."""
-        return self.append(ev.Obligation(name=name, needs=as_list("needs", needs)))
+    def oblige(self, name: str, needs: Sequence[str] = (), *, allow_unbound: bool = False) -> Record:
+        """Open obligation ``name``, which will need the bindings ``needs``.
+
+        Each need must name a binding the session already holds: a need that names
+        none (a typo) would make the gate protect nothing. Pass ``allow_unbound=True``
+        to open an obligation on bindings that will be bound later.
+
+        Raises:
+            InvalidArgument: naming ``needs``: a need names no binding of the session
+                (and ``allow_unbound`` is False); nothing is written.
+        """
+        event = ev.Obligation(name=name, needs=ev.as_texts("needs", needs))
+        if ev.as_flag("allow_unbound", allow_unbound) or not event.needs:
+            return self.append(event)
+
+        def build(size: int) -> list[ev.Event]:
+            missing = rules.unbound_needs(self.facts(size), event.needs)
+            if missing:
+                raise InvalidArgument(
+                    "needs", f"no binding {missing[0]!r} in session {self.name!r}" if len(missing) == 1 else
+                    f"no bindings {missing} in session {self.name!r}",
+                    hint="bind it first, or pass allow_unbound=True if it will be bound later")
+            return [event]
+
+        return self._built(build)[0]
 
     def fulfil(self, name: str) -> Record:
         """Close obligation ``name``.
@@ -630,6 +655,7 @@ class Session:
         Raises:
             InvalidArgument: no such obligation is open.
         """
+        ev.as_text("name", name)
 
         def build(size: int) -> list[ev.Event]:
             if not any(n == name for _, n, _ in self.facts(size).open_obligations()):
@@ -719,10 +745,11 @@ class Session:
         Every open obligation is classified by whether the bindings it needs are
         regenerable; the error's ``risks`` list each obligation and binding at risk.
         """
+        kept = set(ev.as_texts("keep", keep))
         size = self.size
-        if not isinstance(start, int) or not isinstance(stop, int) or not 0 <= start < stop <= size:
+        if not 0 <= ev.as_int("start", start) < ev.as_int("stop", stop) <= size:
             raise InvalidArgument("span", f"[{start}, {stop}) is not a non-empty span of the session's {size} positions")
-        found = rules.risks(self.facts(size), start, stop, set(as_list("keep", keep)))
+        found = rules.risks(self.facts(size), start, stop, kept)
         if found:
             raise rules.gate_error(found, start, stop)
 
@@ -810,11 +837,11 @@ class Session:
                 not give the checkpoint root (with ``rehash``: any body up to the marker).
         """
         pos = marker.pos if isinstance(marker, Marker) else _position("marker", marker)
-        return resolver.resume(self, pos, rehash=rehash)
+        return resolver.resume(self, pos, rehash=ev.as_flag("rehash", rehash))
 
     def artifact(self, node: Node | int) -> Artifact:
         """Return the artifact a later instance expands from ``node``: loss class, payload, digest."""
-        return resolver.artifact(self, node if isinstance(node, Node) else self.node(node))
+        return resolver.artifact(self, node if isinstance(node, Node) else self.node(_position("node", node)))
 
     def lookup(self, name: str) -> ev.JSON | None:
         """Return a literal's exact value from the log (a binding key, or ``pos:path``), or None."""
@@ -960,7 +987,7 @@ class Session:
         It keeps the leaves it checked (``leaves``), so that they can be held against a
         tree head with :meth:`root_with`.
         """
-        return _EventReader(self, size)
+        return _EventReader(self, _position("size", size))
 
     def facts(self, size: int | None = None, *, reader: EventReader | None = None) -> Facts:
         """Return the structural facts of the session at checkpoint ``size`` (default: now).
@@ -970,6 +997,8 @@ class Session:
         facts it gave). ``reader`` reads the events the facts name (default: a new one).
         """
         size, sid = self._bounded("size", size, 0)
+        if reader is not None:
+            ev.as_callable("reader", reader)
         backend = self.store.backend
         if sid is None or backend.redactions(sid):
             events = [r.event for r in self.scan(0, size)]
@@ -988,6 +1017,7 @@ class Session:
             IntegrityError: a position is missing or a body does not match its leaf.
         """
         stop, sid = self._bounded("stop", stop, 1)
+        ev.as_flag("records", records)
         if not isinstance(start, int) or isinstance(start, bool) or not 0 <= start < stop or sid is None:
             raise InvalidArgument("start", f"must be in [0, {stop}), got {start!r}")
         backend = self.store.backend
@@ -1051,6 +1081,12 @@ class Session:
         Raises:
             IntegrityError: a stored subtree root is missing.
         """
+        if not isinstance(leaves, Mapping):
+            raise InvalidArgument("leaves", f"want a mapping of position to leaf hash, got {type(leaves).__name__}")
+        size = _position("size", size)
+        for p, leaf in leaves.items():
+            if not 0 <= _position("leaves", p) < size or not isinstance(leaf, bytes) or len(leaf) != 32:
+                raise InvalidArgument("leaves", f"want positions in [0, {size}) to 32-byte leaf hashes, got {p!r}: {leaf!r}")
         sid, backend = self._require_sid(), self.store.backend
         try:
             return merkle.root_with(leaves, size, lambda coords: backend.hashes(sid, coords), HASH)
@@ -1092,8 +1128,8 @@ class Session:
         sid = self._sid()
         head = self.store.backend.head(sid) if sid is not None else None
         size = head.size if head else 0
-        value = size if value is None else value
-        if not isinstance(value, int) or not lo <= value <= size:
+        value = size if value is None else _position(name, value)
+        if not lo <= value <= size:
             raise InvalidArgument(name, f"must be in [{lo}, {size}] for session {self.name!r}, got {value!r}")
         return value, sid
 
@@ -1114,7 +1150,7 @@ class Session:
     def span_root(self, start: int, stop: int) -> bytes:
         """Return the root of positions ``[start, stop)`` (see :func:`merkle.span_root`), in O(log n)."""
         stop, sid = self._bounded("stop", stop, 0)
-        if not isinstance(start, int) or not 0 <= start <= stop:
+        if not 0 <= _position("start", start) <= stop:
             raise InvalidArgument("start", f"must be in [0, {stop}], got {start!r}")
         return self._roots([(start, stop)], sid)[0]
 
@@ -1124,7 +1160,7 @@ class Session:
         Check it with :func:`compactstore.merkle.verify_inclusion`.
         """
         size, sid = self._bounded("size", size, 1)
-        if not isinstance(pos, int) or not 0 <= pos < size:
+        if not 0 <= _position("pos", pos) < size:
             raise InvalidArgument("pos", f"must be in [0, {size - 1}], got {pos!r}")
         return self._roots(merkle.inclusion_spans(pos, size), sid)
 
@@ -1134,7 +1170,7 @@ class Session:
         Check it with :func:`compactstore.merkle.verify_consistency`.
         """
         new_size, sid = self._bounded("new_size", new_size, 0)
-        if not isinstance(old_size, int) or not 0 <= old_size <= new_size:
+        if not 0 <= _position("old_size", old_size) <= new_size:
             raise InvalidArgument("old_size", f"must be in [0, {new_size}], got {old_size!r}")
         return self._roots(merkle.consistency_spans(old_size, new_size), sid)
 
