@@ -88,6 +88,10 @@ class Facts(Protocol):
         """Return ``(position, name, needs)`` of each obligation open at ``size``, by position."""
         ...
 
+    def attempts(self, key: str) -> list[tuple[int, ev.Attempt]]:
+        """Return ``(position, attempt)`` of every attempt under idempotency key ``key`` before ``size``, by position."""
+        ...
+
 
 class FullFacts:
     """:class:`Facts` from one pass over the events ``[0, size)``."""
@@ -143,6 +147,9 @@ class FullFacts:
     def open_obligations(self) -> list[tuple[int, str, list[str]]]:
         return [(pos, o.name, list(o.needs)) for pos, o in self.s.open_obligations()]
 
+    def attempts(self, key: str) -> list[tuple[int, ev.Attempt]]:
+        return [(p, a) for p, a in self.s.attempts.get(key, []) if p < self.size]
+
 
 class IndexSource(Protocol):
     """The structural index of one session (see :class:`compactstore.index.Index`)."""
@@ -177,6 +184,10 @@ class IndexSource(Protocol):
 
     def closes(self, start: int, stop: int) -> list[IndexRow]:
         """Return the ``close`` rows of positions ``[start, stop)``, by position."""
+        ...
+
+    def attempts(self, key: str, before: int) -> list[tuple[int, ev.Attempt]]:
+        """Return ``(position, attempt)`` of the attempts under ``key`` before ``before``, by position."""
         ...
 
 
@@ -273,3 +284,6 @@ class IndexedFacts:
                        if split_item(name)[0] == "obligation"}
         needs = self.index.needs(sorted(obligations))
         return [(p, name, needs.get(p, [])) for p, name in sorted(obligations.items())]
+
+    def attempts(self, key: str) -> list[tuple[int, ev.Attempt]]:
+        return self.index.attempts(key, self.size)

@@ -150,6 +150,20 @@ class Index:
         return out
 
 
+    def attempts(self, key: str, before: int) -> list[tuple[int, ev.Attempt]]:
+        """Return ``(position, attempt)`` of the attempts under idempotency key ``key`` before ``before``, by position.
+
+        Read from the log (attempts give no index rows): one query on the events' kind;
+        an erased attempt is gone with its literals.
+        """
+        out = []
+        for pos, body in self.backend.attempt_bodies(self.sid, before):
+            attempt = None if body is None else ev.decode(body)
+            if isinstance(attempt, ev.Attempt) and attempt.key == key:
+                out.append((pos, attempt))
+        return out
+
+
 class _Prior:
     """What came before a derivation, read from the index and the log inside the write transaction."""
 

@@ -343,12 +343,9 @@ def reconstruct(
             raise ReconstructionUnsoundError(
                 f"literal {name!r} = {value!r} is in neither the artifact nor a tool result of this turn: it would be invented"
             )
-    acting = {**literals, **(uses or {})}
-    for name, value in (prior or {}).items():
-        if name in acting and _canonical(acting[name]) != _canonical(value):
-            raise ReconstructionUnsoundError(
-                f"retry reconstructs literal {name!r} as {acting[name]!r}, but the earlier attempt used {value!r}"
-            )
+    conflicts = rules.retry_conflicts(prior or {}, {**literals, **(uses or {})})
+    if conflicts:
+        raise ReconstructionUnsoundError(conflicts[0])
     if operation in TOLERANT_OPS:
         return payload
     loss = _loss_of(artifact)
@@ -424,14 +421,20 @@ def restore(
     tool_results: Iterable[JSON] = (),
     attempt: str | None = None,
 ) -> tuple[dict[str, JSON], ev.Attempt | None]:
-    """Reconstruct against the log; return the payload and, under ``attempt``, the attempt to record."""
-    prior: dict[str, JSON] | None = None
+    """Reconstruct against the log; return the payload and, under ``attempt``, the attempt to record.
+
+    The literals every earlier attempt under ``attempt`` used are read here to refuse early;
+    the store holds the attempt to them again when it commits it (:func:`rules.admit_attempt`).
+
+    Raises:
+        InvalidArgument: ``attempt`` is not a non-empty str, or is missing for ``retry_idempotent``.
+    """
+    prior = None
     if attempt is not None:
-        ev.as_text("attempt", attempt)
-        prior = {}
-        for record in view.scan():
-            if isinstance(record.event, ev.Attempt) and record.event.key == attempt:
-                prior = record.event.literals
+        prior = rules.prior_literals(view.facts().attempts(ev.as_text("attempt", attempt)))
+    elif operation == "retry_idempotent":
+        raise InvalidArgument("attempt", "retry_idempotent needs an attempt key: without one no earlier attempt "
+                              "can be held against it", hint='pass attempt="<the idempotency key of the operation>"')
     payload = reconstruct(
         artifact, operation, lambda n: lookup(view, n), uses=uses, tool_results=tool_results, prior=prior
     )

@@ -64,7 +64,7 @@ class _Prepared(msgspec.Struct, gc=False):
 
 
 #: Derived events the store admits only if they keep the rules (see :mod:`compactstore.rules`).
-_ADMITTED = (ev.Summary, ev.Spill, ev.RecoveryMarker)
+_ADMITTED = (ev.Summary, ev.Spill, ev.RecoveryMarker, ev.Attempt)
 #: How often a builder's compare-and-append is tried again when another writer moved the session.
 _RETRIES = 16
 #: Spans whose read was checked against their leaves, kept per store for the commit that follows.
@@ -457,8 +457,8 @@ class Session:
     def _admit(self, first: int, fresh: Sequence[_Prepared], rows: Sequence[Row], leaves: Sequence[bytes]) -> None:
         """Refuse the batch appended at ``first`` unless every derived event in it keeps the rules.
 
-        Each summary node, spill and marker is held, by :mod:`compactstore.rules`, to the
-        log before it as it stands under the lock; a node's span root and content digest
+        Each summary node, spill, marker and attempt is held, by :mod:`compactstore.rules`,
+        to the log before it as it stands under the lock; a node's span root and content digest
         to the span's bodies. The facts come from the structural index when the event
         reads only the stored log (what ``compact``, ``roll_up`` and ``mark`` append:
         spills and a node, or a marker, at the head), else from one pass over the stored
@@ -469,6 +469,8 @@ class Session:
             CompactionInvariantError: a node claims a loss class it does not meet, or loses
                 what an open obligation needs.
             MarkerInvalid: a marker's conditions do not hold at its checkpoint.
+            ReconstructionUnsoundError: an attempt acts on a literal other than an
+                earlier attempt under its key used.
         """
         events = [p.event for p in fresh]
         sid = self._sid()
@@ -509,6 +511,8 @@ class Session:
             self._check_content(event, first, rows)
         elif isinstance(event, ev.Spill):
             rules.admit_spill(f, event, pos)
+        elif isinstance(event, ev.Attempt):
+            rules.admit_attempt(f, event, pos)
         elif isinstance(event, ev.RecoveryMarker):
             rules.admit_marker(f, event, pos)
             root = f.span_root(0, event.size) if event.size else merkle.empty_root(HASH)

@@ -171,6 +171,10 @@ class Backend(Protocol):
         """Return ``(pos, body)`` of the summary nodes (events of kind ``node``) at positions ``[lo, hi)``, by position."""
         ...
 
+    def attempt_bodies(self, session_id: int, before: int) -> list[tuple[int, bytes | None]]:
+        """Return ``(pos, body)`` of the attempts (events of kind ``attempt``) before position ``before``, by position."""
+        ...
+
     def body(self, session_id: int, pos: int) -> bytes | None:
         """Return the stored body at ``pos`` (None: redacted or missing)."""
         ...

@@ -95,6 +95,9 @@ class Queries:
             f"SELECT pos, body FROM events WHERE session_id = {m} AND pos >= {m} AND pos < {m} AND kind = 'node' "
             "ORDER BY pos"
         )
+        self.attempt_bodies = (
+            f"SELECT pos, body FROM events WHERE session_id = {m} AND pos < {m} AND kind = 'attempt' ORDER BY pos"
+        )
         self.body = f"SELECT body FROM events WHERE session_id = {m} AND pos = {m}"
         self.leaves = f"SELECT pos, leaf FROM events WHERE session_id = {m} AND pos >= {m} AND pos < {m} ORDER BY pos"
         self.subtrees = (
@@ -199,6 +202,11 @@ class Reads:
     def node_bodies(self, session_id: int, lo: int, hi: int) -> list[tuple[int, bytes | None]]:
         """Return ``(pos, body)`` of the events of kind ``node`` at positions ``[lo, hi)``, by position."""
         got = self._fetch(self._q.node_bodies, (session_id, lo, hi))
+        return [(int(p), None if b is None else bytes(b)) for p, b in got]
+
+    def attempt_bodies(self, session_id: int, before: int) -> list[tuple[int, bytes | None]]:
+        """Return ``(pos, body)`` of the events of kind ``attempt`` before position ``before``, by position."""
+        got = self._fetch(self._q.attempt_bodies, (session_id, before))
         return [(int(p), None if b is None else bytes(b)) for p, b in got]
 
     def body(self, session_id: int, pos: int) -> bytes | None:
