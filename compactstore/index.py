@@ -153,8 +153,8 @@ class Index:
     def attempts(self, key: str, before: int) -> list[tuple[int, ev.Attempt]]:
         """Return ``(position, attempt)`` of the attempts under idempotency key ``key`` before ``before``, by position.
 
-        Read from the log (attempts give no index rows): one query on the events' kind;
-        an erased attempt is gone with its literals.
+        Read from the log (attempts give no index rows): one query on the events' kind.
+        An erased attempt is gone with its literals, as it is from a pass over the log.
         """
         out = []
         for pos, body in self.backend.attempt_bodies(self.sid, before):

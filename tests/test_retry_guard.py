@@ -189,3 +189,20 @@ def test_a_copy_refuses_conflicting_attempts(target: str, tmp_path: Path) -> Non
         cs.copy(a, b)
     with cs.open(target) as b:
         assert b.session("s").size == 0
+
+
+def test_the_backends_list_the_attempts_before_a_position(store: cs.Store) -> None:
+    """attempt_bodies() returns (pos, body) of the attempts before a position, in order; an erased one is gone."""
+    s = store.session("s")
+    s.append(cs.Turn("user", "deploy"))
+    first = s.append(Attempt(key="deploy", operation="commit", literals={"target": "prod-1"}))
+    s.append(cs.Turn("user", "again"))
+    second = s.append(Attempt(key="other", operation="commit"))
+    sid = store.backend.session_id("s")
+    assert sid is not None
+    assert store.backend.attempt_bodies(sid, s.size) == [(first.pos, first.body), (second.pos, second.body)]
+    assert store.backend.attempt_bodies(sid, second.pos) == [(first.pos, first.body)]
+    s.redact([first.pos], "forget")
+    assert store.backend.attempt_bodies(sid, s.size) == [(second.pos, second.body)]
+    # An erased attempt is gone with its literals: the guard no longer holds it.
+    s.append(Attempt(key="deploy", operation="commit", literals={"target": "prod-2"}))

@@ -172,7 +172,7 @@ class Backend(Protocol):
         ...
 
     def attempt_bodies(self, session_id: int, before: int) -> list[tuple[int, bytes | None]]:
-        """Return ``(pos, body)`` of the attempts (events of kind ``attempt``) before position ``before``, by position."""
+        """Return ``(pos, body)`` of the attempts (events of kind ``attempt``, not erased) before ``before``, by position."""
         ...
 
     def body(self, session_id: int, pos: int) -> bytes | None:
