@@ -154,7 +154,7 @@ class Store:
         self.backend = backend
         #: where the store lives (a path or URL), so worker processes can open it too
         self.target = ""
-        self.clock: ev.Clock = clock or ev.system_clock
+        self.clock: ev.Clock = ev.as_callable("clock", clock) if clock is not None else ev.system_clock
         self.mac_key = derive_key(key) if key is not None else None
         self._frontiers: dict[int, merkle.Frontier] = {}
         #: summary nodes read so far per session: ``sid -> (read up to, [(pos, node)])``
@@ -238,6 +238,12 @@ class Store:
 
     def seal_head(self, session: str, size: int, root: bytes, prev: int) -> bytes:
         """Return the seal a stored head of ``session`` must carry (a keyed MAC when the store has a key)."""
+        # Sizes are not checked as positions: verify seals the heads it reads, a tampered negative one included.
+        ev.as_int("size", size)
+        ev.as_int("prev", prev)
+        if not isinstance(session, str) or not isinstance(root, bytes):
+            raise InvalidArgument("session" if not isinstance(session, str) else "root",
+                                  f"want a str session and a bytes root, got {type(session).__name__}, {type(root).__name__}")
         return seal(self.mac_key, session, size, root, prev)
 
 

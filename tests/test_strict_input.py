@@ -155,6 +155,11 @@ WRONG: list[tuple[str, Callable[[cs.Session, cs.Artifact], object], str]] = [
     ("verify workers", lambda s, a: s.store.verify(workers="2"), "workers"),
     ("verify progress", lambda s, a: s.store.verify(progress=5), "progress"),
     ("check_head None", lambda s, a: s.store.check_head(None), "head"),
+    ("seal_head size str", lambda s, a: s.store.seal_head(s.name, "1", b"", 0), "size"),
+    ("Store clock", lambda s, a: cs.Store(s.store.backend, clock=5), "clock"),
+    ("copy src None", lambda s, a: cs.copy(None, s.store), "src"),
+    ("copy batch bool", lambda s, a: cs.copy(s.store, s.store, batch=True), "batch"),
+    ("copy progress", lambda s, a: cs.copy(s.store, s.store, progress=5), "progress"),
 ]
 
 
