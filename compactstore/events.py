@@ -379,6 +379,24 @@ def decode(body: bytes) -> Event:
         InvalidEvent: the bytes are not a valid event of a registered kind; ``field``
             names the unknown field, the repeated key or the bad value.
     """
+    event = decode_canonical(body)
+    # Canonical bytes hold each key once, so only bytes that are not the event's own
+    # encoding (a hand-written line) need the slower look for a repeated key.
+    if _encoder.encode(event) != body:
+        check_unique_keys(body)
+    return event
+
+
+def decode_canonical(body: bytes) -> Event:
+    """Decode a body the store wrote, as :func:`decode` does, but without looking for a key given twice.
+
+    For stored bodies, whose bytes are bound to their leaves: a body holding a repeated
+    key is not the canonical encoding of any event, which ``Store.verify`` reports. Use
+    :func:`decode` for bytes from anywhere else.
+
+    Raises:
+        InvalidEvent: the bytes are not a valid event of a registered kind.
+    """
     try:
         event: Event = _decoder.decode(body)
     except msgspec.ValidationError as exc:
@@ -389,10 +407,6 @@ def decode(body: bytes) -> Event:
         raise InvalidEvent("body", "nested too deeply to decode") from exc
     # What append() refuses, decoding refuses too: an imported line is held to the same rules.
     _check_rules(event)
-    # Canonical bytes hold each key once, so only bytes that are not the event's own
-    # encoding (a hand-written line) need the slower look for a repeated key.
-    if _encoder.encode(event) != body:
-        check_unique_keys(body)
     return event
 
 
@@ -462,7 +476,7 @@ def _canonical_by_decoding(event: Event) -> tuple[Event, bytes]:
     if isinstance(event.supersedes, int) and event.supersedes < 0:
         raise InvalidEvent("supersedes", f"must be a position >= 0, got {event.supersedes}")
     body = _encode_checked(event)
-    decoded = decode(body)
+    decoded = decode_canonical(body)
     # JSON turns NaN and infinities into null: a typed optional field that held one
     # decodes as None. Refuse it rather than store a body that is not canonical.
     for name in _OPTIONAL[cls]:

@@ -470,4 +470,4 @@ class RestoredSpan(msgspec.Struct, frozen=True):
 
     def events(self) -> list[ev.Event]:
         """Return the events, decoded from their bodies (not done until asked)."""
-        return [ev.decode(b) for b in self.bodies]
+        return [ev.decode_canonical(b) for b in self.bodies]

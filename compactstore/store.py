@@ -599,7 +599,7 @@ class Session:
     def _replay(self, row: Row, p: _Prepared) -> Record:
         """Return the earlier record for ``p.key`` if ``p`` is the same event, else raise."""
         key = p.key
-        earlier, event = ev.decode(row.body or b"{}") if row.body else None, p.event
+        earlier, event = ev.decode_canonical(row.body or b"{}") if row.body else None, p.event
         if earlier is not None and p.stamped:  # the store stamped it: not part of the comparison
             earlier = msgspec.structs.replace(earlier, ts=None)
             event = msgspec.structs.replace(event, ts=None)
@@ -964,7 +964,7 @@ class Session:
                 redacted = self.store.backend.redactions(row.session_id)
             by = redacted.get(row.pos, -1)
             return Record(self.name, row.seq, row.pos, "redacted", ev.Redacted(by=by), b"", row.leaf)
-        return Record(self.name, row.seq, row.pos, row.kind, ev.decode(row.body), row.body, row.leaf)
+        return Record(self.name, row.seq, row.pos, row.kind, ev.decode_canonical(row.body), row.body, row.leaf)
 
     def _require_sid(self) -> int:
         sid = self._sid()
