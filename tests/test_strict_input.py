@@ -103,6 +103,18 @@ def test_a_refused_append_leaves_the_store_file_byte_identical(sqlite_target: st
         assert st.verify().ok
 
 
+def test_proof_check_refuses_unknown_fields_and_repeated_keys(sqlite_target: str) -> None:
+    """`compactstore proof check` of a proof with a field it does not have, or a key given twice: exit 2."""
+    with cs.open(sqlite_target) as st:
+        migration(st.session("s"))
+    proof = CliRunner().invoke(main, ["proof", "inclusion", "2", "-s", sqlite_target]).stdout
+    assert CliRunner().invoke(main, ["proof", "check"], input=proof).exit_code == 0
+    doc = json.loads(proof)
+    for text in (json.dumps({**doc, "trusted": True}), json.dumps(doc)[:-1] + ', "pos": 3}'):
+        result = CliRunner().invoke(main, ["proof", "check"], input=text)
+        assert result.exit_code == 2 and result.stderr.startswith("error: proof file:"), result.output
+
+
 # --- wrong types, by kind of argument ----------------------------------------------------------------
 
 
