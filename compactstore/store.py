@@ -871,11 +871,14 @@ class Session:
         """Run :func:`compactstore.reconstruct` against this log, guarding retries.
 
         With ``attempt`` (an idempotency key), the literals acted on are recorded in the
-        log, and a later attempt under the same key that reconstructs a different
-        literal is refused.
+        log as an attempt, admitted only if every earlier attempt under the same key used
+        the same value for each literal they share (read in the write transaction, so of
+        two racing retries with different literals one is refused). ``retry_idempotent``
+        needs ``attempt``.
 
         Raises:
             ReconstructionUnsoundError: naming the literal and why.
+            InvalidArgument: an argument of the wrong type, or ``retry_idempotent`` without ``attempt``.
         """
         payload, record = resolver.restore(
             self, artifact, operation, uses=uses, tool_results=tool_results, attempt=attempt
