@@ -137,7 +137,7 @@ def _facts(given: Iterable[Fact | int] | Auto, structural: list[Fact], f: Facts)
     negative = f.negatives_at(given)
     out = []
     for x in given:
-        found = negative(x) if isinstance(x, int) else None
+        found = negative(x) if isinstance(x, int) and not isinstance(x, bool) else None
         if isinstance(x, Fact):
             out.append(x)
         elif found is not None:
@@ -175,9 +175,9 @@ def _kept(view: SessionView, keep: Iterable[object], f: Facts, stop: int) -> lis
             if found is None:
                 raise InvalidArgument("keep", f"no binding {k!r} before pos {stop}")
             out.append(Excerpt(found[0], "value", f.binding(found[0]).value))
-        elif isinstance(k, tuple) and len(k) == 2 and isinstance(k[0], int) and isinstance(k[1], str):
-            pos, path = k
-            if not 0 <= pos < f.size:
+        elif isinstance(k, tuple) and len(k) == 2 and isinstance(k[1], str):
+            pos, path = ev.as_position("keep", k[0]), k[1]
+            if not pos < f.size:
                 raise InvalidArgument("keep", f"pos {pos} is not a position of the session")
             out.append(rules.excerpt_of(view.read(pos).event, pos, path))
         else:
@@ -235,7 +235,9 @@ def compaction(
     resolved = _optional_list("resolved", resolved)  # type: ignore[assignment]
     if summary is not None and not isinstance(summary, str):
         raise InvalidArgument("summary", f"must be str, got {type(summary).__name__}")
-    if not isinstance(start, int) or not isinstance(stop, int) or not 0 <= start < stop <= size:
+    if summarizer is not None:
+        ev.as_callable("summarizer", summarizer)
+    if not 0 <= ev.as_int("start", start) < ev.as_int("stop", stop) <= size:
         raise InvalidArgument("span", f"[{start}, {stop}) is not a non-empty span of the session's {size} positions")
     reader = view.reader(size)
     f = view.facts(size, reader=reader)
@@ -313,6 +315,10 @@ def roll_up(
     negative_facts = _optional_list("negative_facts", negative_facts)  # type: ignore[assignment]
     unresolved = _optional_list("unresolved", unresolved)  # type: ignore[assignment]
     resolved = _optional_list("resolved", resolved)  # type: ignore[assignment]
+    if summary is not None and not isinstance(summary, str):
+        raise InvalidArgument("summary", f"must be str, got {type(summary).__name__}")
+    if summarizer is not None:
+        ev.as_callable("summarizer", summarizer)
     positions = [n.pos if isinstance(n, Node) else n for n in as_list("nodes", nodes)]
     if not positions or not all(isinstance(p, int) and not isinstance(p, bool) and 0 <= p < size for p in positions):
         raise InvalidArgument("nodes", "want one or more L1 nodes (or their positions) of the session")

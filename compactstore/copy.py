@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Iterator
 
 import msgspec
 
+from . import events as ev
 from .errors import CompactStoreError, IntegrityError, InvalidArgument, InvalidEvent
 from .store import Record, Session, Store
 
@@ -149,10 +150,15 @@ def copy(
         CompactStoreError: ``dst`` is keyed and was opened without its key, or a source
             session has redacted positions (erased bodies cannot be re-appended).
     """
-    if not isinstance(batch, int) or batch < 1:
+    for field, store in (("src", src), ("dst", dst)):
+        if not isinstance(store, Store):
+            raise InvalidArgument(field, f"want an open Store, got {type(store).__name__}")
+    if ev.as_int("batch", batch) < 1:
         raise InvalidArgument("batch", f"must be a positive int, got {batch!r}")
+    if progress is not None:
+        ev.as_callable("progress", progress)
     present = src.sessions()
-    names = present if sessions is None else list(dict.fromkeys(sessions))
+    names = present if sessions is None else list(dict.fromkeys(ev.as_texts("sessions", sessions)))
     missing = sorted(set(names) - set(present))
     if missing:
         raise InvalidArgument("sessions", f"not in the source store: {', '.join(map(repr, missing))}")

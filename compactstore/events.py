@@ -11,9 +11,10 @@ position) lives inside those bytes, its timestamp and idempotency key included.
 from __future__ import annotations
 
 import enum
+import json
 import math
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal, TypeAlias, Union
 
 import msgspec
@@ -53,7 +54,10 @@ def tick_clock(start: int = 1_767_225_600_000_000, step: int = 1_000_000) -> Clo
     return clock
 
 
-class Event(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, tag_field="kind"):
+# Every struct that is decoded from input forbids unknown fields: a misspelt or foreign
+# field would otherwise be dropped without a word, and the event stored is not the one given.
+class Event(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, tag_field="kind",
+            forbid_unknown_fields=True):
     """Fields every event carries.
 
     Attributes:
@@ -155,7 +159,7 @@ class LossClass(str, enum.Enum):
     LOSSLESS = "LOSSLESS"
 
 
-class Fact(msgspec.Struct, frozen=True, omit_defaults=True):
+class Fact(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
     """A negative fact a node retains: the event at ``pos`` failed, was rejected or superseded."""
 
     pos: int
@@ -163,7 +167,7 @@ class Fact(msgspec.Struct, frozen=True, omit_defaults=True):
     text: str = ""
 
 
-class Item(msgspec.Struct, frozen=True, omit_defaults=True):
+class Item(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
     """A ``tool_call``, ``handle`` or ``obligation`` opened at ``pos``: open at a node's boundary, or closed in its span."""
 
     pos: int
@@ -171,7 +175,7 @@ class Item(msgspec.Struct, frozen=True, omit_defaults=True):
     id: str
 
 
-class Excerpt(msgspec.Struct, frozen=True, omit_defaults=True):
+class Excerpt(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
     """A literal kept verbatim: ``value`` is field ``path`` of the event at ``pos``."""
 
     pos: int
@@ -179,7 +183,7 @@ class Excerpt(msgspec.Struct, frozen=True, omit_defaults=True):
     value: JSON = None
 
 
-class SpillRef(msgspec.Struct, frozen=True, omit_defaults=True):
+class SpillRef(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
     """A binding spilled to the store: ``Session.spilled(handle)`` returns its exact value."""
 
     handle: str
@@ -366,7 +370,29 @@ def encode_json(value: JSON) -> str:
 
 
 def decode(body: bytes) -> Event:
-    """Decode canonical bytes back into an event.
+    """Decode one event from its JSON bytes (canonical, or a line written by hand).
+
+    Strict: a field the event's kind does not have, or a key given twice in one JSON
+    object, is refused rather than dropped or overwritten.
+
+    Raises:
+        InvalidEvent: the bytes are not a valid event of a registered kind; ``field``
+            names the unknown field, the repeated key or the bad value.
+    """
+    event = decode_canonical(body)
+    # Canonical bytes hold each key once, so only bytes that are not the event's own
+    # encoding (a hand-written line) need the slower look for a repeated key.
+    if _encoder.encode(event) != body:
+        check_unique_keys(body)
+    return event
+
+
+def decode_canonical(body: bytes) -> Event:
+    """Decode a body the store wrote, as :func:`decode` does, but without looking for a key given twice.
+
+    For stored bodies, whose bytes are bound to their leaves: a body holding a repeated
+    key is not the canonical encoding of any event, which ``Store.verify`` reports. Use
+    :func:`decode` for bytes from anywhere else.
 
     Raises:
         InvalidEvent: the bytes are not a valid event of a registered kind.
@@ -382,6 +408,36 @@ def decode(body: bytes) -> Event:
     # What append() refuses, decoding refuses too: an imported line is held to the same rules.
     _check_rules(event)
     return event
+
+
+class _RepeatedKey(Exception):
+    def __init__(self, key: str) -> None:
+        self.key = key
+
+
+def _unique_pairs(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _RepeatedKey(key)
+            seen.add(key)
+    return out
+
+
+def check_unique_keys(body: bytes) -> None:
+    """Refuse JSON ``body`` if one of its objects gives a key twice (a decoder would keep one of them silently).
+
+    Raises:
+        InvalidEvent: naming the repeated key (or ``body``, for bytes that are not JSON).
+    """
+    try:
+        json.loads(body, object_pairs_hook=_unique_pairs)
+    except _RepeatedKey as exc:
+        raise InvalidEvent(exc.key, "given twice in one JSON object") from None
+    except (ValueError, RecursionError) as exc:  # msgspec read it; this parser is stricter on nothing we keep
+        raise InvalidEvent("body", f"not valid JSON: {exc}") from None
 
 
 def canonical(event: Event) -> tuple[Event, bytes]:
@@ -420,7 +476,7 @@ def _canonical_by_decoding(event: Event) -> tuple[Event, bytes]:
     if isinstance(event.supersedes, int) and event.supersedes < 0:
         raise InvalidEvent("supersedes", f"must be a position >= 0, got {event.supersedes}")
     body = _encode_checked(event)
-    decoded = decode(body)
+    decoded = decode_canonical(body)
     # JSON turns NaN and infinities into null: a typed optional field that held one
     # decodes as None. Refuse it rather than store a body that is not canonical.
     for name in _OPTIONAL[cls]:
@@ -598,12 +654,15 @@ def _check_json(value: object, path: str, depth: int) -> None:
 
 
 def _field_of(message: str) -> str:
-    # msgspec says "... - at `$.args.x`"; report the path without the `$.`.
+    # msgspec says "... - at `$.args.x`"; report the path without the `$.`, and an
+    # unknown field ("Object contains unknown field `x`") by its own name.
     marker = "at `$"
-    if marker in message:
-        path = message.split(marker, 1)[1].split("`", 1)[0]
-        return path.lstrip(".") or "event"
-    return "event"
+    path = message.split(marker, 1)[1].split("`", 1)[0].lstrip(".") if marker in message else ""
+    unknown = "unknown field `"
+    if unknown in message:
+        name = message.split(unknown, 1)[1].split("`", 1)[0]
+        return f"{path}.{name}" if path else name
+    return path or "event"
 
 
 # Not tracked by the cycle collector (gc=False): a record holds strings, ints, bytes and
@@ -640,13 +699,126 @@ class TreeHead(msgspec.Struct, frozen=True):
     mac: bytes | None = None
 
 
+# --- arguments ---------------------------------------------------------------------
+#
+# Every public entry point checks its arguments with these, one function per kind of
+# argument, so that each kind is refused the same way wherever it is taken: a bool is not
+# a position, a str is not a list of str, None is not a value.
+
+#: The largest position or size: what SQLite and PostgreSQL keep in a signed 64-bit integer.
+MAX_POSITION = 2**63 - 1
+
+
+def as_int(field: str, value: object) -> int:
+    """Return ``value``, which must be an int and not a bool (its range is the caller's to check).
+
+    Raises:
+        InvalidArgument: naming ``field``.
+    """
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise InvalidArgument(field, f"want an int, got {value!r}")
+    return int(value)
+
+
+def as_position(field: str, value: object) -> int:
+    """Return ``value`` as a position or size: an int (not a bool) in ``[0, 2**63)``.
+
+    Raises:
+        InvalidArgument: naming ``field``.
+    """
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_POSITION:
+        raise InvalidArgument(field, f"want an int position in [0, 2**63), got {value!r}")
+    return int(value)
+
+
+def as_flag(field: str, value: object) -> bool:
+    """Return ``value``, which must be ``True`` or ``False`` (not 0, 1, None or a str).
+
+    Raises:
+        InvalidArgument: naming ``field``.
+    """
+    if not isinstance(value, bool):
+        raise InvalidArgument(field, f"want True or False, got {value!r}")
+    return value
+
+
+def as_text(field: str, value: object, *, empty: bool = False) -> str:
+    """Return ``value`` as text: a str of valid Unicode, not empty unless ``empty``.
+
+    Raises:
+        InvalidArgument: naming ``field``.
+    """
+    if not isinstance(value, str):
+        raise InvalidArgument(field, f"want a str, got {type(value).__name__}")
+    if not value and not empty:
+        raise InvalidArgument(field, "must not be empty")
+    try:
+        value.encode()
+    except UnicodeEncodeError as exc:
+        raise InvalidArgument(field, f"not valid Unicode text: {exc.reason} at {exc.start}") from None
+    return value
+
+
 def as_list(field: str, value: object) -> list[Any]:
     """Return ``value`` as a list.
 
     Raises:
         InvalidArgument: naming ``field``: a str or bytes (it would be split into
-            characters) or a value that is not iterable.
+            characters), a mapping (it would be taken for its keys) or a value that is
+            not iterable.
     """
-    if isinstance(value, str | bytes) or not isinstance(value, Iterable):
+    if isinstance(value, str | bytes | bytearray | memoryview | Mapping) or not isinstance(value, Iterable):
         raise InvalidArgument(field, f"want a list, got {type(value).__name__}")
     return list(value)
+
+
+def as_texts(field: str, value: object) -> list[str]:
+    """Return ``value`` as a list of non-empty str (``field[i]`` names a bad item).
+
+    Raises:
+        InvalidArgument: naming ``field`` or the bad item.
+    """
+    items = as_list(field, value)
+    for i, item in enumerate(items):
+        as_text(f"{field}[{i}]", item)
+    return items
+
+
+def as_json(field: str, value: object) -> JSON:
+    """Return ``value``, a JSON value as :data:`JSON` says: finite numbers, str keys, at most MAX_DEPTH deep.
+
+    Raises:
+        InvalidArgument: naming ``field`` or the path inside it.
+    """
+    try:
+        _check_json(value, field, 0)
+    except InvalidEvent as exc:
+        raise InvalidArgument(exc.field, exc.reason) from None
+    return value
+
+
+def as_json_map(field: str, value: object) -> dict[str, JSON]:
+    """Return ``value`` as a dict of str to JSON values (a copy of the mapping given).
+
+    Raises:
+        InvalidArgument: naming ``field``, or the key whose value is not JSON.
+    """
+    if not isinstance(value, Mapping):
+        raise InvalidArgument(field, f"want a mapping of str to JSON values, got {type(value).__name__}")
+    out = dict(value)
+    for key, item in out.items():
+        if not isinstance(key, str):
+            raise InvalidArgument(field, f"keys must be str, got {type(key).__name__} {key!r}")
+        as_json(f"{field}.{key}", item)
+    return out
+
+
+def as_callable(field: str, value: object) -> Callable[..., Any]:
+    """Return ``value``, which must be callable.
+
+    Raises:
+        InvalidArgument: naming ``field``.
+    """
+    if not callable(value):
+        raise InvalidArgument(field, f"want a callable, got {type(value).__name__}")
+    return value

@@ -97,6 +97,10 @@ class Facts(Protocol):
         """
         ...
 
+    def attempts(self, key: str) -> list[tuple[int, ev.Attempt]]:
+        """Return ``(position, attempt)`` of every attempt under idempotency key ``key`` before ``size``, by position."""
+        ...
+
 
 class FullFacts:
     """:class:`Facts` from one pass over the events ``[0, size)``."""
@@ -159,6 +163,9 @@ class FullFacts:
         found = self._redacted
         return found[bisect_left(found, start) : bisect_left(found, stop)]
 
+    def attempts(self, key: str) -> list[tuple[int, ev.Attempt]]:
+        return [(p, a) for p, a in self.s.attempts.get(key, []) if p < self.size]
+
 
 class IndexSource(Protocol):
     """The structural index of one session (see :class:`compactstore.index.Index`)."""
@@ -193,6 +200,10 @@ class IndexSource(Protocol):
 
     def closes(self, start: int, stop: int) -> list[IndexRow]:
         """Return the ``close`` rows of positions ``[start, stop)``, by position."""
+        ...
+
+    def attempts(self, key: str, before: int) -> list[tuple[int, ev.Attempt]]:
+        """Return ``(position, attempt)`` of the attempts under ``key`` before ``before``, by position."""
         ...
 
 
@@ -319,3 +330,6 @@ class IndexedFacts:
     def redacted_in(self, start: int, stop: int) -> list[int]:
         found = self._redacted
         return found[bisect_left(found, start) : bisect_left(found, stop)]
+
+    def attempts(self, key: str) -> list[tuple[int, ev.Attempt]]:
+        return self.index.attempts(key, self.size)

@@ -64,7 +64,7 @@ def _event(body: bytes | None, kind: str) -> ev.Event:
         return _PLAIN
     if body is None:
         return ev.Redacted(by=-1)
-    return ev.decode(body)
+    return ev.decode_canonical(body)
 
 
 def _open_at(rows: _Rows, at: int) -> dict[int, str]:
@@ -144,9 +144,23 @@ class Index:
         """
         out = []
         for pos, body in self.backend.node_bodies(self.sid, start, stop):
-            node = None if body is None else ev.decode(body)
+            node = None if body is None else ev.decode_canonical(body)
             if isinstance(node, ev.Summary):
                 out.append((pos, node))
+        return out
+
+
+    def attempts(self, key: str, before: int) -> list[tuple[int, ev.Attempt]]:
+        """Return ``(position, attempt)`` of the attempts under idempotency key ``key`` before ``before``, by position.
+
+        Read from the log (attempts give no index rows): one query on the events' kind.
+        An erased attempt is gone with its literals, as it is from a pass over the log.
+        """
+        out = []
+        for pos, body in self.backend.attempt_bodies(self.sid, before):
+            attempt = None if body is None else ev.decode_canonical(body)
+            if isinstance(attempt, ev.Attempt) and attempt.key == key:
+                out.append((pos, attempt))
         return out
 
 
@@ -170,7 +184,7 @@ class _Prior:
         if 0 <= pos - self.before < len(self.pending):
             return superseded_text(self.pending[pos - self.before])
         body = self.writer.body(pos)
-        return "" if body is None else superseded_text(ev.decode(body))
+        return "" if body is None else superseded_text(ev.decode_canonical(body))
 
     def open_at(self, pos: int) -> list[tuple[int, str]]:
         return sorted(_open_at(self.writer.index_rows, pos).items())
@@ -217,7 +231,7 @@ class _Rebuilt:
     def superseded_text(self, pos: int) -> str:
         body = self.backend.body(self.sid, pos)
         try:
-            return "" if body is None else superseded_text(ev.decode(body))
+            return "" if body is None else superseded_text(ev.decode_canonical(body))
         except InvalidEvent:
             return ""
 

@@ -469,18 +469,27 @@ def reconstruct(
             logged event, as ``pos:path``), or None.
         uses: the literals (name -> value) the operation is about to act on; each must
             be in the artifact or among ``tool_results`` (invention guard).
-        tool_results: values produced by tool calls in the current turn.
-        prior: the literals an earlier attempt of this operation used (retry guard).
+        tool_results: values produced by tool calls in the current turn (a list, not a str).
+        prior: the literals the earlier attempts of this operation used (retry guard);
+            required for ``retry_idempotent`` (an empty mapping when there were none).
 
     Raises:
         ReconstructionUnsoundError: naming the literal and why.
+        InvalidArgument: naming the argument of the wrong type: an artifact that is not
+            an :class:`Artifact` or whose payload is not JSON, ``uses``, ``prior`` or a tool
+            result that is not JSON, a ``lookup`` that is not callable, ``retry_idempotent``
+            without ``prior``.
     """
+    uses, produced_values, prior = _checked_arguments(artifact, operation, lookup, uses, tool_results, prior)
     if operation not in TOLERANT_OPS | RESTORATION_OPS:
         raise ReconstructionUnsoundError(f"unknown operation {operation!r}: refusing to guess its loss tolerance")
-    payload = dict(artifact.payload) if isinstance(artifact.payload, dict) else {}
+    if operation == "retry_idempotent" and prior is None:
+        raise InvalidArgument("prior", "retry_idempotent needs the literals the earlier attempts used "
+                              "(an empty mapping when there were none): without them a retry is unguarded")
+    payload = dict(artifact.payload)
     raw_literals = payload.get("literals")
     literals: dict[str, JSON] = raw_literals if isinstance(raw_literals, dict) else {}
-    produced = [_canonical(v) for v in tool_results]
+    produced = [_canonical(v) for v in produced_values]
     for name, value in (uses or {}).items():
         if name in literals:
             if _canonical(literals[name]) != _canonical(value):
@@ -489,12 +498,9 @@ def reconstruct(
             raise ReconstructionUnsoundError(
                 f"literal {name!r} = {value!r} is in neither the artifact nor a tool result of this turn: it would be invented"
             )
-    acting = {**literals, **(uses or {})}
-    for name, value in (prior or {}).items():
-        if name in acting and _canonical(acting[name]) != _canonical(value):
-            raise ReconstructionUnsoundError(
-                f"retry reconstructs literal {name!r} as {acting[name]!r}, but the earlier attempt used {value!r}"
-            )
+    conflicts = rules.retry_conflicts(prior or {}, {**literals, **(uses or {})})
+    if conflicts:
+        raise ReconstructionUnsoundError(conflicts[0])
     if operation in TOLERANT_OPS:
         return payload
     loss = _loss_of(artifact)
@@ -514,7 +520,7 @@ def reconstruct(
         durable = lookup(name)
         if durable is None:
             raise ReconstructionUnsoundError(f"literal {name!r} is absent from the durable source: cannot restore it")
-        if _canonical(durable) != _canonical(value):
+        if _canonical(ev.as_json(f"lookup({name!r})", durable)) != _canonical(value):
             raise ReconstructionUnsoundError(
                 f"literal {name!r}: the artifact says {value!r}, the durable source {durable!r}: the compaction layer is corrupt"
             )
@@ -531,6 +537,23 @@ def reconstruct(
 
 def _canonical(value: JSON) -> bytes:
     return _encoder.encode(value)
+
+
+def _checked_arguments(
+    artifact: object, operation: object, lookup: object, uses: object, tool_results: object, prior: object
+) -> tuple[dict[str, JSON] | None, list[JSON], dict[str, JSON] | None]:
+    """Return ``uses``, ``tool_results`` and ``prior`` as checked values, or raise InvalidArgument naming the bad one."""
+    if not isinstance(artifact, Artifact):
+        raise InvalidArgument("artifact", f"want an Artifact, got {type(artifact).__name__}")
+    ev.as_json_map("artifact.payload", artifact.payload)
+    for name in ("digest", "span_root"):
+        if getattr(artifact, name) is not None and not isinstance(getattr(artifact, name), str):
+            raise InvalidArgument(f"artifact.{name}", f"want a hex str or None, got {type(getattr(artifact, name)).__name__}")
+    ev.as_text("operation", operation, empty=True)
+    ev.as_callable("lookup", lookup)
+    acting = None if uses is None else ev.as_json_map("uses", uses)
+    results = [ev.as_json(f"tool_results[{i}]", v) for i, v in enumerate(ev.as_list("tool_results", tool_results))]
+    return acting, results, None if prior is None else ev.as_json_map("prior", prior)
 
 
 def lookup(view: SessionView, name: str) -> JSON | None:
@@ -586,15 +609,21 @@ def restore(
     """Reconstruct against the log; return the payload and, under ``attempt``, the attempt to record.
 
     A restoration operation acts on the artifact made again from the log
-    (:func:`certified_artifact`), never on the caller's copy.
+    (:func:`certified_artifact`), never on the caller's copy. The literals every earlier
+    attempt under ``attempt`` used are read here to refuse early; the store holds the
+    attempt to them again when it commits it (:func:`rules.admit_attempt`).
+
+    Raises:
+        InvalidArgument: ``attempt`` is not a non-empty str, or is missing for ``retry_idempotent``.
     """
     if operation in RESTORATION_OPS:
         artifact = certified_artifact(view, artifact)
     prior = None
     if attempt is not None:
-        for record in view.scan():
-            if isinstance(record.event, ev.Attempt) and record.event.key == attempt:
-                prior = record.event.literals
+        prior = rules.prior_literals(view.facts().attempts(ev.as_text("attempt", attempt)))
+    elif operation == "retry_idempotent":
+        raise InvalidArgument("attempt", "retry_idempotent needs an attempt key: without one no earlier attempt "
+                              "can be held against it", hint='pass attempt="<the idempotency key of the operation>"')
     payload = reconstruct(
         artifact, operation, lambda n: lookup(view, n), uses=uses, tool_results=tool_results, prior=prior
     )
@@ -630,4 +659,4 @@ class RestoredSpan(msgspec.Struct, frozen=True):
 
     def events(self) -> list[ev.Event]:
         """Return the events, decoded from their bodies (not done until asked)."""
-        return [ev.decode(b) for b in self.bodies]
+        return [ev.decode_canonical(b) for b in self.bodies]

@@ -39,8 +39,10 @@
 - **Restoration** (seed 000): literals are restored only from a LOSSLESS node whose
   claim holds against the log when the restoration is decided (:func:`restoration_problems`).
 - **Admission**: what the store checks of every derived event (summary node, spill,
-  marker), whichever way it enters the log (:func:`admit_node`, :func:`admit_spill`,
-  :func:`admit_marker`).
+  marker, attempt), whichever way it enters the log (:func:`admit_node`,
+  :func:`admit_spill`, :func:`admit_marker`, :func:`admit_attempt`).
+- **The retry guard** (seed 000): an attempt under an idempotency key acts on the
+  literals every earlier attempt under that key acted on (:func:`prior_literals`).
 
 Rules read event fields, never prose, and do no I/O: where the facts come from (a pass
 over the log or the structural index) is the caller's choice.
@@ -55,7 +57,13 @@ import msgspec
 from blake3 import blake3
 
 from . import events as ev
-from .errors import CompactionInvariantError, InvalidArgument, InvalidEvent, MarkerInvalid
+from .errors import (
+    CompactionInvariantError,
+    InvalidArgument,
+    InvalidEvent,
+    MarkerInvalid,
+    ReconstructionUnsoundError,
+)
 from .events import Excerpt, LossClass
 from .facts import Facts
 
@@ -165,6 +173,14 @@ def risks(f: Facts, start: int, stop: int, kept: Iterable[int | str] = ()) -> li
             if start <= bpos < stop and not regenerable and bpos not in positions and key not in keys:
                 out.append(Risk(name, opos, key, bpos))
     return out
+
+
+def unbound_needs(f: Facts, needs: Iterable[str]) -> list[str]:
+    """Return those of ``needs`` that no binding before ``f.size`` names, in order.
+
+    An obligation on such a key puts nothing at risk, so the gate would protect nothing.
+    """
+    return [key for key in dict.fromkeys(needs) if f.latest_binding(key, f.size) is None]
 
 
 def gate_error(found: Sequence[Risk], start: int, stop: int) -> CompactionInvariantError:
@@ -740,6 +756,45 @@ def admit_marker(f: Facts, marker: ev.RecoveryMarker, pos: int) -> list[int]:
     if list(marker.path) != path:
         raise InvalidEvent("path", f"got {marker.path}, the node's path is {path}")
     return path
+
+
+def prior_literals(attempts: Iterable[tuple[int, ev.Attempt]]) -> dict[str, ev.JSON]:
+    """Return the literals the ``attempts`` under one key acted on: each name with the value it was first given.
+
+    Every attempt counts, one that acted on no literal included, so a later attempt
+    cannot clear what an earlier one used; admitted attempts agree on every name they share.
+    """
+    used: dict[str, ev.JSON] = {}
+    for _, attempt in attempts:
+        for name, value in attempt.literals.items():
+            used.setdefault(name, value)
+    return used
+
+
+def retry_conflicts(prior: Mapping[str, ev.JSON], acting: Mapping[str, ev.JSON]) -> list[str]:
+    """Return why acting on ``acting`` breaks the retry guard: each literal whose value differs from ``prior``'s.
+
+    Values are compared by their canonical JSON, so ``1``, ``1.0`` and ``true`` differ.
+    """
+    return [
+        f"retry reconstructs literal {name!r} as {acting[name]!r}, but the earlier attempt used {value!r}"
+        for name, value in prior.items()
+        if name in acting and ev.encode_json(acting[name]) != ev.encode_json(value)
+    ]
+
+
+def admit_attempt(f: Facts, attempt: ev.Attempt, pos: int) -> None:
+    """Refuse an attempt at ``pos`` that acts on a literal other than an earlier attempt under its key used.
+
+    ``f`` is the log before it. The store runs this inside the write transaction, so of
+    two writers racing under one key with different literals, the second to commit is refused.
+
+    Raises:
+        ReconstructionUnsoundError: naming the literal and both values; nothing is written.
+    """
+    conflicts = retry_conflicts(prior_literals(f.attempts(attempt.key)), attempt.literals)
+    if conflicts:
+        raise ReconstructionUnsoundError(f"attempt {attempt.key!r} at pos {pos}: " + "; ".join(conflicts))
 
 
 def excerpt_of(event: ev.Event, pos: int, path: str) -> Excerpt:

@@ -65,7 +65,7 @@ class _Prepared(msgspec.Struct, gc=False):
 
 
 #: Derived events the store admits only if they keep the rules (see :mod:`compactstore.rules`).
-_ADMITTED = (ev.Summary, ev.Spill, ev.RecoveryMarker, ev.Redaction)
+_ADMITTED = (ev.Summary, ev.Spill, ev.RecoveryMarker, ev.Redaction, ev.Attempt)
 #: How often a builder's compare-and-append is tried again when another writer moved the session.
 _RETRIES = 16
 #: Spans whose read was checked against their leaves, kept per store for the commit that follows.
@@ -98,6 +98,9 @@ def open(  # noqa: A001 - the public name the API promises
         raise InvalidArgument("target", f"want a non-empty path or postgresql:// URL without NUL, got {target!r}")
     if key is not None:
         derive_key(key)  # a bad key is refused before anything is created
+    if clock is not None:
+        ev.as_callable("clock", clock)
+    ev.as_flag("durable", durable)
     store = Store(open_backend(target, durable=durable), key=key, clock=clock)
     store.target = target
     return store
@@ -127,11 +130,7 @@ def _is_position(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_POS
 
 
-def _position(field: str, value: object) -> int:
-    """Return ``value`` as a position, or raise InvalidArgument naming ``field``."""
-    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_POS:
-        raise InvalidArgument(field, f"want an int position in [0, 2**63), got {value!r}")
-    return value
+_position = ev.as_position
 
 
 class _Pass:
@@ -164,7 +163,7 @@ class Store:
         self.backend = backend
         #: where the store lives (a path or URL), so worker processes can open it too
         self.target = ""
-        self.clock: ev.Clock = clock or ev.system_clock
+        self.clock: ev.Clock = ev.as_callable("clock", clock) if clock is not None else ev.system_clock
         self.mac_key = derive_key(key) if key is not None else None
         self._frontiers: dict[int, merkle.Frontier] = {}
         #: summary nodes read so far per session: ``sid -> (read up to, [(pos, node)])``
@@ -235,6 +234,10 @@ class Store:
         chunks, each summarised by its subtree root and its part of every head, and this
         process joins the summaries in order; the report is the same either way.
         """
+        if progress is not None:
+            ev.as_callable("progress", progress)
+        if workers is not None:
+            ev.as_position("workers", workers)
         report = verify_store(self, progress=progress, workers=workers)
         # The rules are held over a log that verifies: a damaged one is already reported.
         damaged = {p.session for p in report.problems}
@@ -252,12 +255,20 @@ class Store:
         Raises:
             CompactStoreError: the store was opened without a key.
         """
+        if not isinstance(head, TreeHead):
+            raise InvalidArgument("head", f"want a TreeHead, got {type(head).__name__}")
         if self.mac_key is None:
             raise CompactStoreError("no key: open the store with its key to check head MACs")
         return head.mac is not None and head.mac == head_mac(self.mac_key, head.session, head.size, head.root)
 
     def seal_head(self, session: str, size: int, root: bytes, prev: int) -> bytes:
         """Return the seal a stored head of ``session`` must carry (a keyed MAC when the store has a key)."""
+        # Sizes are not checked as positions: verify seals the heads it reads, a tampered negative one included.
+        ev.as_int("size", size)
+        ev.as_int("prev", prev)
+        if not isinstance(session, str) or not isinstance(root, bytes):
+            raise InvalidArgument("session" if not isinstance(session, str) else "root",
+                                  f"want a str session and a bytes root, got {type(session).__name__}, {type(root).__name__}")
         return seal(self.mac_key, session, size, root, prev)
 
 
@@ -477,8 +488,8 @@ class Session:
     def _admit(self, first: int, fresh: Sequence[_Prepared], rows: Sequence[Row], leaves: Sequence[bytes]) -> None:
         """Refuse the batch appended at ``first`` unless every derived event in it keeps the rules.
 
-        Each summary node, spill and marker is held, by :mod:`compactstore.rules`, to the
-        log before it as it stands under the lock; a node's span root and content digest
+        Each summary node, spill, marker and attempt is held, by :mod:`compactstore.rules`,
+        to the log before it as it stands under the lock; a node's span root and content digest
         to the span's bodies. The facts come from the structural index when the event
         reads only the stored log (what ``compact``, ``roll_up`` and ``mark`` append:
         spills and a node, or a marker, at the head), else from one pass over the stored
@@ -489,6 +500,8 @@ class Session:
             CompactionInvariantError: a node claims a loss class it does not meet, or loses
                 what an open obligation needs.
             MarkerInvalid: a marker's conditions do not hold at its checkpoint.
+            ReconstructionUnsoundError: an attempt acts on a literal other than an
+                earlier attempt under its key used.
         """
         events = [p.event for p in fresh]
         sid = self._sid()
@@ -546,6 +559,8 @@ class Session:
                 self._check_content(event, first, rows)
         elif isinstance(event, ev.Spill):
             rules.admit_spill(f, event, pos)
+        elif isinstance(event, ev.Attempt):
+            rules.admit_attempt(f, event, pos)
         elif isinstance(event, ev.RecoveryMarker):
             rules.admit_marker(f, event, pos)
             root = f.span_root(0, event.size) if event.size else merkle.empty_root(HASH)
@@ -665,7 +680,8 @@ class Session:
         Raises:
             InvalidEvent: a position is out of range or already redacted; nothing is written.
         """
-        given = as_list("positions", positions)
+        given = [ev.as_position(f"positions[{i}]", p) for i, p in enumerate(ev.as_list("positions", positions))]
+        reason = ev.as_text("reason", reason)
 
         def build(size: int) -> list[ev.Event]:
             named = {p for p in given if _is_position(p) and p < size}
@@ -678,7 +694,7 @@ class Session:
     def _replay(self, row: Row, p: _Prepared) -> Record:
         """Return the earlier record for ``p.key`` if ``p`` is the same event, else raise."""
         key = p.key
-        earlier, event = ev.decode(row.body or b"{}") if row.body else None, p.event
+        earlier, event = ev.decode_canonical(row.body or b"{}") if row.body else None, p.event
         if earlier is not None and p.stamped:  # the store stamped it: not part of the comparison
             earlier = msgspec.structs.replace(earlier, ts=None)
             event = msgspec.structs.replace(event, ts=None)
@@ -712,9 +728,31 @@ class Session:
         """
         return self.append(ev.Binding(key=key, value=value, regenerable=regenerable, how=how))
 
-    def oblige(self, name: str, needs: Sequence[str] = ()) -> Record:
-        """Open obligation ``name``, which will need the bindings ``needs``."""
-        return self.append(ev.Obligation(name=name, needs=as_list("needs", needs)))
+    def oblige(self, name: str, needs: Sequence[str] = (), *, allow_unbound: bool = False) -> Record:
+        """Open obligation ``name``, which will need the bindings ``needs``.
+
+        Each need must name a binding the session already holds: a need that names
+        none (a typo) would make the gate protect nothing. Pass ``allow_unbound=True``
+        to open an obligation on bindings that will be bound later.
+
+        Raises:
+            InvalidArgument: naming ``needs``: a need names no binding of the session
+                (and ``allow_unbound`` is False); nothing is written.
+        """
+        event = ev.Obligation(name=name, needs=ev.as_texts("needs", needs))
+        if ev.as_flag("allow_unbound", allow_unbound) or not event.needs:
+            return self.append(event)
+
+        def build(size: int) -> list[ev.Event]:
+            missing = rules.unbound_needs(self.facts(size), event.needs)
+            if missing:
+                raise InvalidArgument(
+                    "needs", f"no binding {missing[0]!r} in session {self.name!r}" if len(missing) == 1 else
+                    f"no bindings {missing} in session {self.name!r}",
+                    hint="bind it first, or pass allow_unbound=True if it will be bound later")
+            return [event]
+
+        return self._built(build)[0]
 
     def fulfil(self, name: str) -> Record:
         """Close obligation ``name``.
@@ -722,6 +760,7 @@ class Session:
         Raises:
             InvalidArgument: no such obligation is open.
         """
+        ev.as_text("name", name)
 
         def build(size: int) -> list[ev.Event]:
             if not any(n == name for _, n, _ in self.facts(size).open_obligations()):
@@ -817,10 +856,11 @@ class Session:
         Every open obligation is classified by whether the bindings it needs are
         regenerable; the error's ``risks`` list each obligation and binding at risk.
         """
+        kept = set(ev.as_texts("keep", keep))
         size = self.size
-        if not isinstance(start, int) or not isinstance(stop, int) or not 0 <= start < stop <= size:
+        if not 0 <= ev.as_int("start", start) < ev.as_int("stop", stop) <= size:
             raise InvalidArgument("span", f"[{start}, {stop}) is not a non-empty span of the session's {size} positions")
-        found = rules.risks(self.facts(size), start, stop, set(as_list("keep", keep)))
+        found = rules.risks(self.facts(size), start, stop, kept)
         if found:
             raise rules.gate_error(found, start, stop)
 
@@ -907,7 +947,7 @@ class Session:
                 not give the checkpoint root (with ``rehash``: any body up to the marker).
         """
         pos = resolver.position_of(self, "marker", marker if isinstance(marker, Marker) else _position("marker", marker))
-        return resolver.resume(self, pos, rehash=rehash)
+        return resolver.resume(self, pos, rehash=ev.as_flag("rehash", rehash))
 
     def artifact(self, node: Node | int) -> Artifact:
         """Return the artifact a later instance expands from ``node``: loss class, payload, digest.
@@ -948,11 +988,14 @@ class Session:
         """Run :func:`compactstore.reconstruct` against this log, guarding retries.
 
         With ``attempt`` (an idempotency key), the literals acted on are recorded in the
-        log, and a later attempt under the same key that reconstructs a different
-        literal is refused.
+        log as an attempt, admitted only if every earlier attempt under the same key used
+        the same value for each literal they share (read in the write transaction, so of
+        two racing retries with different literals one is refused). ``retry_idempotent``
+        needs ``attempt``.
 
         Raises:
             ReconstructionUnsoundError: naming the literal and why.
+            InvalidArgument: an argument of the wrong type, or ``retry_idempotent`` without ``attempt``.
         """
         payload, record = resolver.restore(
             self, artifact, operation, uses=uses, tool_results=tool_results, attempt=attempt
@@ -1061,7 +1104,7 @@ class Session:
             return Record(self.name, row.seq, row.pos, "redacted", ev.Redacted(by=by), b"", row.leaf)
         if merkle.leaf_hash(row.body) != row.leaf:
             raise IntegrityError(f"event at pos {row.pos} does not match its leaf", session=self.name, pos=row.pos)
-        return Record(self.name, row.seq, row.pos, row.kind, ev.decode(row.body), row.body, row.leaf)
+        return Record(self.name, row.seq, row.pos, row.kind, ev.decode_canonical(row.body), row.body, row.leaf)
 
     def _require_sid(self) -> int:
         sid = self._sid()
@@ -1094,7 +1137,7 @@ class Session:
         It keeps the leaves it checked (``leaves``), so that they can be held against a
         tree head with :meth:`root_with`.
         """
-        return _EventReader(self, size)
+        return _EventReader(self, _position("size", size))
 
     def facts(self, size: int | None = None, *, reader: EventReader | None = None) -> Facts:
         """Return the structural facts of the session at checkpoint ``size`` (default: now).
@@ -1104,6 +1147,8 @@ class Session:
         facts it gave). ``reader`` reads the events the facts name (default: a new one).
         """
         size, sid = self._bounded("size", size, 0)
+        if reader is not None:
+            ev.as_callable("reader", reader)
         backend = self.store.backend
         if sid is None or backend.redactions(sid):
             events = [r.event for r in self.scan(0, size)]
@@ -1122,6 +1167,7 @@ class Session:
             IntegrityError: a position is missing or a body does not match its leaf.
         """
         stop, sid = self._bounded("stop", stop, 1)
+        ev.as_flag("records", records)
         if not isinstance(start, int) or isinstance(start, bool) or not 0 <= start < stop or sid is None:
             raise InvalidArgument("start", f"must be in [0, {stop}), got {start!r}")
         backend = self.store.backend
@@ -1186,6 +1232,12 @@ class Session:
         Raises:
             IntegrityError: a stored subtree root is missing.
         """
+        if not isinstance(leaves, Mapping):
+            raise InvalidArgument("leaves", f"want a mapping of position to leaf hash, got {type(leaves).__name__}")
+        size = _position("size", size)
+        for p, leaf in leaves.items():
+            if not 0 <= _position("leaves", p) < size or not isinstance(leaf, bytes) or len(leaf) != 32:
+                raise InvalidArgument("leaves", f"want positions in [0, {size}) to 32-byte leaf hashes, got {p!r}: {leaf!r}")
         sid, backend = self._require_sid(), self.store.backend
         try:
             return merkle.root_with(leaves, size, lambda coords: backend.hashes(sid, coords), HASH)
@@ -1225,8 +1277,8 @@ class Session:
         sid = self._sid()
         head = self.store.backend.head(sid) if sid is not None else None
         size = head.size if head else 0
-        value = size if value is None else value
-        if not isinstance(value, int) or not lo <= value <= size:
+        value = size if value is None else _position(name, value)
+        if not lo <= value <= size:
             raise InvalidArgument(name, f"must be in [{lo}, {size}] for session {self.name!r}, got {value!r}")
         return value, sid
 
@@ -1307,7 +1359,7 @@ class Session:
     def span_root(self, start: int, stop: int) -> bytes:
         """Return the root of positions ``[start, stop)`` (see :func:`merkle.span_root`), in O(log n)."""
         stop, sid = self._bounded("stop", stop, 0)
-        if not isinstance(start, int) or not 0 <= start <= stop:
+        if not 0 <= _position("start", start) <= stop:
             raise InvalidArgument("start", f"must be in [0, {stop}], got {start!r}")
         return self._roots([(start, stop)], sid)[0]
 
@@ -1317,7 +1369,7 @@ class Session:
         Check it with :func:`compactstore.merkle.verify_inclusion`.
         """
         size, sid = self._bounded("size", size, 1)
-        if not isinstance(pos, int) or not 0 <= pos < size:
+        if not 0 <= _position("pos", pos) < size:
             raise InvalidArgument("pos", f"must be in [0, {size - 1}], got {pos!r}")
         return self._roots(merkle.inclusion_spans(pos, size), sid)
 
@@ -1327,7 +1379,7 @@ class Session:
         Check it with :func:`compactstore.merkle.verify_consistency`.
         """
         new_size, sid = self._bounded("new_size", new_size, 0)
-        if not isinstance(old_size, int) or not 0 <= old_size <= new_size:
+        if not 0 <= _position("old_size", old_size) <= new_size:
             raise InvalidArgument("old_size", f"must be in [0, {new_size}], got {old_size!r}")
         return self._roots(merkle.consistency_spans(old_size, new_size), sid)
 

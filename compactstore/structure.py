@@ -97,6 +97,8 @@ class Structure:
     obligations: dict[int, ev.Obligation] = field(default_factory=dict)
     #: summary nodes by position.
     nodes: dict[int, ev.Summary] = field(default_factory=dict)
+    #: attempt key -> (position, attempt) in order.
+    attempts: dict[str, list[tuple[int, ev.Attempt]]] = field(default_factory=dict)
     #: texts of events named by a ``supersedes``, filled in as they are met.
     _texts: dict[int, str] = field(default_factory=dict)
 
@@ -128,6 +130,8 @@ class Structure:
             self.needs.extend((pos, key, f"obligation {event.name!r}") for key in event.needs)
         elif isinstance(event, ev.Summary):
             self.nodes[pos] = event
+        elif isinstance(event, ev.Attempt):
+            self.attempts.setdefault(event.key, []).append((pos, event))
         for key in event.uses or ():
             self.needs.append((pos, key, f"{kind} uses it"))
 

@@ -618,7 +618,7 @@ def _check_body(
     body: bytes, kind: str, idem_key: str | None, pos: int, problems: list[tuple[int, str, str]]
 ) -> ev.Event | None:
     try:
-        event = ev.decode(body)
+        event = ev.decode_canonical(body)
     except InvalidEvent as exc:
         problems.append((pos, "events", f"body is not a valid event: {exc.reason}"))
         return None

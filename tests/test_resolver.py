@@ -48,9 +48,9 @@ def test_tolerant_operations_expand_a_lossy_artifact(session: cs.Session, lossy:
 
 @pytest.mark.parametrize("operation", ["authorize", "commit", "emit_authoritative", "retry_idempotent"])
 def test_restoration_on_a_lossy_artifact_is_refused(session: cs.Session, lossy: cs.Artifact, operation: str) -> None:
-    """Restoration operations refuse LOSSY_GIST artifacts."""
+    """Restoration operations refuse LOSSY_GIST artifacts (a retry with no earlier attempt included)."""
     with pytest.raises(cs.ReconstructionUnsoundError, match="LOSSY_GIST"):
-        cs.reconstruct(lossy, operation, session.lookup)
+        cs.reconstruct(lossy, operation, session.lookup, prior={})
 
 
 @pytest.mark.parametrize("tag", [None, "", "lossless", "LOSSY_LITERAL", 3])

@@ -158,8 +158,9 @@ def append_command(source: str, target: str, key_env: str | None, session_name: 
     session already holds for the same event is not written again.
 
     Every line is checked before anything is written: malformed JSON, an unknown kind,
-    a bad field, or an idempotency key used twice in the input is reported with its line
-    number, exits 2, and writes nothing (the store is not even created). The events are
+    a field the kind does not have, a key given twice in one object, a bad field, or an
+    idempotency key used twice in the input is reported with its line number, exits 2,
+    and writes nothing (the store is not even created). The events are
     then written in batches of --batch, one transaction each. A check that needs the
     log itself (a "supersedes" naming a later position; an idempotency key the session
     holds for a different event, which exits 1) fails its whole batch, which writes

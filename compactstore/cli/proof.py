@@ -8,7 +8,9 @@ from typing import Any, Literal
 import click
 import msgspec
 
+from .. import events as ev
 from .. import merkle
+from ..errors import InvalidEvent
 from .app import (
     EXIT_REFUSED,
     EXIT_USAGE,
@@ -23,7 +25,7 @@ from .app import (
 )
 
 
-class InclusionProof(msgspec.Struct, frozen=True, tag="inclusion", tag_field="proof"):
+class InclusionProof(msgspec.Struct, frozen=True, tag="inclusion", tag_field="proof", forbid_unknown_fields=True):
     """The proof that the event at ``pos`` (its canonical JSON ``entry``, its ``leaf``) is in a tree."""
 
     algo: Literal["blake3", "sha256"]
@@ -37,7 +39,7 @@ class InclusionProof(msgspec.Struct, frozen=True, tag="inclusion", tag_field="pr
     mac: str | None = None
 
 
-class ConsistencyProof(msgspec.Struct, frozen=True, tag="consistency", tag_field="proof"):
+class ConsistencyProof(msgspec.Struct, frozen=True, tag="consistency", tag_field="proof", forbid_unknown_fields=True):
     """The proof that the tree ``(old_size, old_root)`` is a prefix of ``(new_size, new_root)``."""
 
     algo: Literal["blake3", "sha256"]
@@ -163,7 +165,10 @@ def check_command(file: Any, trusted: str | None, as_json: bool) -> None:
     raw = file.read()
     try:
         doc: Proof = msgspec.json.decode(raw, type=Proof)
+        ev.check_unique_keys(raw)
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        raise Failure(f"proof file: {exc}", EXIT_USAGE, as_json=as_json) from exc
+    except InvalidEvent as exc:
         raise Failure(f"proof file: {exc}", EXIT_USAGE, as_json=as_json) from exc
     hashes = [doc.root, doc.leaf] if isinstance(doc, InclusionProof) else [doc.old_root, doc.new_root]
     for i, h in enumerate([*hashes, *doc.path]):
