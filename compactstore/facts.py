@@ -202,8 +202,8 @@ class IndexSource(Protocol):
         """Return the ``close`` rows of positions ``[start, stop)``, by position."""
         ...
 
-    def attempts(self, key: str, before: int) -> list[tuple[int, ev.Attempt]]:
-        """Return ``(position, attempt)`` of the attempts under ``key`` before ``before``, by position."""
+    def attempt_positions(self, key: str, before: int) -> list[int]:
+        """Return the positions of the attempts under ``key`` before ``before``, in order."""
         ...
 
 
@@ -332,4 +332,6 @@ class IndexedFacts:
         return found[bisect_left(found, start) : bisect_left(found, stop)]
 
     def attempts(self, key: str) -> list[tuple[int, ev.Attempt]]:
-        return self.index.attempts(key, self.size)
+        # Each read is checked: an attempt erased behind the store's back raises, never resets the guard.
+        found = [(p, self._get(p)) for p in self.index.attempt_positions(key, self.size)]
+        return [(p, a) for p, a in found if isinstance(a, ev.Attempt) and a.key == key]

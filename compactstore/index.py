@@ -41,7 +41,7 @@ from .structure import STRUCTURAL_KINDS, Deriver, IndexRow, apply_items, superse
 if TYPE_CHECKING:
     from .backends import Backend, Writer
 
-_RELS = frozenset({"open", "close", "negative", "binding", "open_at"})
+_RELS = frozenset({"open", "close", "negative", "binding", "attempt", "open_at"})
 _PLAIN = ev.GraphState(id="-")  # stands for an event that gives no row
 _CHUNK = 2048
 
@@ -150,18 +150,13 @@ class Index:
         return out
 
 
-    def attempts(self, key: str, before: int) -> list[tuple[int, ev.Attempt]]:
-        """Return ``(position, attempt)`` of the attempts under idempotency key ``key`` before ``before``, by position.
+    def attempt_positions(self, key: str, before: int) -> list[int]:
+        """Return the positions of the attempts under idempotency key ``key`` before ``before``, in order.
 
-        Read from the log (attempts give no index rows): one query on the events' kind.
-        An erased attempt is gone with its literals, as it is from a pass over the log.
+        The caller reads each through its checked read, so a body erased behind the
+        store's back is an IntegrityError, not a forgotten attempt.
         """
-        out = []
-        for pos, body in self.backend.attempt_bodies(self.sid, before):
-            attempt = None if body is None else ev.decode_canonical(body)
-            if isinstance(attempt, ev.Attempt) and attempt.key == key:
-                out.append((pos, attempt))
-        return out
+        return [r.pos for r in self._rows(("attempt",), 0, before) if r.key == key]
 
 
 class _Prior:

@@ -22,8 +22,8 @@ TEXT_LIMIT = 160
 #: Opening and closing kinds, by the kind of item they open.
 _OPENS = {"tool_call": "tool_call", "handle_opened": "handle", "obligation": "obligation"}
 _CLOSES = {"tool_result": "tool_call", "handle_closed": "handle", "fulfilment": "obligation"}
-#: Kinds whose events can give index rows whatever their fields: items and bindings.
-STRUCTURAL_KINDS = frozenset({*_OPENS, *_CLOSES, "binding"})
+#: Kinds whose events can give index rows whatever their fields: items, bindings and attempts.
+STRUCTURAL_KINDS = frozenset({*_OPENS, *_CLOSES, "binding", "attempt"})
 #: Event types that give an index row only through ``status`` or ``supersedes``.
 _INERT = frozenset(t for t in ev.EVENT_TYPES if t.__struct_config__.tag not in STRUCTURAL_KINDS)
 
@@ -223,13 +223,15 @@ class IndexRow(NamedTuple):
     """One row of the structural index of a session.
 
     ``rel`` says what the row records (``open``, ``close``, ``negative``, ``binding``,
-    ``open_at``); ``key``, ``num`` and ``text`` are its fields:
+    ``attempt``, ``open_at``); ``key``, ``num`` and ``text`` are its fields:
 
     - ``open`` / ``close`` at ``pos``: ``key`` is the item (``kind/id``); an obligation's
       ``text`` is the JSON list of the bindings it needs.
     - ``negative`` at ``pos``: ``key`` the status, ``num`` the position that made it
       negative (itself, or what superseded it), ``text`` the fact's text.
     - ``binding`` at ``pos``: ``key`` the binding key, ``num`` 1 when regenerable.
+    - ``attempt`` at ``pos``: ``key`` the attempt's idempotency key (the retry guard
+      reads the attempts under a key from these rows, each body through a checked read).
     - ``open_at`` at a multiple ``pos`` of SNAPSHOT_EVERY: the item ``key`` opened at
       ``num`` and open at that boundary.
     """
@@ -337,6 +339,8 @@ class Deriver:
                 self._supersede(previous, pos)
             self._bindings[event.key] = pos
             rows.append(IndexRow(pos, "binding", event.key, int(event.regenerable), ""))
+        elif isinstance(event, ev.Attempt):
+            rows.append(IndexRow(pos, "attempt", event.key, 0, ""))
         kind = event.kind
         item = None
         if kind in _OPENS:

@@ -46,10 +46,11 @@ def _story(s: cs.Session) -> tuple[cs.Node, cs.Marker]:
         s.mark(node)
     with unchecked():  # what a writer skipping the rules could have appended
         planted = s.mark(node)
+    s.reconstruct(s.artifact(node), "plan", attempt="retry-1")  # an attempt at 8, which the retry guard reads
     return node, planted
 
 
-TAMPERED = {"the dropped rejection": 1, "the needed binding": 2, "its spill": 5}
+TAMPERED = {"the dropped rejection": 1, "the needed binding": 2, "its spill": 5, "the earlier attempt": 8}
 
 
 @pytest.mark.parametrize("key", [None, KEY], ids=["unkeyed", "keyed"])
@@ -83,13 +84,15 @@ def test_a_body_changed_behind_the_stores_back_is_an_integrity_error(
             calls["restore_span"] = lambda: s.restore_span(node)
         if what == "the needed binding":
             calls["lookup"] = lambda: s.lookup("rollback")
-            calls["reconstruct"] = lambda: s.reconstruct(s.artifact(node), "plan", attempt="retry-1")
+        if what == "the earlier attempt":  # after the marker: only the retry guard reads it
+            calls = {"reconstruct": lambda: s.reconstruct(s.artifact(node), "plan", attempt="retry-1")}
         if what == "its spill":
             calls["spilled"] = lambda: s.spilled(node.spills[0].handle)
         size = s.size
         for name, call in calls.items():
             with pytest.raises(cs.IntegrityError) as caught:
                 call()
+                pytest.fail(f"{name} did not raise")
             assert (caught.value.session, caught.value.pos) == ("run", pos), name
         assert s.size == size
         assert not st.verify().ok

@@ -18,6 +18,7 @@ from click.testing import CliRunner
 from test_compaction import migration
 
 import compactstore as cs
+from compactstore.index import Index
 from compactstore import resolver
 from compactstore.cli import main
 from compactstore.events import Attempt
@@ -26,7 +27,7 @@ from forge import unchecked
 
 def _lossless(s: cs.Session) -> cs.Artifact:
     """Return the artifact of a LOSSLESS node over the migration story's first eight events."""
-    return s.artifact(s.compact(0, 8, loss=cs.LossClass.LOSSLESS, keep=["rollback", "tables"]))
+    return s.artifact(s.compact(0, 8, loss=cs.LossClass.LOSSLESS, keep=cs.AUTO))
 
 
 @pytest.fixture
@@ -191,8 +192,8 @@ def test_a_copy_refuses_conflicting_attempts(target: str, tmp_path: Path) -> Non
         assert b.session("s").size == 0
 
 
-def test_the_backends_list_the_attempts_before_a_position(store: cs.Store) -> None:
-    """attempt_bodies() returns (pos, body) of the attempts before a position, in order; an erased one is gone."""
+def test_the_index_lists_the_attempts_under_a_key_before_a_position(store: cs.Store) -> None:
+    """The index names the attempts under a key before a position, in order; an erased one is gone from the guard."""
     s = store.session("s")
     s.append(cs.Turn("user", "deploy"))
     first = s.append(Attempt(key="deploy", operation="commit", literals={"target": "prod-1"}))
@@ -200,9 +201,12 @@ def test_the_backends_list_the_attempts_before_a_position(store: cs.Store) -> No
     second = s.append(Attempt(key="other", operation="commit"))
     sid = store.backend.session_id("s")
     assert sid is not None
-    assert store.backend.attempt_bodies(sid, s.size) == [(first.pos, first.body), (second.pos, second.body)]
-    assert store.backend.attempt_bodies(sid, second.pos) == [(first.pos, first.body)]
+    index = Index(store.backend, sid)
+    assert index.attempt_positions("deploy", s.size) == [first.pos]
+    assert index.attempt_positions("other", s.size) == [second.pos]
+    assert index.attempt_positions("other", second.pos) == []
+    assert s.facts().attempts("deploy") == [(first.pos, first.event)]
     s.redact([first.pos], "forget")
-    assert store.backend.attempt_bodies(sid, s.size) == [(second.pos, second.body)]
+    assert s.facts().attempts("deploy") == []
     # An erased attempt is gone with its literals: the guard no longer holds it.
     s.append(Attempt(key="deploy", operation="commit", literals={"target": "prod-2"}))

@@ -119,7 +119,7 @@ def test_proof_check_refuses_unknown_fields_and_repeated_keys(sqlite_target: str
 
 
 def _lossless(s: cs.Session) -> cs.Artifact:
-    return s.artifact(s.compact(0, 8, loss=cs.LossClass.LOSSLESS, keep=["rollback", "tables"]))
+    return s.artifact(s.compact(0, 8, loss=cs.LossClass.LOSSLESS, keep=cs.AUTO))
 
 
 #: (label, call, field the error must name): each a value of the wrong kind for its argument.

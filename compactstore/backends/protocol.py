@@ -182,10 +182,6 @@ class Backend(Protocol):
         """Return the positions in ``[lo, hi)`` of derived events (nodes, spills, markers, attempts), in order."""
         ...
 
-    def attempt_bodies(self, session_id: int, before: int) -> list[tuple[int, bytes | None]]:
-        """Return ``(pos, body)`` of the attempts (events of kind ``attempt``, not erased) before ``before``, by position."""
-        ...
-
     def body(self, session_id: int, pos: int) -> bytes | None:
         """Return the stored body at ``pos`` (None: redacted or missing)."""
         ...

@@ -113,9 +113,6 @@ class Queries:
             f"SELECT pos FROM events WHERE session_id = {m} AND pos >= {m} AND pos < {m} "
             "AND kind IN ('node', 'spill', 'marker', 'attempt') ORDER BY pos"
         )
-        self.attempt_bodies = (
-            f"SELECT pos, body FROM events WHERE session_id = {m} AND pos < {m} AND kind = 'attempt' ORDER BY pos"
-        )
         self.body = f"SELECT body FROM events WHERE session_id = {m} AND pos = {m}"
         self.leaves = f"SELECT pos, leaf FROM events WHERE session_id = {m} AND pos >= {m} AND pos < {m} ORDER BY pos"
         self.subtrees = (
@@ -229,11 +226,6 @@ class Reads:
     def derived_positions(self, session_id: int, lo: int, hi: int) -> list[int]:
         """Return the positions in ``[lo, hi)`` of derived events (nodes, spills, markers, attempts), in order."""
         return [int(p) for (p,) in self._fetch(self._q.derived_positions, (session_id, lo, hi))]
-
-    def attempt_bodies(self, session_id: int, before: int) -> list[tuple[int, bytes | None]]:
-        """Return ``(pos, body)`` of the events of kind ``attempt`` before position ``before``, by position."""
-        got = self._fetch(self._q.attempt_bodies, (session_id, before))
-        return [(int(p), None if b is None else bytes(b)) for p, b in got]
 
     def body(self, session_id: int, pos: int) -> bytes | None:
         """Return the stored body at ``pos`` (None: redacted or missing)."""
