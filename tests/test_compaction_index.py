@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_compaction import migration
-from test_structure_index import _POOL_JITTER, IDS, KEYS, _raw_event, append_raw
+from test_structure_index import IDS, KEYS, _raw_event, append_raw
 
 import compactstore as cs
 from sqlite_edit import tamper
@@ -159,7 +159,6 @@ def _log(s: cs.Session) -> list[ev.Event]:
     return [msgspec.structs.replace(r.event, ts=None) for r in s.scan()]
 
 
-@_POOL_JITTER
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(steps=scripts())
 def test_compaction_from_the_index_writes_what_the_full_pass_writes(
@@ -208,7 +207,6 @@ def _answers(f: Facts, start: int, stop: int, probe: list[object]) -> dict[str, 
     }
 
 
-@_POOL_JITTER
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(steps=scripts(), data=st.data())
 def test_the_indexed_facts_equal_the_full_pass(

@@ -143,12 +143,6 @@ def _both(s: cs.Session, size: int, node: int) -> tuple[object, object]:
     return full, rules.check_marker(facts, node)
 
 
-#: The PostgreSQL store's connection pool draws jitter from ``random`` in a thread of its
-#: own, which Hypothesis can take for a strategy using ``random``.
-_POOL_JITTER = pytest.mark.filterwarnings("ignore::hypothesis.errors.HypothesisDeprecationWarning")
-
-
-@_POOL_JITTER
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(steps=sessions(), data=st.data())
 def test_indexed_checks_equal_the_full_pass(store: cs.Store, small_snapshots: None,
@@ -218,7 +212,6 @@ def _verified(store: cs.Store, s: cs.Session) -> None:
     assert problems == []
 
 
-@_POOL_JITTER
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(steps=sessions())
 def test_resume_equals_resume_with_rehash(store: cs.Store, small_snapshots: None,
