@@ -393,9 +393,10 @@ def _made(view: SessionView, pos: int, head: ev.TreeHead) -> Artifact:
 def certified_artifact(view: SessionView, given: Artifact) -> Artifact:
     """Return ``given`` made again from the log, after checking that it is what the log gives.
 
-    Only the node position, tree size and digest are taken from ``given``: the node is
-    re-read by position and proven in the sealed head, the head at ``size`` proven a
-    prefix of it, and the artifact made again from them must carry the same digest. So
+    Only the node position and tree size are taken from ``given``: the node is re-read
+    by position and proven in the sealed head, the head at ``size`` proven a prefix of
+    it, and the artifact made again from them must equal ``given`` field for field,
+    digest included. So
     a relabelled loss class, an edited payload, another session's or store's artifact,
     or one that names no node, is refused; the loss class of what comes back is the
     logged node's, and a LOSSLESS one is held to the rule again
@@ -421,7 +422,11 @@ def certified_artifact(view: SessionView, given: Artifact) -> Artifact:
             "artifact", f"names node {pos} at size {size}, not in this session (size {latest.size})", session=view.name
         )
     made = _made(view, pos, view.sealed_head(size))
-    if made.digest != given.digest:
+    # Every field, by its canonical bytes (``1`` is not ``true``), not the digest alone: an
+    # artifact edited but still carrying the digest it was made with is altered too, and
+    # the caller holding it would act on what it says, not on what the log gives.
+    ev.as_json_map("artifact.payload", given.payload)
+    if made.digest != given.digest or _encoder.encode(made) != _encoder.encode(given):
         raise ReconstructionUnsoundError(
             f"the artifact does not match node {pos} as logged: its loss class, payload, span root or tree head "
             "was altered after it was made"
@@ -458,8 +463,10 @@ def reconstruct(
     A restoration needs a LOSSLESS artifact whose digest verifies, that names its node,
     whose every literal the durable source gives exactly, and whose node the durable
     source confirms is LOSSLESS with the artifact's span root (``lookup("<node>:loss")``,
-    ``lookup("<node>:span_root")``): a loss tag relabelled on the way is refused even with
-    its digest recomputed. :meth:`compactstore.store.Session.reconstruct` goes further and
+    ``lookup("<node>:span_root")``) and whose claim holds (``lookup("<node>:restorable")``
+    is True), with the artifact's summary, negative facts, unresolved items and spills:
+    a loss tag relabelled or a payload edited on the way is refused even with its digest
+    recomputed. :meth:`compactstore.store.Session.reconstruct` goes further and
     makes the artifact again from the log.
 
     Args:
@@ -530,8 +537,28 @@ def reconstruct(
         raise ReconstructionUnsoundError(
             f"the durable source holds node {node} as {logged!r}, not LOSSLESS: the artifact's loss tag is not the log's"
         )
+    # Logged LOSSLESS is a claim; the durable source says whether it holds (a node
+    # planted around admission can claim it and keep nothing).
+    if lookup(f"{node}:{RESTORABLE}") is not True:
+        raise ReconstructionUnsoundError(
+            f"the durable source does not vouch for node {node} as LOSSLESS: its claim does not hold against the log"
+        )
     if lookup(f"{node}:span_root") != artifact.span_root:
         raise ReconstructionUnsoundError(f"the durable source gives node {node} another span root than the artifact's")
+    # What the payload says besides its literals is the node's too: a summary, fact, item
+    # or spill edited on the way, its digest recomputed, is not what the log holds.
+    spills = lookup(f"{node}:spills")
+    logged_part: dict[str, JSON] = {
+        "summary": lookup(f"{node}:summary"),
+        "negative_facts": lookup(f"{node}:negative_facts"),
+        "unresolved": lookup(f"{node}:unresolved"),
+        "spills": {r.get("key"): r.get("handle") for r in spills if isinstance(r, dict)} if isinstance(spills, list) else None,
+    }
+    edited = [part for part, value in logged_part.items() if _canonical(payload.get(part)) != _canonical(value)]
+    if edited:
+        raise ReconstructionUnsoundError(
+            f"the artifact's {', '.join(edited)} differ from node {node} in the durable source: it was altered"
+        )
     return payload
 
 
@@ -556,8 +583,17 @@ def _checked_arguments(
     return acting, results, None if prior is None else ev.as_json_map("prior", prior)
 
 
+#: The name :func:`lookup` answers for a summary node at ``pos`` as ``"<pos>:restorable"``:
+#: True only when the node is LOSSLESS and its claim holds against the log.
+RESTORABLE = "restorable"
+
+
 def lookup(view: SessionView, name: str) -> JSON | None:
     """Return the exact value of a literal from the log: a binding key, or ``pos:path``.
+
+    ``"<pos>:restorable"`` of a summary node is not a field: it says whether literals may
+    be restored from it (LOSSLESS, and its claim holds against the log:
+    :func:`compactstore.rules.restoration_problems`), which :func:`reconstruct` asks.
 
     What it returns is proven in the sealed head: the event at ``pos`` by an inclusion
     proof; for a binding key, every body up to the head is re-hashed into its root (the
@@ -576,6 +612,9 @@ def lookup(view: SessionView, name: str) -> JSON | None:
         record = view.proven(pos)
         if isinstance(record.event, ev.Redacted):
             return None
+        if path == RESTORABLE and isinstance(record.event, ev.Summary):
+            # Not a field: whether the node's LOSSLESS claim holds against the log now.
+            return not rules.restoration_problems(view.facts(pos), record.event, pos)
         try:
             return rules.extract(record.event, path)
         except KeyError:

@@ -314,8 +314,9 @@ def restoration_problems(f: Facts, node: ev.Summary, pos: int) -> list[str]:
 
     A restoration acts on exact literals, so only a LOSSLESS node gives them, and only
     while its claim holds against the log at decision time, whatever admitted it: its
-    span and excerpts match the log, an L2's children are LOSSLESS, and it keeps every
-    binding, negative fact and item of its span. ``f``: the log up to at least ``pos``.
+    span and excerpts match the log, an L2's children are LOSSLESS, it keeps every
+    binding, negative fact and item of its span, and claims none the log does not bear
+    out (:func:`false_claims`). ``f``: the log up to at least ``pos``.
     """
     if node.loss is not LossClass.LOSSLESS:
         return [f"node at pos {pos} is {node.loss.value}: only a LOSSLESS node restores literals"]
@@ -328,6 +329,9 @@ def restoration_problems(f: Facts, node: ev.Summary, pos: int) -> list[str]:
         lossy = [c for c, k in zip(node.children, kids) if not isinstance(k, ev.Summary) or k.loss is not LossClass.LOSSLESS]
         if lossy:
             problems.append(f"children at pos {lossy} are not LOSSLESS")
+    # A LOSSLESS node is the span exactly: a fact or item it claims that the log does not
+    # bear out (a phantom open call) is no more exact than one it drops.
+    problems += [str(v) for _, v in false_claims(f, node)]
     return problems + lossless_problems(f, node)
 
 
