@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from pathlib import Path
 
 import msgspec
 import pytest
@@ -174,11 +174,10 @@ def test_context_falls_back_with_reasons_when_no_marker_certifies(store: cs.Stor
     assert [i.pos for i in r.context if isinstance(i, RawItem)] == [0, 1, 5]
 
 
-def test_context_digests_are_identical_across_backends(open_store: Callable[..., cs.Store], pg_url: str,
-                                                       tmp_path: object) -> None:
+def test_context_digests_are_identical_across_backends(pg_url: str, tmp_path: Path) -> None:
     """The same log gives a byte-identical context digest on SQLite and on PostgreSQL."""
     digests = []
-    for target in (str(tmp_path) + "/a.db", pg_url):  # type: ignore[operator]
+    for target in (str(tmp_path / "a.db"), pg_url):
         with cs.open(target, clock=cs.events.tick_clock()) as st:
             s = st.session("loop")
             _grown(s)
