@@ -1,7 +1,9 @@
 """Summary nodes: build compactions and roll-ups, and audit what compaction lost.
 
 A compaction replaces raw positions ``[start, stop)`` of a session by an L1 summary
-node; a roll-up replaces contiguous L1 nodes by an L2 node. Nodes are events, so the
+node; a roll-up replaces contiguous L1 nodes by an L2 node, or grows the session
+digest: the current digest and the L1 nodes after it become a new L2 over their union
+that supersedes it. Nodes are events, so the
 tree covers them, and each carries the span root and content digest of the raw events
 it replaced.
 
@@ -57,6 +59,11 @@ class Node(msgspec.Struct, frozen=True):
         resolved: the items opened before its span and closed inside it.
         content_digest: the content digest of the span's bodies when the node was
             written, or None (a span with a redacted body).
+        lost: the loss manifest (:func:`compactstore.rules.lost`): each literal of its
+            span the node neither keeps nor states verbatim in its summary text, by
+            position, field path, kind and binding key. Read from the log by the
+            session that returns the node (``Session.node``, ``nodes``, ``compact``,
+            ``roll_up``); None in a node made from a bare record, which cannot know it.
     """
 
     session: str
@@ -76,6 +83,7 @@ class Node(msgspec.Struct, frozen=True):
     leaf: bytes
     content_digest: bytes | None = None
     resolved: list[Item] = []
+    lost: list[ev.Lost] | None = None
 
     @classmethod
     def from_record(cls, record: Record) -> Node:
@@ -304,12 +312,14 @@ def roll_up(
     unresolved: Iterable[Item | str] | Auto = AUTO,
     resolved: Iterable[Item | str] | Auto = AUTO,
 ) -> list[ev.Event]:
-    """Return the L2 node over contiguous L1 ``nodes`` at checkpoint ``size``, carrying their retained facts.
+    """Return the L2 node over contiguous ``nodes`` at checkpoint ``size``, carrying their retained facts.
 
-    See :meth:`compactstore.store.Session.roll_up`.
+    ``nodes`` are L1 nodes, or the current session digest followed by the L1 nodes
+    after it. See :meth:`compactstore.store.Session.roll_up`.
 
     Raises:
-        InvalidArgument: the nodes are not contiguous L1 nodes, or overlap an L2 node.
+        InvalidArgument: the nodes are not contiguous L1 nodes (after at most one digest),
+            overlap an L2 node, or the digest was already rolled up.
         CompactionInvariantError: ``loss`` claims more than the children give.
     """
     negative_facts = _optional_list("negative_facts", negative_facts)  # type: ignore[assignment]
@@ -324,9 +334,11 @@ def roll_up(
         raise InvalidArgument("nodes", "want one or more L1 nodes (or their positions) of the session")
     records = sorted((view.read(p) for p in positions), key=lambda r: getattr(r.event, "start", -1))
     children = [Node.from_record(r) for r in records]
-    for c in children:
-        if c.tier != 1:
-            raise InvalidArgument("nodes", f"node at pos {c.pos} is L{c.tier}; an L2 rolls up L1 nodes")
+    for i, c in enumerate(children):
+        if c.tier != 1 and not (i == 0 and c.tier == 2 and len(children) > 1):
+            raise InvalidArgument(
+                "nodes", f"node at pos {c.pos} is L{c.tier}; an L2 rolls up L1 nodes, or the current digest "
+                "followed by the L1 nodes after it")
     for a, b in zip(children, children[1:]):
         if a.stop != b.start:
             raise InvalidArgument("nodes", f"nodes at pos {a.pos} and {b.pos} are not contiguous: [{a.start}, {a.stop}) then [{b.start}, {b.stop})")
@@ -338,7 +350,9 @@ def roll_up(
         raise CompactionInvariantError(f"an L2 node cannot be {wanted.value} over children that are {floor.value}")
     reader = view.reader(size)
     f = view.facts(size, reader=reader)
-    found = rules.overlap(f, 2, start, stop, size)
+    digest = records[0].event if children[0].tier == 2 else None
+    grows = (children[0].pos, digest) if isinstance(digest, ev.Summary) else None
+    found = rules.overlap(f, 2, start, stop, size, grows)
     if found is not None:
         raise found
     # The children's facts as the log gives them, and what became negative inside the

@@ -183,6 +183,21 @@ class Excerpt(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fi
     value: JSON = None
 
 
+class Lost(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
+    """A literal of a node's span that the node neither keeps nor states: field ``path`` of the ``kind`` event at ``pos``.
+
+    ``key`` names a binding's key when the literal is a binding's value. A position
+    whose body was redacted is listed once, with kind ``redacted`` and no path: what it
+    held is unknown. The value itself is not repeated: ``Session.lookup("pos:path")``
+    reads it from the log.
+    """
+
+    pos: int
+    path: str
+    kind: str
+    key: str | None = None
+
+
 class SpillRef(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
     """A binding spilled to the store: ``Session.spilled(handle)`` returns its exact value."""
 
@@ -236,6 +251,12 @@ class RecoveryMarker(Event, frozen=True, tag="marker"):
 
     ``node`` is None for a raw-checkpoint marker. ``conditions`` lists what was
     certified at emission; ``path`` the node positions whose digests were checked.
+
+    ``cover``, when not empty, lists the nodes the pointer resolves to, in span order,
+    ``node`` first: the newest session digest, the L1 nodes after it; the raw events
+    outside their spans complete the context up to the checkpoint. Empty, the cover is
+    ``node`` alone, and it is omitted from the body, so markers written without it keep
+    their bytes.
     """
 
     size: int
@@ -244,6 +265,7 @@ class RecoveryMarker(Event, frozen=True, tag="marker"):
     mac: str | None = None
     conditions: list[str] = []
     path: list[int] = []
+    cover: list[int] = []
 
 
 class Attempt(Event, frozen=True, tag="attempt"):

@@ -16,12 +16,13 @@ from __future__ import annotations
 import msgspec
 
 from . import events as ev
+from . import rules
 from .errors import InvalidArgument
 from .events import Record
 from .rules import CONDITIONS, Violation
 from .view import SessionView
 
-__all__ = ["CONDITIONS", "Marker", "Violation", "marker", "raw_marker"]
+__all__ = ["CONDITIONS", "Marker", "Violation", "cover_marker", "marker", "raw_marker"]
 
 
 class Marker(msgspec.Struct, frozen=True):
@@ -32,6 +33,8 @@ class Marker(msgspec.Struct, frozen=True):
         size, root: the raw checkpoint it names; ``mac`` when the store is keyed.
         conditions: what was certified at emission.
         path: the node positions whose digests were checked.
+        cover: the nodes it resolves to, in span order (its node first); empty when
+            the cover is its node alone.
     """
 
     session: str
@@ -43,6 +46,7 @@ class Marker(msgspec.Struct, frozen=True):
     conditions: list[str]
     path: list[int]
     leaf: bytes
+    cover: list[int] = []
 
     @classmethod
     def from_record(cls, record: Record) -> Marker:
@@ -56,7 +60,7 @@ class Marker(msgspec.Struct, frozen=True):
             raise InvalidArgument("marker", f"pos {record.pos} is a {record.kind!r} event, not a marker")
         return cls(
             record.session, record.pos, m.node, m.size, _unhex(m.root), _unhex(m.mac) if m.mac else None,
-            list(m.conditions), list(m.path), record.leaf,
+            list(m.conditions), list(m.path), record.leaf, list(m.cover),
         )
 
 
@@ -84,6 +88,27 @@ def marker(view: SessionView, size: int, node: object) -> ev.RecoveryMarker:
     )
 
 
+def cover_marker(view: SessionView, size: int) -> ev.RecoveryMarker:
+    """Return the marker that certifies the session's cover at checkpoint ``size``.
+
+    The cover (:func:`compactstore.rules.cover`) is the newest session digest and the
+    L1 nodes after it; a resumed context is those nodes and the raw events outside
+    their spans. A cover of one node gives the single-node marker :func:`marker` gives.
+    The conditions are checked when the store appends it (``MarkerInvalid`` then).
+
+    Raises:
+        InvalidArgument: no summary node before ``size``.
+    """
+    found = rules.cover(view.facts(size))
+    if not found:
+        raise InvalidArgument("node", f"no summary node before size {size} in session {view.name!r}: mark_raw() marks the raw log")
+    made = marker(view, size, found[0])
+    if len(found) == 1:
+        return made
+    path = sorted({p for n in found for p in _path(view, n, size)})
+    return msgspec.structs.replace(made, cover=found, path=path)
+
+
 def raw_marker(view: SessionView, size: int) -> ev.RecoveryMarker:
     """Return a raw-checkpoint marker at ``size``: it certifies nothing and resumes in ``fallback`` mode."""
     head = view.head(size)
@@ -94,14 +119,14 @@ def raw_marker(view: SessionView, size: int) -> ev.RecoveryMarker:
 
 
 def _path(view: SessionView, node: int, size: int) -> list[int]:
-    """Return the positions of the nodes from ``node`` down through its children (the summary nodes among them)."""
-    path, stack = [], [node]
+    """Return the positions of ``node`` and its children (the summary nodes among them), as :func:`rules.check_marker` walks them."""
+    path, stack = [], [(node, True)]
     while stack:
-        pos = stack.pop()
+        pos, top = stack.pop()
         event = view.read(pos).event if 0 <= pos < size else None
         if not isinstance(event, ev.Summary):
             continue
         path.append(pos)
-        if event.tier == 2 and 0 <= event.start < event.stop <= pos:
-            stack.extend(c for c in event.children if c < pos)
+        if event.tier == 2 and top and 0 <= event.start < event.stop <= pos:
+            stack.extend((c, False) for c in event.children if c < pos)
     return sorted(path)

@@ -19,7 +19,7 @@ from .compaction import Finding, Node
 from .errors import IntegrityError
 from .facts import FullFacts
 from .markers import Marker
-from .rules import check_marker
+from .rules import check_marker, lost
 from .structure import build, text_of
 
 if TYPE_CHECKING:
@@ -74,6 +74,8 @@ class Bar(msgspec.Struct, frozen=True):
     violations: list[str]
     #: the items opened before its span and closed inside it
     resolved: list[ev.Item] = []
+    #: its loss manifest: each literal of its span it neither keeps nor states (:func:`compactstore.rules.lost`)
+    lost: list[ev.Lost] = []
 
 
 class Pin(msgspec.Struct, frozen=True):
@@ -92,6 +94,8 @@ class Pin(msgspec.Struct, frozen=True):
     state: MarkerState
     reasons: list[str]
     digest: str | None
+    #: the nodes it resolves to, its node first, when more than one
+    cover: list[int] = []
 
 
 class Picture(msgspec.Struct, frozen=True):
@@ -142,6 +146,7 @@ def picture(session: Session) -> Picture:
         bars.append(Bar(
             n.pos, n.tier, n.start, n.stop, n.loss.value, n.summary, n.children, n.negative_facts, n.unresolved,
             n.kept, n.spills, n.contract, anchored, [str(v) for v in violations], n.resolved,
+            lost(facts, r.event, n.pos) if isinstance(r.event, ev.Summary) else [],
         ))
     pins = []
     for r in records:
@@ -151,15 +156,23 @@ def picture(session: Session) -> Picture:
         try:
             res = session.resume(m)
         except IntegrityError as exc:
-            pins.append(Pin(m.pos, m.node, m.size, m.root.hex(), m.conditions, "broken", [str(exc)], None))
+            pins.append(Pin(m.pos, m.node, m.size, m.root.hex(), m.conditions, "broken", [str(exc)], None, m.cover))
             continue
-        pins.append(Pin(m.pos, m.node, m.size, m.root.hex(), m.conditions, res.mode, res.reasons, res.digest.hex()))
+        pins.append(Pin(m.pos, m.node, m.size, m.root.hex(), m.conditions, res.mode, res.reasons, res.digest.hex(),
+                        m.cover))
     open_items = structure.unresolved_at(0, head.size)
     return Picture(session.name, head.size, head.root.hex(), cells, bars, pins, session.audit(), open_items)
 
 
 #: The glyph of each kind of negative fact, in the terminal and on the page.
 NEGATIVE = {"failed": "✗", "rejected": "⊘", "superseded": "↺"}
+
+
+def lost_name(x: ev.Lost) -> str:
+    """Return how a lost literal is drawn: ``pos:path`` and its binding key or event kind (``pos redacted`` alone)."""
+    if x.kind == "redacted":
+        return f"{x.pos} redacted"
+    return f"{x.pos}:{x.path} ({x.key if x.key is not None else x.kind})"
 
 
 def rank(cell: Cell) -> int:

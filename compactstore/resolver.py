@@ -77,13 +77,15 @@ class Resolution(msgspec.Struct, frozen=True):
     """The outcome of :meth:`Session.resume`.
 
     Attributes:
+        marker: the position of the marker resolved; -1 for a context no marker
+            certifies (:meth:`Session.context` falling back to the raw log).
         mode: ``certified`` (context is the summary tier) or ``fallback`` (raw events).
         context: the items a resumed agent loads, in log order.
         reasons: why the mode was chosen (each failed condition, for a fallback).
         digest: BLAKE3 of the canonical encoding of mode, checkpoint and context: the
             same marker gives the same digest every time, on every backend.
-        loss: the loss class of the certified summary tier (None for a fallback, whose
-            context is the raw log).
+        loss: the loss class of the certified summary tier, its weakest node's (None
+            for a fallback, whose context is the raw log).
         restorable: the names of the literals a restoration may take from that tier
             (its kept bindings by key, other excerpts as ``pos:path``): empty unless the
             tier is LOSSLESS and its claim holds against the log.
@@ -128,24 +130,44 @@ def resume(view: SessionView, pos: int, *, rehash: bool = False) -> Resolution:
     m = Marker.from_record(record)
     if not rehash and m.node is not None and 0 <= m.size <= pos and tuple(m.conditions) == CONDITIONS:
         resolution = _resume_certified(view, record, m)
-        if resolution is not None:
+        if isinstance(resolution, Resolution):
             return resolution
     return _resume_full(view, pos, m)
 
 
-def _resume_certified(view: SessionView, record: ev.Record, m: Marker) -> Resolution | None:
-    """Resume from a certified marker reading only what the context holds; None when the full path must decide.
+def _cover(m: Marker) -> list[int]:
+    """Return the positions of the nodes marker ``m`` resolves to (none for a raw-checkpoint marker)."""
+    if m.node is None:
+        return []
+    return list(m.cover) or [m.node]
+
+
+def _gaps(nodes: list[ev.Summary], size: int) -> list[tuple[int, int]]:
+    """Return the raw spans of ``[0, size)`` outside the spans of ``nodes`` (in span order), in order."""
+    out, at = [], 0
+    for n in nodes:
+        out.append((at, n.start))
+        at = n.stop
+    out.append((at, size))
+    return [(a, b) for a, b in out if a < b]
+
+
+def _resume_certified(view: SessionView, record: ev.Record, m: Marker) -> Resolution | list[str] | None:
+    """Resume from a certified marker reading only what the context holds.
+
+    Returns the resolution, the violations when a condition fails (the full path then
+    gives the fallback, reasons and all), or None when the full path must decide (the
+    session's facts come from a full pass: it has redactions).
 
     The checkpoint root is the stored tree's at ``m.size`` (O(log n) subtree roots). Every
     body read (the marker, the nodes on the path, their excerpts' and spills' sources,
-    the events behind the negative facts the node retains, and the raw events of the
+    the events behind the negative facts the cover retains, and the raw events of the
     context) is re-hashed and held against that root and the stored head after the
     marker; bodies not read are vouched for by the stored tree, and by
-    :meth:`Store.verify`, which re-hashes every one. A session whose facts come from a
-    full pass (it has redactions), or a marker whose conditions fail, takes the full path.
+    :meth:`Store.verify`, which re-hashes every one.
     """
-    pos, size, node = m.pos, m.size, m.node
-    assert node is not None
+    pos, size = m.pos, m.size
+    cover = _cover(m)
     reader = view.reader(size)
     f = view.facts(size, reader=reader)
     if not isinstance(f, IndexedFacts):
@@ -155,18 +177,21 @@ def _resume_certified(view: SessionView, record: ev.Record, m: Marker) -> Resolu
         raise IntegrityError(f"event at pos {pos} does not match its leaf", session=view.name, pos=pos)
     head = view.head(size)
     _check_checkpoint(view, m, head.root, head.mac)
-    violations, path = rules.check_marker(f, node)
+    reader.prefetch(cover)
+    violations, path = rules.check_cover(f, cover)
     if violations:
-        return None  # the fallback's context is every raw event: the full path gives it, reasons and all
-    top = reader(node)
-    assert isinstance(top, ev.Summary)
-    reader.prefetch(x.pos for x in top.negative_facts)
+        return [str(v) for v in violations]
+    tops = [reader(c) for c in cover]
+    nodes = [t for t in tops if isinstance(t, ev.Summary)]
+    assert len(nodes) == len(cover)
+    reader.prefetch(x.pos for n in nodes for x in n.negative_facts)
+    gaps = _gaps(nodes, size)
     raw: list[ev.Record] = []
-    for start, stop in ((0, top.start), (top.stop, size)):
+    for start, stop in gaps:
         for r in view.scan(start, stop):
             reader.add(r)
             raw.append(r)
-    if len(raw) != top.start + size - top.stop:
+    if len(raw) != sum(b - a for a, b in gaps):
         raise IntegrityError(f"positions missing before pos {size}", session=view.name)
     if view.root_with(reader.leaves, size) != m.root:
         raise IntegrityError(
@@ -177,12 +202,9 @@ def _resume_certified(view: SessionView, record: ev.Record, m: Marker) -> Resolu
     if view.root_with({pos: marker_leaf}, pos + 1) != view.head(pos + 1).root:
         raise IntegrityError(f"marker at pos {pos} does not give the stored tree's root", session=view.name, pos=pos)
     reasons = [f"every condition holds and every digest on path {path} matches the log"]
-    context: list[ContextItem] = [
-        *(RawItem(r.pos, r.event) for r in raw if r.pos < top.start and r.event.kind not in ev.DERIVED_KINDS),
-        _summary_item(node, top),
-        *(RawItem(r.pos, r.event) for r in raw if r.pos >= top.stop and r.event.kind not in ev.DERIVED_KINDS),
-    ]
-    return _resolution(view, pos, "certified", size, head.root, context, reasons, _tier(f, node, top))
+    events = {r.pos: r.event for r in raw}
+    context = _context(events.get, list(zip(cover, nodes)), size)
+    return _resolution(view, pos, "certified", size, head.root, context, reasons, _tier(f, list(zip(cover, nodes))))
 
 
 def _check_checkpoint(view: SessionView, m: Marker, root: bytes, mac: bytes | None) -> None:
@@ -209,11 +231,12 @@ def _resume_full(view: SessionView, pos: int, m: Marker) -> Resolution:
     events, leaves = events[:size], leaves[:size]
     reasons: list[str]
     mode: Mode
+    cover = _cover(m)
     if m.node is None:
         mode, reasons = "fallback", ["raw-checkpoint marker: the context is the raw log"]
     else:
         f = FullFacts(events, lambda a, b: merkle.span_root_of_leaves(leaves, a, b))
-        violations, path = rules.check_marker(f, m.node)
+        violations, path = rules.check_cover(f, cover)
         reasons = [str(v) for v in violations]
         if tuple(m.conditions) != CONDITIONS:
             reasons.insert(0, f"marker certified {m.conditions}, not every condition {list(CONDITIONS)}")
@@ -222,20 +245,25 @@ def _resume_full(view: SessionView, pos: int, m: Marker) -> Resolution:
             reasons = [f"every condition holds and every digest on path {path} matches the log"]
     tier: tuple[LossClass | None, list[str]] = (None, [])
     if mode == "certified" and m.node is not None:
-        top = events[m.node]
-        assert isinstance(top, ev.Summary)
-        tier = _tier(f, m.node, top)
-        context = _certified(events, m.node)
+        nodes = [(c, events[c]) for c in cover]
+        tops = [(c, n) for c, n in nodes if isinstance(n, ev.Summary)]
+        assert len(tops) == len(cover)
+        tier = _tier(f, tops)
+        context = _context(lambda p: events[p] if 0 <= p < size else None, tops, size)
     else:
         context = _raw(events, 0, size)
     return _resolution(view, pos, mode, size, root, context, reasons, tier)
 
 
-def _tier(f: Facts, node_pos: int, top: ev.Summary) -> tuple[LossClass, list[str]]:
-    """Return the loss class of a certified tier and the names of the literals restorable from it."""
-    if rules.restoration_problems(f, top, node_pos):
-        return top.loss, []
-    return top.loss, sorted(_literals(top, f.event))
+def _tier(f: Facts, cover: list[tuple[int, ev.Summary]]) -> tuple[LossClass, list[str]]:
+    """Return the loss class of a certified tier (its weakest node's) and the names of the literals restorable from it."""
+    loss = rules.weakest(n.loss for _, n in cover)
+    names: set[str] = set()
+    for pos, n in cover:
+        if rules.restoration_problems(f, n, pos):
+            return loss, []
+        names.update(_literals(n, f.event))
+    return loss, sorted(names)
 
 
 def _resolution(
@@ -253,10 +281,21 @@ def _raw(events: list[ev.Event], start: int, stop: int) -> list[ContextItem]:
     return [RawItem(p, events[p]) for p in range(start, stop) if events[p].kind not in ev.DERIVED_KINDS]
 
 
-def _certified(events: list[ev.Event], node_pos: int) -> list[ContextItem]:
-    n = events[node_pos]
-    assert isinstance(n, ev.Summary)
-    return [*_raw(events, 0, n.start), _summary_item(node_pos, n), *_raw(events, n.stop, len(events))]
+def _context(read: Callable[[int], ev.Event | None], cover: list[tuple[int, ev.Summary]], size: int) -> list[ContextItem]:
+    """Return the context of a certified cover: each node in place of its span, the raw events outside them (derived ones left out)."""
+    out: list[ContextItem] = []
+    at = 0
+    for pos, n in [*cover, (-1, None)]:
+        stop = size if n is None else n.start
+        for p in range(at, stop):
+            event = read(p)
+            assert event is not None, p
+            if event.kind not in ev.DERIVED_KINDS:
+                out.append(RawItem(p, event))
+        if n is not None:
+            out.append(_summary_item(pos, n))
+            at = n.stop
+    return out
 
 
 def _summary_item(node_pos: int, n: ev.Summary) -> SummaryItem:
@@ -264,6 +303,78 @@ def _summary_item(node_pos: int, n: ev.Summary) -> SummaryItem:
         node_pos, n.tier, n.start, n.stop, n.span_root, n.summary, n.loss, list(n.negative_facts),
         list(n.unresolved), list(n.kept), list(n.spills), n.contract, list(n.resolved),
     )
+
+
+# --- the context a resumed agent loads now ------------------------------------------
+
+
+def context(view: SessionView, markers: Iterable[int]) -> Resolution:
+    """Return what a resumed agent loads now; see :meth:`compactstore.store.Session.context`.
+
+    ``markers``: the positions of the session's markers, latest first. The first that
+    certifies at its checkpoint, and whose cover still holds what every obligation open
+    now needs (:func:`compactstore.rules.cover_gate`), gives the context: its cover and
+    the raw events after its checkpoint, derived events left out, the tail re-hashed and
+    held against the sealed head. When none does, the context is the raw log, with each
+    marker's reasons.
+    """
+    head = view.sealed_head()
+    reasons: list[str] = []
+    for pos in markers:
+        record = view.proven(pos)
+        m = Marker.from_record(record)
+        if m.node is None:
+            reasons.append(f"marker at pos {pos}: raw-checkpoint marker")
+            continue
+        got: Resolution | list[str] | None = None
+        if 0 <= m.size <= pos and tuple(m.conditions) == CONDITIONS:
+            got = _resume_certified(view, record, m)
+        if got is None:  # facts from a full pass, or a malformed marker: the full path decides
+            full = _resume_full(view, pos, m)
+            got = full if full.mode == "certified" else full.reasons
+        if isinstance(got, list):
+            reasons.append(f"marker at pos {pos}: " + "; ".join(got[:3]) + (f"; and {len(got) - 3} more" if len(got) > 3 else ""))
+            continue
+        nodes = [e for item in got.context if isinstance(item, SummaryItem)
+                 and isinstance(e := view.proven(item.pos).event, ev.Summary)]
+        stale = rules.cover_gate(view.facts(head.size), nodes)
+        if stale:
+            reasons.append(f"marker at pos {pos}: since its checkpoint, " + "; ".join(str(v) for v in stale[:3]))
+            continue
+        return _extended(view, got, head)
+    if not reasons:
+        reasons.append("no marker in the session: the context is the raw log")
+    events, _ = _verified_prefix(view, head.size - 1) if head.size else ([], [])
+    if head.size and view.head(head.size).root != head.root:
+        raise IntegrityError("the stored tree does not give the sealed head's root", session=view.name)
+    return _resolution(view, -1, "fallback", head.size, head.root, _raw(events, 0, head.size), reasons, (None, []))
+
+
+def empty_context(session: str) -> Resolution:
+    """Return the context of a session with no events: a fallback to the empty raw log."""
+    root = merkle.empty_root()
+    reasons = ["no marker in the session: the context is the raw log"]
+    body = _encoder.encode({"marker": -1, "mode": "fallback", "size": 0, "root": root.hex(), "context": []})
+    digest = blake3(b"compactstore/resolution/v1\x00" + body).digest()
+    return Resolution(session, -1, "fallback", 0, root, [], reasons, digest)
+
+
+def _extended(view: SessionView, got: Resolution, head: ev.TreeHead) -> Resolution:
+    """Return ``got`` extended by the raw events after its checkpoint up to ``head``, each re-hashed and held against it."""
+    reader = view.reader(head.size)
+    tail: list[ContextItem] = []
+    for r in view.scan(got.size, head.size):
+        reader.add(r)
+        if r.event.kind not in ev.DERIVED_KINDS:
+            tail.append(RawItem(r.pos, r.event))
+    if len(reader.leaves) != head.size - got.size:
+        raise IntegrityError(f"positions missing before pos {head.size}", session=view.name)
+    if view.root_with(reader.leaves, head.size) != head.root:
+        raise IntegrityError(
+            f"events after the checkpoint at size {got.size} do not give the sealed head's root", session=view.name
+        )
+    return _resolution(view, got.marker, "certified", head.size, head.root, [*got.context, *tail], got.reasons,
+                       (got.loss, got.restorable))
 
 
 # --- artifacts and reconstruction --------------------------------------------------

@@ -35,7 +35,16 @@
   unresolved or resolved is one the log opened there and left open or closed as
   claimed (:func:`false_claims`).
 - **The marker conditions** (seed 003), checked at emission and at resume by the same
-  code: closure, negative-fact retention, anchoring (:func:`check_marker`).
+  code: closure, negative-fact retention, anchoring (:func:`check_marker`), over every
+  node of a marker's cover (:func:`check_cover`).
+- **A growing session digest**: an L2 node's children are contiguous L1 nodes, or the
+  current session digest (an earlier L2) followed by the L1 nodes after it; the new L2
+  supersedes that digest, and only it may overlap the digest and the digests it
+  superseded in turn (:func:`children_of`, :func:`overlap`). No tier above L2: a
+  digest that grows keeps a resumed context to one digest, the L1 nodes after it and
+  the raw tail however long the session, which is all a level above would buy.
+- **What a node lost** (:func:`lost`): each literal of its span it neither keeps nor
+  states verbatim in its summary text.
 - **Restoration** (seed 000): literals are restored only from a LOSSLESS node whose
   claim holds against the log when the restoration is decided (:func:`restoration_problems`).
 - **Admission**: what the store checks of every derived event (summary node, spill,
@@ -340,6 +349,43 @@ def lossless_error(node: ev.Summary, problems: Sequence[str]) -> CompactionInvar
     return CompactionInvariantError(f"[{node.start}, {node.stop}) cannot be LOSSLESS: " + "; ".join(problems))
 
 
+def _stated(value: ev.JSON, text: str) -> bool:
+    """Return whether ``text`` states ``value`` verbatim: a string as it is, anything else as its canonical JSON."""
+    return (value if isinstance(value, str) else ev.encode_json(value)) in text
+
+
+def lost(f: Facts, node: ev.Summary, pos: int) -> list[ev.Lost]:
+    """Return the loss manifest of ``node`` (at ``pos``): each literal of its span it neither keeps nor states.
+
+    A literal of the span (:func:`span_literals`) is kept when an excerpt of the node
+    provably holds it (an excerpt of the field or of a field holding it, its value
+    matching the log) or, for a binding's value, when a spill the node points at
+    holds it; it is stated when the summary text contains it verbatim (a string as it
+    is, any other value as its canonical JSON, so ``42`` is stated by ``"v42"`` too:
+    the manifest may miss a loss, never invent one). Every other literal is lost, and
+    listed with its position, field path, the kind of its event and, for a binding,
+    its key. A redacted position in the span is listed once, with kind ``redacted``:
+    what it held is unknown. ``f``: the log before ``pos``. A LOSSLESS node loses nothing.
+    """
+    kept = _provable(f, node.kept)
+    spilled = {r.source for r in node.spills if _spill_matches(f, r, pos)}
+    out: list[ev.Lost] = []
+    for p in range(node.start, min(node.stop, f.size)):
+        event = f.event(p)
+        if event is None or isinstance(event, ev.Redacted):
+            out.append(ev.Lost(p, "", "redacted"))
+            continue
+        key = event.key if isinstance(event, ev.Binding) else None
+        for lit in literals_of(p, event):
+            if any((p, q) in kept for q in _prefixes(lit.path)):
+                continue
+            if key is not None and lit.path == "value" and p in spilled:
+                continue
+            if not _stated(lit.value, node.summary):
+                out.append(ev.Lost(p, lit.path, event.kind, key))
+    return out
+
+
 # --- the marker conditions -------------------------------------------------------------
 
 
@@ -379,6 +425,64 @@ def check_marker(f: Facts, node_pos: int) -> tuple[list[Violation], list[int]]:
             f"{r.obligation!r} (pos {r.obligation_pos}) is neither kept nor spilled",
         ))
     return sorted(set(found)), path
+
+
+def check_cover(f: Facts, cover: Sequence[int]) -> tuple[list[Violation], list[int]]:
+    """Check the three conditions over every node of a marker's ``cover`` at ``f.size``.
+
+    A cover is one or more summary nodes before the checkpoint, in span order, their
+    spans disjoint: a resumed context shows each node in place of its span and the raw
+    events outside them. Each node is held to :func:`check_marker` over its own span
+    (what is open at its stop, what its span made negative, what an open obligation
+    needs of it): together they are the conditions over every span the context
+    replaces. Returns the violations (sorted) and the positions of every node on the
+    cover's paths.
+    """
+    found: list[Violation] = []
+    path: set[int] = set()
+    before: tuple[int, ev.Summary] | None = None
+    if not cover:
+        return [Violation("anchoring", -1, "the cover names no summary node")], []
+    for pos in cover:
+        violations, got = check_marker(f, pos)
+        found.extend(violations)
+        path.update(got)
+        node = f.event(pos)
+        if not isinstance(node, ev.Summary):
+            continue
+        if before is not None and node.start < before[1].stop:
+            found.append(Violation(
+                "anchoring", pos,
+                f"cover nodes out of span order or overlapping: [{before[1].start}, {before[1].stop}) at pos {before[0]} "
+                f"then [{node.start}, {node.stop})"))
+        before = (pos, node)
+    return sorted(set(found)), sorted(path)
+
+
+def cover(f: Facts) -> list[int]:
+    """Return the positions of the nodes a marker at ``f.size`` resolves to, in span order.
+
+    Every node before the checkpoint that no later node rolls up: the newest session
+    digest and the L1 nodes after it (and any other node no digest holds). Admission
+    keeps their spans disjoint (:func:`overlap`).
+    """
+    nodes = f.nodes()
+    rolled = {c for _, n in nodes if n.tier == 2 for c in n.children}
+    return [p for _, p in sorted((n.start, p) for p, n in nodes if p not in rolled)]
+
+
+def cover_gate(f: Facts, nodes: Sequence[ev.Summary]) -> list[Violation]:
+    """Return what an obligation open at ``f.size`` needs of a cover's spans that the cover neither keeps nor spills.
+
+    A marker is certified at its checkpoint; an obligation opened since may need a live
+    value a node of its cover dropped, and a context resumed from it then lacks that value.
+    """
+    return [
+        Violation("anchoring", r.binding_pos,
+                  f"live value of binding {r.key!r} (bound at pos {r.binding_pos}) needed by open obligation "
+                  f"{r.obligation!r} (pos {r.obligation_pos}) is neither kept nor spilled")
+        for n in nodes for r in risks(f, n.start, n.stop, kept_positions(n))
+    ]
 
 
 def _check_resolved(top: ev.Summary, resolved: Iterable[ev.Item], found: list[Violation]) -> None:
@@ -455,17 +559,22 @@ def false_claims(f: Facts, node: ev.Summary) -> list[tuple[str, Violation]]:
 
 
 def _check_path(f: Facts, node_pos: int, found: list[Violation]) -> list[int]:
-    """Check every node from ``node_pos`` down through its children; return their positions."""
-    path, stack = [], [node_pos]
+    """Check the node at ``node_pos`` and its children; return their positions.
+
+    A child that is an earlier session digest is anchored (its span root, its children's
+    shape, its excerpts and spills) but its own children are not walked again: its
+    admission checked them, and the path stays the same size however long the session.
+    """
+    path, stack = [], [(node_pos, True)]
     while stack:
-        pos = stack.pop()
+        pos, top = stack.pop()
         node = f.event(pos)
         if not isinstance(node, ev.Summary):
             found.append(Violation("anchoring", pos, "path names a position that is not a summary node"))
             continue
         path.append(pos)
-        if node_anchoring(f, node, pos, found) and node.tier == 2:
-            stack.extend(c for c in node.children if c < pos)
+        if node_anchoring(f, node, pos, found) and node.tier == 2 and top:
+            stack.extend((c, False) for c in node.children if c < pos)
     return sorted(path)
 
 
@@ -486,10 +595,11 @@ def node_anchoring(f: Facts, node: ev.Summary, pos: int, found: list[Violation])
         ))
     if node.tier == 2:
         kids = [f.event(c) if 0 <= c < pos else None for c in node.children]
-        spans = [(k.start, k.stop) for k in kids if isinstance(k, ev.Summary) and k.tier == 1]
+        spans = [(k.start, k.stop) for i, k in enumerate(kids) if isinstance(k, ev.Summary) and _child_tier_ok(i, k, len(kids))]
         contiguous = len(spans) == len(kids) > 0 and all(a[1] == b[0] for a, b in zip(spans, spans[1:]))
         if not contiguous or spans[0][0] != node.start or spans[-1][1] != node.stop:
-            found.append(Violation("anchoring", pos, "children are not contiguous L1 nodes covering its span"))
+            found.append(Violation(
+                "anchoring", pos, "children are not contiguous L1 nodes (after at most one earlier digest) covering its span"))
     for e in node.kept:
         if not _excerpt_matches(f.event(e.pos) if 0 <= e.pos < pos else None, e):
             found.append(Violation("anchoring", e.pos, f"kept excerpt {e.path!r} does not match the log"))
@@ -497,6 +607,11 @@ def node_anchoring(f: Facts, node: ev.Summary, pos: int, found: list[Violation])
         if not _spill_matches(f, ref, pos):
             found.append(Violation("anchoring", ref.source, f"spill {ref.handle} of {ref.key!r} does not match the log"))
     return True
+
+
+def _child_tier_ok(i: int, kid: ev.Summary, count: int) -> bool:
+    """Return whether an L2's ``i``-th of ``count`` children may be of ``kid``'s tier: L1, or a digest first and L1 nodes after it."""
+    return kid.tier == 1 or (kid.tier == 2 and i == 0 and count > 1)
 
 
 def spill_position(handle: str) -> int | None:
@@ -627,29 +742,53 @@ def admit_redaction(held: Mapping[int, ev.Event], later: Iterable[tuple[int, ev.
 # --- admission of derived events -------------------------------------------------------
 
 
-def overlap(f: Facts, tier: int, start: int, stop: int, before: int) -> InvalidArgument | None:
-    """Return the refusal of a tier-``tier`` node over ``[start, stop)`` that overlaps one of the same tier before ``before``."""
+def overlap(
+    f: Facts, tier: int, start: int, stop: int, before: int, grows: tuple[int, ev.Summary] | None = None
+) -> InvalidArgument | None:
+    """Return the refusal of a tier-``tier`` node over ``[start, stop)`` that overlaps one of the same tier before ``before``.
+
+    ``grows``: the session digest (position and node) a new L2 rolls up as its first
+    child. It and the digests it superseded in turn (the L2 nodes before it within its
+    span: admission let nothing else overlap it) may overlap the new one; any other L2
+    may not, a later digest that already rolled it up included, so the digests of a
+    span form one chain.
+    """
     for pos, node in f.nodes():
-        if pos < before and node.tier == tier and max(start, node.start) < min(stop, node.stop):
-            return InvalidArgument(
-                "span", f"[{start}, {stop}) overlaps the L{tier} node at pos {pos} covering [{node.start}, {node.stop})"
-            )
+        if pos >= before or node.tier != tier or max(start, node.start) >= min(stop, node.stop):
+            continue
+        if grows is not None:
+            g, digest = grows
+            if pos <= g and digest.start <= node.start and node.stop <= digest.stop:
+                continue
+            if pos > g and node.start <= digest.start and digest.stop <= node.stop:
+                return InvalidArgument(
+                    "nodes", f"the digest at pos {g} was already rolled up by the L2 node at pos {pos} "
+                    f"covering [{node.start}, {node.stop}): grow that one")
+        return InvalidArgument(
+            "span", f"[{start}, {stop}) overlaps the L{tier} node at pos {pos} covering [{node.start}, {node.stop})"
+        )
     return None
 
 
 def children_of(f: Facts, node: ev.Summary, pos: int) -> list[ev.Summary]:
-    """Return the L1 children of an L2 ``node`` at ``pos``, checked to be contiguous and cover its span.
+    """Return the children of an L2 ``node`` at ``pos``, checked to be contiguous and cover its span.
+
+    The children are L1 nodes, or the session digest (an earlier L2) followed by one or
+    more L1 nodes after it: the new L2 grows that digest and supersedes it.
 
     Raises:
-        InvalidArgument: naming ``nodes``: a child is not an earlier L1 node, or they are not contiguous.
+        InvalidArgument: naming ``nodes``: a child is not an earlier node of a tier it
+            may have there, or they are not contiguous.
     """
     kids: list[ev.Summary] = []
-    for c in node.children:
+    for i, c in enumerate(node.children):
         kid = f.event(c) if 0 <= c < pos else None
         if not isinstance(kid, ev.Summary):
             raise InvalidArgument("nodes", f"pos {c} is not a summary node before pos {pos}")
-        if kid.tier != 1:
-            raise InvalidArgument("nodes", f"node at pos {c} is L{kid.tier}; an L2 digests L1 nodes")
+        if not _child_tier_ok(i, kid, len(node.children)):
+            raise InvalidArgument(
+                "nodes", f"node at pos {c} is L{kid.tier}; an L2 digests L1 nodes, after at most one earlier digest "
+                "(its first child, followed by L1 nodes)")
         kids.append(kid)
     if not kids:
         raise InvalidArgument("nodes", "want one or more L1 nodes (or their positions)")
@@ -685,14 +824,16 @@ def admit_node(f: Facts, node: ev.Summary, pos: int) -> None:
         raise InvalidEvent("start", f"span [{start}, {stop}) is not a non-empty span before pos {pos}")
     if node.tier not in (1, 2):
         raise InvalidEvent("tier", f"want 1 (over raw events) or 2 (over L1 nodes), got {node.tier}")
-    found = overlap(f, node.tier, start, stop, pos)
+    kids = children_of(f, node, pos) if node.tier == 2 else []
+    grows = (node.children[0], kids[0]) if kids and kids[0].tier == 2 else None
+    found = overlap(f, node.tier, start, stop, pos, grows)
     if found is not None:
         raise found
     if node.tier == 1:
         if node.children:
             raise InvalidEvent("children", "an L1 node covers raw events and has no children")
     else:
-        floor = weakest(kid.loss for kid in children_of(f, node, pos))
+        floor = weakest(kid.loss for kid in kids)
         if LOSS_ORDER[node.loss] < LOSS_ORDER[floor]:
             raise CompactionInvariantError(
                 f"an L2 node cannot be {node.loss.value} over children that are {floor.value}"
@@ -739,22 +880,26 @@ def admit_marker(f: Facts, marker: ev.RecoveryMarker, pos: int) -> list[int]:
     """Refuse a marker at ``pos`` whose claims do not hold; ``f`` is the log at its checkpoint ``marker.size``.
 
     A raw-checkpoint marker (no node) claims no condition. A marker that names a node
-    claims every condition, which must hold at its checkpoint, over the path it records.
-    Its root and MAC are the store's to check. Returns the path.
+    claims every condition, which must hold at its checkpoint over every node of its
+    cover (``node`` alone, or the ``cover`` it lists, ``node`` first), over the path it
+    records. Its root and MAC are the store's to check. Returns the path.
 
     Raises:
-        InvalidEvent: its checkpoint is not before it, or it claims conditions without a node.
+        InvalidEvent: its checkpoint is not before it, it claims conditions without a
+            node, or its cover does not start with its node.
         MarkerInvalid: a condition fails, naming each violation.
     """
     if not 0 <= marker.size <= pos:
         raise InvalidEvent("size", f"checkpoint size {marker.size} is not in [0, {pos}]")
     if marker.node is None:
-        if marker.conditions or marker.path:
-            raise InvalidEvent("conditions", "a raw-checkpoint marker certifies no condition and has no path")
+        if marker.conditions or marker.path or marker.cover:
+            raise InvalidEvent("conditions", "a raw-checkpoint marker certifies no condition and has no path or cover")
         return []
     if tuple(marker.conditions) != CONDITIONS:
         raise InvalidEvent("conditions", f"a marker that names a node certifies {list(CONDITIONS)}, got {marker.conditions}")
-    violations, path = check_marker(f, marker.node)
+    if marker.cover and marker.cover[0] != marker.node:
+        raise InvalidEvent("cover", f"a cover starts with the marker's node {marker.node}, got {marker.cover}")
+    violations, path = check_cover(f, marker_cover(marker))
     if violations:
         raise marker_error(marker.node, violations)
     if list(marker.path) != path:
@@ -799,6 +944,13 @@ def admit_attempt(f: Facts, attempt: ev.Attempt, pos: int) -> None:
     conflicts = retry_conflicts(prior_literals(f.attempts(attempt.key)), attempt.literals)
     if conflicts:
         raise ReconstructionUnsoundError(f"attempt {attempt.key!r} at pos {pos}: " + "; ".join(conflicts))
+
+
+def marker_cover(marker: ev.RecoveryMarker) -> list[int]:
+    """Return the positions of the nodes ``marker`` resolves to: its ``cover``, or its node alone (none for a raw marker)."""
+    if marker.node is None:
+        return []
+    return list(marker.cover) or [marker.node]
 
 
 def excerpt_of(event: ev.Event, pos: int, path: str) -> Excerpt:

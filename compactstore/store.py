@@ -818,7 +818,7 @@ class Session:
             InvalidEvent: a given negative fact or item is not the log's (naming the field).
             InvalidArgument: the span is empty, out of range, or overlaps an L1 node.
         """
-        return Node.from_record(self._built(lambda size: compaction.compaction(
+        return self._node_of(self._built(lambda size: compaction.compaction(
             self, size, start, stop, summary=summary, summarizer=summarizer, loss=loss,
             negative_facts=negative_facts, unresolved=unresolved, keep=keep, on_risk=on_risk, resolved=resolved,
         ))[-1])
@@ -836,16 +836,21 @@ class Session:
     ) -> Node:
         """Append an L2 node over contiguous L1 ``nodes``, carrying their retained facts forward.
 
+        To grow the session digest, pass the current digest (an L2 node) followed by
+        the L1 nodes after it: the new L2 covers their union and supersedes it (a
+        digest already rolled up is refused; grow the newer one). Its negative facts,
+        open items, kept literals and spills are carried over, held to the log again.
         ``resolved`` (filled from the log's structure unless given) lists the items opened
         before its span and closed anywhere in it. Its loss class defaults to the weakest
         of its children's (LOSSY_LITERAL when that is LOSSLESS and the node itself does
         not keep every literal, fact and item of its span), and cannot be stronger.
 
         Raises:
-            InvalidArgument: the nodes are not contiguous L1 nodes, or overlap an L2 node.
+            InvalidArgument: the nodes are not contiguous L1 nodes (after at most one
+                digest), overlap an L2 node, or the digest was already rolled up.
             CompactionInvariantError: ``loss`` claims more than the children give.
         """
-        return Node.from_record(self._built(lambda size: compaction.roll_up(
+        return self._node_of(self._built(lambda size: compaction.roll_up(
             self, size, nodes, summary=summary, summarizer=summarizer, loss=loss,
             negative_facts=negative_facts, unresolved=unresolved, resolved=resolved,
         ))[-1])
@@ -887,12 +892,33 @@ class Session:
         return spill.value
 
     def node(self, pos: int) -> Node:
-        """Return the summary node at ``pos``."""
-        return Node.from_record(self.read(pos))
+        """Return the summary node at ``pos``, with its loss manifest (``Node.lost``) read from the log."""
+        return self._node_of(self.read(pos))
 
     def nodes(self) -> list[Node]:
-        """Return every summary node of the session, by position."""
-        return [Node.from_record(r) for r in self.scan() if r.kind == "node"]
+        """Return every summary node of the session, by position, each with its loss manifest."""
+        return [self._node_of(r) for r in self.scan() if r.kind == "node"]
+
+    def _node_of(self, record: Record | Sequence[Record]) -> Node:
+        """Return the node of ``record`` (or of the last of a batch) with its loss manifest, reading its span once."""
+        if not isinstance(record, Record):
+            record = record[-1]
+        node = Node.from_record(record)
+        summary, pos = record.event, record.pos
+        assert isinstance(summary, ev.Summary)
+        reader = self.reader(pos)
+        reader.prefetch(range(node.start, min(node.stop, pos)))
+        return msgspec.structs.replace(node, lost=rules.lost(self.facts(pos, reader=reader), summary, pos))
+
+    def cover(self, size: int | None = None) -> list[Node]:
+        """Return the nodes a marker at ``size`` (default: now) resolves to: the newest digest, the L1 nodes after it.
+
+        Every node before ``size`` that no later node rolls up, in span order (see
+        :func:`compactstore.rules.cover`); a resumed context holds them and the raw
+        events outside their spans.
+        """
+        size, _ = self._bounded("size", size, 0)
+        return [Node.from_record(self.read(p)) for p in rules.cover(self.facts(size))]
 
     def audit(self) -> list[Finding]:
         """Return each non-regenerable binding a lossy compaction swallowed and a later step needed."""
@@ -900,16 +926,22 @@ class Session:
 
     # --- markers, resume and reconstruction -----------------------------------------
 
-    def mark(self, node: Node | int) -> Marker:
-        """Emit a recovery marker pointing at ``node``, at the current raw checkpoint.
+    def mark(self, node: Node | int | None = None) -> Marker:
+        """Emit a recovery marker pointing at ``node``, or at the session's cover, at the current raw checkpoint.
 
-        Checks closure, negative-fact retention and anchoring first (see
-        :func:`compactstore.rules.check_marker`) and records them as certified.
+        Without ``node`` the marker points at the cover (:meth:`cover`): the newest
+        session digest and the L1 nodes after it, and a resume gives those nodes and
+        the raw events outside their spans. Checks closure, negative-fact retention and
+        anchoring first, over every node of the cover (see
+        :func:`compactstore.rules.check_cover`), and records them as certified.
 
         Raises:
             MarkerInvalid: a condition fails; ``violations`` names each condition,
                 position and item. Nothing is written; ``mark_raw`` is the safe fallback.
+            InvalidArgument: no ``node`` given and the session has no summary node.
         """
+        if node is None:
+            return Marker.from_record(self._built(lambda size: [markers.cover_marker(self, size)])[-1])
         pos = resolver.position_of(self, "node", node)
         return Marker.from_record(self._built(lambda size: [markers.marker(self, size, pos)])[-1])
 
@@ -948,6 +980,43 @@ class Session:
         """
         pos = resolver.position_of(self, "marker", marker if isinstance(marker, Marker) else _position("marker", marker))
         return resolver.resume(self, pos, rehash=ev.as_flag("rehash", rehash))
+
+    def context(self) -> Resolution:
+        """Return what a resumed agent loads now: the latest certifying marker's cover and the raw events since.
+
+        The session's markers are found latest first through the backend (a scan down
+        the positions that stops at the markers it meets, not a read of the log). The
+        first that certifies at its checkpoint (:meth:`resume`, on the same checks) and
+        whose cover still keeps what every obligation open now needs gives the context:
+        its cover, then the raw events after its checkpoint, derived events left out,
+        each body re-hashed and held against the sealed head. ``size`` and ``root`` are
+        the sealed head's. When no marker certifies, the mode is ``fallback``, the
+        context is the raw log, ``marker`` is -1 and ``reasons`` say why each marker
+        failed. The same log gives a byte-identical digest, on every backend.
+
+        Raises:
+            KeyRequired: the store is keyed and was opened without its key.
+            IntegrityError: a body read does not match its leaf or the sealed head.
+        """
+        if self._sid() is None:
+            return resolver.empty_context(self.name)
+        return resolver.context(self, self._latest_markers())
+
+    def latest_marker(self) -> Marker | None:
+        """Return the marker :meth:`context` resolves from now, or None when none certifies."""
+        got = self.context()
+        return None if got.marker < 0 else Marker.from_record(self.read(got.marker))
+
+    def _latest_markers(self) -> Iterator[int]:
+        """Yield the positions of the session's markers, latest first, a few per query."""
+        sid, backend = self._require_sid(), self.store.backend
+        before, page = self.size, 8
+        while True:
+            got = backend.latest_markers(sid, before, page)
+            yield from got
+            if len(got) < page:
+                return
+            before, page = got[-1], min(page * 4, 512)
 
     def artifact(self, node: Node | int) -> Artifact:
         """Return the artifact a later instance expands from ``node``: loss class, payload, digest.

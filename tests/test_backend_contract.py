@@ -406,3 +406,17 @@ def test_the_sql_scan_finds_a_statement() -> None:
         'd = ToolCall("c1", "run_sql", {"sql": "DELETE FROM users"})\n'
     )
     assert sorted({line for line, _ in sql_literals("x.py", source)}) == [1, 2]
+
+
+def test_latest_markers_lists_marker_positions_latest_first(store: cs.Store, backend: Backend) -> None:
+    """latest_markers() returns the positions of markers before a position, latest first, at most ``limit``."""
+    sid = _sid(backend)
+    s = store.session("s")
+    before = [r.pos for r in _records(store) if r.kind == "marker"]
+    made = [s.mark_raw().pos, s.mark_raw().pos]
+    want = sorted(before + made, reverse=True)
+    assert backend.latest_markers(sid, made[-1] + 1, 100) == want
+    assert backend.latest_markers(sid, made[-1] + 1, 1) == [made[-1]]
+    assert backend.latest_markers(sid, made[-1], 100) == want[1:]
+    assert backend.latest_markers(sid, 0, 100) == []
+    assert backend.latest_markers(_sid(backend, "other"), 10**6, 100) == []

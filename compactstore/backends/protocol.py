@@ -186,6 +186,10 @@ class Backend(Protocol):
         """Return the stored body at ``pos`` (None: redacted or missing)."""
         ...
 
+    def latest_markers(self, session_id: int, before: int, limit: int) -> list[int]:
+        """Return the positions of up to ``limit`` markers before position ``before``, latest first."""
+        ...
+
     def subtree_range(self, session_id: int, level: int, lo: int, hi: int) -> list[tuple[int, bytes]]:
         """Return ``(idx, hash)`` of the stored subtree roots at ``level`` with ``lo <= idx < hi`` (level 0: leaves)."""
         ...

@@ -113,6 +113,11 @@ class Queries:
             f"SELECT pos FROM events WHERE session_id = {m} AND pos >= {m} AND pos < {m} "
             "AND kind IN ('node', 'spill', 'marker', 'attempt') ORDER BY pos"
         )
+        # Down the (session_id, pos) index from ``before``: it stops at the first markers it meets.
+        self.latest_markers = (
+            f"SELECT pos FROM events WHERE session_id = {m} AND pos < {m} AND kind = 'marker' "
+            f"ORDER BY pos DESC LIMIT {m}"
+        )
         self.body = f"SELECT body FROM events WHERE session_id = {m} AND pos = {m}"
         self.leaves = f"SELECT pos, leaf FROM events WHERE session_id = {m} AND pos >= {m} AND pos < {m} ORDER BY pos"
         self.subtrees = (
@@ -226,6 +231,10 @@ class Reads:
     def derived_positions(self, session_id: int, lo: int, hi: int) -> list[int]:
         """Return the positions in ``[lo, hi)`` of derived events (nodes, spills, markers, attempts), in order."""
         return [int(p) for (p,) in self._fetch(self._q.derived_positions, (session_id, lo, hi))]
+
+    def latest_markers(self, session_id: int, before: int, limit: int) -> list[int]:
+        """Return the positions of up to ``limit`` markers before position ``before``, latest first."""
+        return [int(p) for (p,) in self._fetch(self._q.latest_markers, (session_id, before, limit))]
 
     def body(self, session_id: int, pos: int) -> bytes | None:
         """Return the stored body at ``pos`` (None: redacted or missing)."""

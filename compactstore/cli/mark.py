@@ -47,7 +47,7 @@ def mark_command(node: int | None, raw: bool, size: int | None, target: str, key
     with opened(target, key_env, as_json) as store:
         session = pick_session(store, session_name, target, as_json)
         with reporting(as_json, {MarkerInvalid: MARK_HINT}):
-            marker = session.mark_raw(size) if raw else session.mark(node)  # type: ignore[arg-type]
+            marker = session.mark_raw(size) if raw else session.mark(node)
     if marker.node is None:
         text = f"raw-checkpoint marker at pos {marker.pos}: size {marker.size}, root {short(marker.root)}…"
     else:

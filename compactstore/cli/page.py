@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from html import escape
 
-from ..picture import NEGATIVE, Bar, Cell, Picture, Pin, columns, rank
+from ..picture import NEGATIVE, Bar, Cell, Picture, Pin, columns, lost_name, rank
 
 LOSS_COLOR = {"LOSSLESS": "#2f9e44", "LOSSY_GIST": "#e8a317", "LOSSY_LITERAL": "#d9480f"}
 STATE_COLOR = {"certified": "#2b8a3e", "fallback": "#c92a2a", "broken": "#212529"}
@@ -53,7 +53,7 @@ svg { width: 100%; height: auto; display: block; }
            overflow: auto; white-space: pre-wrap; }
 .tag { display: inline-block; border-radius: 6px; padding: 0 7px; font-size: 12.5px; margin: 2px 4px 2px 0; }
 .tag.failed, .tag.rejected, .tag.superseded, .tag.dropped { background: #ffe3e3; color: #a51111; }
-.tag.open { background: #fff3bf; color: #7a5200; } .tag.kept { background: #e7f5ff; color: #1864ab; }
+.tag.open { background: #fff3bf; color: #7a5200; } .tag.lost { background: #ffe3e3; color: #a61e1e; } .tag.kept { background: #e7f5ff; color: #1864ab; }
 .tag.listed { background: #f1f3f5; color: #343a40; }
 .small { color: var(--mute); font-size: 13px; }
 .reasons { margin: 6px 0 0 18px; padding: 0; font-size: 13.5px; }
@@ -297,6 +297,9 @@ def _node_card(b: Bar) -> str:
     ]
     if kept:
         rows.append(f'<div class="small">kept verbatim or spilled: {kept}</div>')
+    lost = "".join(f'<span class="tag lost">{_e(lost_name(x))}</span>' for x in b.lost) \
+        or '<span class="small">nothing</span>'
+    rows.append(f'<div class="small">lost (neither kept nor stated in the summary): {lost}</div>')
     if b.violations:
         rows.append('<ul class="reasons">' + "".join(f"<li>{_e(v)}</li>" for v in b.violations) + "</ul>")
     return '<div class="node">' + "".join(rows) + "</div>"

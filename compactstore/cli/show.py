@@ -12,7 +12,8 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from ..picture import NEGATIVE, Bar, Cell, Picture, Pin, columns, picture, rank
+from ..events import Lost
+from ..picture import NEGATIVE, Bar, Cell, Picture, Pin, columns, lost_name, picture, rank
 from .app import emit, main, opened, pick_session, reporting, store_options
 
 LOSS_STYLE = {"LOSSLESS": "black on green3", "LOSSY_GIST": "black on gold1", "LOSSY_LITERAL": "white on red3"}
@@ -168,12 +169,31 @@ def _nodes_table(p: Picture) -> Table:
     return t
 
 
+def _lost_lines(p: Picture) -> list[Text]:
+    """Return one line per node: the literals of its span it neither keeps nor states (its loss manifest)."""
+    out = []
+    for b in p.nodes:
+        line = Text(f"lost by #{b.pos}: ", style="bold")
+        line.append_text(lost_text(b.lost))
+        out.append(line)
+    return out
+
+
+def lost_text(lost: Sequence[Lost], most: int = 6) -> Text:
+    """Return a node's loss manifest as one line: the first ``most`` literals it lost, and how many more."""
+    if not lost:
+        return Text("nothing", style="green3")
+    more = f" (+{len(lost) - most})" if len(lost) > most else ""
+    return Text(" · ".join(lost_name(x) for x in lost[:most]) + more, style="red3")
+
+
 def _markers_table(p: Picture) -> Table:
     t = Table(title="markers", title_justify="left", title_style="bold", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
     for name, width in (("#", 3), ("points at", 9), ("checkpoint", 10), ("resumes", 9), ("why", None)):
         t.add_column(name, width=width, no_wrap=width is not None)
     for m in p.markers:
-        t.add_row(str(m.pos), "raw log" if m.node is None else f"node {m.node}", f"size {m.size}",
+        t.add_row(str(m.pos), "raw log" if m.node is None else
+                  (f"cover {', '.join(map(str, m.cover))}" if m.cover else f"node {m.node}"), f"size {m.size}",
                   Text(m.state, style=STATE_STYLE[m.state]), m.reasons[0] if m.reasons else "")
     return t
 
@@ -206,7 +226,7 @@ def render(p: Picture, width: int) -> Group:
     head.append(f"  ·  {p.size} events  ·  root {p.root[:16]}…", style="grey50")
     parts: list[object] = [head, Text(""), timeline(p, width), _legend(), Text("")]
     if p.nodes:
-        parts += [_nodes_table(p), Text("")]
+        parts += [_nodes_table(p), *_lost_lines(p), Text("")]
     if p.markers:
         parts += [_markers_table(p), Text("")]
     if any(c.negative or c.open for c in p.cells):
