@@ -13,7 +13,8 @@ The steps, in order:
    ``threshold`` (80%) of ``budget`` (seed 001: 70 to 85% of a token budget).
 2. **Roll up** the session digest once ``roll_up_every`` L1 nodes follow it:
    ``Session.roll_up([digest, *l1_nodes])`` writes a new digest over their union.
-3. **Mark** the node that ends last, unless a marker already points at it.
+3. **Mark** the node that ends last, unless a marker pointing at a node was emitted
+   after the newest node.
 
 The summarizer protocol: a callable from the records of what is summarized (the raw
 events of the span for an L1 node, the child nodes for a roll-up, in log order) to
@@ -126,7 +127,7 @@ class RollUp(msgspec.Struct, frozen=True, tag="roll_up"):
 
 
 class Mark(msgspec.Struct, frozen=True, tag="mark"):
-    """Emit a marker pointing at the node at ``node``."""
+    """Emit a marker pointing at ``node``: the node that ends last (the newest digest when nothing follows it)."""
 
     node: int
 
@@ -179,12 +180,12 @@ def due(
         if len(chain) >= policy.roll_up_every:
             return RollUp(([digest[0]] if digest is not None else []) + chain)
     if mark and nodes:
-        target, node = max(nodes, key=lambda pn: (pn[1].stop, pn[1].tier, pn[0]))
-        marked = any(
-            isinstance(r.event, ev.RecoveryMarker) and r.event.node == target for r in view.scan(target + 1, size)
-        )
+        # Marked once a marker that points at a node was emitted after the newest node.
+        newest = max(p for p, _ in nodes)
+        marked = any(isinstance(r.event, ev.RecoveryMarker) and r.event.node is not None
+                     for r in view.scan(newest + 1, size))  # fmt: skip
         if not marked:
-            return Mark(target)
+            return Mark(max(nodes, key=lambda pn: (pn[1].stop, pn[1].tier, pn[0]))[0])
     return None
 
 
