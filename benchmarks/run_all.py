@@ -34,6 +34,7 @@ SUITE: list[tuple[str, list[str], list[str]]] = [
     ("append", ["--quick"], []),
     ("resume", [], ["--sizes", "10000,100000,1000000"]),
     ("resume_sim", [], ["--sessions", "40"]),
+    ("memory_loop", [], []),
     ("peers", ["--quick"], []),
     ("adapters", ["--quick"], []),
 ]

@@ -7,10 +7,11 @@ The names here are what an agent codes against: opening a store, the events it
 appends, what reads and resolutions return, and the errors. Everything else stays in
 its module: ``compactstore.events`` (every event kind), ``compactstore.resolver``
 (context items, restored spans), ``compactstore.rules`` (risks, violations),
-``compactstore.verify`` (problems), ``compactstore.summarize`` and the adapters.
+``compactstore.verify`` (problems), ``compactstore.summarize``, ``compactstore.policy``
+(the steps a policy takes), ``compactstore.render`` (model input) and the adapters.
 """
 
-from . import compaction, events, resolver, rules, summarize, verify
+from . import compaction, events, policy, render, resolver, rules, summarize, verify
 from .compaction import AUTO, Node
 from .copy import copy
 from .errors import (
@@ -37,6 +38,7 @@ from .events import (
     Turn,
 )
 from .markers import Marker
+from .policy import CompactionPolicy
 from .resolver import Artifact, Resolution, reconstruct
 from .store import Session, Store, open
 from .verify import VerifyReport
@@ -58,6 +60,8 @@ __all__ = [
     "Redaction",
     "LossClass",
     "AUTO",
+    # When a session compacts itself.
+    "CompactionPolicy",
     # What reads, compactions, markers and resolutions return.
     "Record",
     "TreeHead",

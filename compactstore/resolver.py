@@ -24,7 +24,7 @@ import msgspec
 from blake3 import blake3
 
 from . import events as ev
-from . import merkle, rules
+from . import merkle, render, rules
 from .compaction import Node
 from .errors import ForeignReference, IntegrityError, InvalidArgument, ReconstructionUnsoundError
 from .events import JSON, LossClass
@@ -101,6 +101,18 @@ class Resolution(msgspec.Struct, frozen=True):
     digest: bytes
     loss: LossClass | None = None
     restorable: list[str] = []
+
+    def as_messages(self, format: render.Format) -> list[render.Message]:  # noqa: A002
+        """Return the context as model input: OpenAI Responses input items, or ``"chat"`` messages.
+
+        See :func:`compactstore.render.messages`: raw events go in as the messages they
+        were, a summary node as a system or developer note stating its loss class, its
+        negative facts and its UNRESOLVED items. Deterministic.
+
+        Raises:
+            InvalidArgument: an unknown ``format``.
+        """
+        return render.messages(self.context, format)
 
 
 def _verified_prefix(view: SessionView, marker_pos: int) -> tuple[list[ev.Event], list[bytes]]:

@@ -9,6 +9,7 @@ between appends and re-read only when another writer has moved the session on.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import threading
@@ -20,17 +21,20 @@ import msgspec
 
 from . import compaction, markers, merkle, resolver, rules
 from . import index as structure_index
+from . import policy as policies
 from . import events as ev
 from .backends import SCHEMA_VERSION, Backend, HeadRow, Row, open_backend
 from .compaction import AUTO, Auto, Finding, Node, OnRisk
 from .content import content_digest_of, unhex
 from .errors import (
+    CompactionInvariantError,
     CompactStoreError,
     ConflictError,
     IntegrityError,
     InvalidArgument,
     InvalidEvent,
     KeyRequired,
+    MarkerInvalid,
     ReconstructionUnsoundError,
     SessionMoved,
     StaleHead,
@@ -39,6 +43,7 @@ from .events import LossClass, Record as Record, TreeHead as TreeHead, as_list
 from .facts import Facts, FullFacts, IndexedFacts
 from .index import Index
 from .markers import Marker
+from .policy import CompactionPolicy, Maintenance, Step
 from .resolver import Artifact, Resolution, RestoredSpan
 from .seal import derive_key, head_mac, key_check, seal, store_id, store_id_ok
 from .structure import build
@@ -1451,6 +1456,68 @@ class Session:
         if not 0 <= _position("old_size", old_size) <= new_size:
             raise InvalidArgument("old_size", f"must be in [0, {new_size}], got {old_size!r}")
         return self._roots(merkle.consistency_spans(old_size, new_size), sid)
+
+    # --- maintenance under a compaction policy ---------------------------------------
+
+    def maintain(self, policy: CompactionPolicy, *, progress: Callable[[Step], None] | None = None) -> Maintenance:
+        """Do what ``policy`` says is due: compact the raw tail, grow the session digest, emit a marker.
+
+        Every step is one commit through the gate, decided from the log as it stands
+        (:func:`compactstore.policy.due`), so running it again after a crash partway
+        finishes the work and writes nothing twice. A refused compaction or marker is
+        reported in ``refused`` and tried again by the next call. ``progress(step)`` is
+        called before each step. One maintainer per session: two racing ones may see
+        ``InvalidArgument`` (overlapping nodes) and can simply run again.
+
+        Raises:
+            InvalidArgument: ``policy`` is not a CompactionPolicy, or its summarizer is
+                async or returns anything but text (``field`` is ``summarizer``).
+        """
+        return policies.drive(self._maintenance(policy, progress), policy)
+
+    async def amaintain(self, policy: CompactionPolicy, *, progress: Callable[[Step], None] | None = None) -> Maintenance:
+        """Run :meth:`maintain` with a summarizer that may be ``async def`` (a language-model call).
+
+        The store's work runs in a worker thread; the summarizer is awaited on the loop.
+        """
+        run = self._maintenance(policy, progress)
+        text: str | None = None
+        while True:
+            records, done = await asyncio.to_thread(policies.advance, run, text)
+            if done is not None or records is None:
+                assert done is not None
+                return done
+            text = await policies.summary(policy, records)
+
+    def _maintenance(self, policy: CompactionPolicy, progress: Callable[[Step], None] | None) -> policies.Run:
+        """Do the due steps, yielding what each needs summarized; return what was done."""
+        if not isinstance(policy, CompactionPolicy):
+            raise InvalidArgument("policy", f"want a CompactionPolicy, got {type(policy).__name__}")
+        compacted: list[int] = []
+        rolled_up: list[int] = []
+        refused: list[str] = []
+        marker: int | None = None
+        flags = {"compact": True, "roll_up": True, "mark": True}
+        while (step := policies.due(self, policy, **flags)) is not None:
+            if progress is not None:
+                progress(step)
+            if isinstance(step, policies.Mark):
+                flags["mark"] = False  # one marker a run, refused or not
+                try:
+                    marker = self.mark(step.node).pos
+                except MarkerInvalid as exc:
+                    refused.append(f"marker at node {step.node}: {exc}")
+                continue
+            text = yield policies.inputs(self, step)
+            if isinstance(step, policies.RollUp):
+                rolled_up.append(self.roll_up(step.nodes, summary=text).pos)
+                continue
+            try:
+                compacted.append(self.compact(step.start, step.stop, summary=text, on_risk=policy.on_risk).pos)
+            except CompactionInvariantError as exc:
+                flags["compact"] = False  # the tail stays raw until the gate lets it go
+                refused.append(f"compaction [{step.start}, {step.stop}): {exc}")
+        return Maintenance(compacted, rolled_up, marker, refused)
 
 
 class _EventReader:

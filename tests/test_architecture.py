@@ -33,7 +33,7 @@ LAYERS = {
     # 3. Rules: pure functions over Facts.
     "rules": 3,
     # 4. Builders: read through the view protocol, return events; never commit.
-    "compaction": 4, "markers": 4, "resolver": 4, "summarize": 4,
+    "compaction": 4, "markers": 4, "resolver": 4, "summarize": 4, "render": 4, "policy": 4,
     # 5. Backends: rows and typed verbs; no hashing, no events.
     "backends.*": 5,
     # 6. Checkers over a backend's rows alone: the structural index and whole-store verification.
