@@ -91,11 +91,10 @@ def characters(items: list[render.Message]) -> int:
 
 
 def context_of(s: cs.Session, marker: int | None) -> cs.Resolution:
-    """Return what a resumed agent loads: the resolution of the latest marker the policy emitted."""
-    # Once Session.context() lands this is ``return s.context()``.
+    """Return what a resumed agent loads now: the latest certifying marker's cover and the raw tail."""
     if marker is None:
         raise RuntimeError("the policy has emitted no marker yet")
-    return s.resume(marker)
+    return s.context()
 
 
 def measure(s: cs.Session, marker: int | None, turns: int, repeat: int, stats: dict[str, int]) -> dict[str, Any]:

@@ -1504,7 +1504,7 @@ class Session:
             if isinstance(step, policies.Mark):
                 flags["mark"] = False  # one marker a run, refused or not
                 try:
-                    marker = self.mark(step.node).pos
+                    marker = self.mark().pos  # the current cover: digest, the L1 nodes after it
                 except MarkerInvalid as exc:
                     refused.append(f"marker at node {step.node}: {exc}")
                 continue
