@@ -1,9 +1,10 @@
-"""Merkle trees in the RFC 9162 shape: roots, span roots, proofs and their verification.
+"""The pure-Python implementation of :mod:`compactstore.merkle`: the reference.
 
-A leaf is ``H(0x00 || entry)`` and an interior node ``H(0x01 || left || right)``; the
-two prefixes keep a leaf from ever being passed off as a node (the second-preimage
-attack on plain Merkle trees). The hash is BLAKE3 by default; ``algo="sha256"``
-gives exactly RFC 6962 / RFC 9162, which is how the published test vectors are checked.
+Every function here gives the bytes that ``compactstore._native`` must give; the tests
+hold the two to each other and both to a naive oracle. :mod:`compactstore.merkle`
+documents the trees and proofs, re-exports what is the same in both (the coordinate
+arithmetic, serving from stored roots) and calls the native module for BLAKE3 when it is
+built.
 
 Everything here is pure: functions over in-memory entries (leaf data, not hashes),
 plus the coordinate arithmetic a store uses to serve the same answers from stored
@@ -17,6 +18,7 @@ import hashlib
 import threading
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Self
 
 from blake3 import blake3
 
@@ -655,10 +657,10 @@ class Frontier:
         """Return the RFC 9162 root of the tree so far."""
         return fold(self.hashes, self._algo)
 
-    def copy(self) -> Frontier:
+    def copy(self) -> Self:
         """Return an independent copy."""
         # Not through __init__: this frontier's hashes are already known to fit its size.
-        other = Frontier.__new__(Frontier)
+        other = type(self).__new__(type(self))
         other.size, other.hashes, other._node, other._algo = self.size, list(self.hashes), self._node, self._algo
         return other
 

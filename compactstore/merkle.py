@@ -1,0 +1,283 @@
+"""Merkle trees in the RFC 9162 shape: roots, span roots, proofs and their verification.
+
+A leaf is ``H(0x00 || entry)`` and an interior node ``H(0x01 || left || right)``; the
+two prefixes keep a leaf from ever being passed off as a node (the second-preimage
+attack on plain Merkle trees). The hash is BLAKE3 by default; ``algo="sha256"``
+gives exactly RFC 6962 / RFC 9162, which is how the published test vectors are checked.
+
+Everything here is pure: functions over in-memory entries (leaf data, not hashes),
+plus the coordinate arithmetic a store uses to serve the same answers from stored
+subtree roots in O(log n). A subtree is named by ``(level, index)``: it covers
+positions ``[index << level, (index + 1) << level)``; level 0 is a leaf.
+
+Two implementations give the same bytes: ``compactstore._merkle_pure``, the pure-Python
+reference, and ``compactstore._native``, a Rust extension that hashes BLAKE3 leaves and
+nodes many at a time (the SIMD lanes of a core shared across leaves, every core for large
+batches) with the GIL released. BLAKE3 runs natively when the extension is built, unless
+the environment sets ``COMPACTSTORE_PURE=1``; :data:`IMPLEMENTATION` says which. SHA-256,
+and hashes that are not 32 bytes where hashes are expected, always take the reference.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Sequence
+
+from . import _merkle_pure as _pure
+from ._merkle_pure import ALGOS as ALGOS
+from ._merkle_pure import HASH_SIZE as HASH_SIZE
+from ._merkle_pure import LEAF_PREFIX as LEAF_PREFIX
+from ._merkle_pure import NODE_PREFIX as NODE_PREFIX
+from ._merkle_pure import TILE_HEIGHT as TILE_HEIGHT
+from ._merkle_pure import Coord as Coord
+from ._merkle_pure import Span as Span
+from ._merkle_pure import _check_size
+from ._merkle_pure import consistency_spans as consistency_spans
+from ._merkle_pure import cover as cover
+from ._merkle_pure import empty_root as empty_root
+from ._merkle_pure import inclusion_spans as inclusion_spans
+from ._merkle_pure import is_stored as is_stored
+from ._merkle_pure import resolve as resolve
+from ._merkle_pure import root_with as root_with
+from ._merkle_pure import serve as serve
+from ._merkle_pure import spans_root as spans_root
+
+if os.environ.get("COMPACTSTORE_PURE", "") in ("", "0"):
+    try:
+        from . import _native
+    except ImportError:  # a source tree whose extension is not built
+        _native = None  # type: ignore[assignment]
+else:
+    _native = None  # type: ignore[assignment]
+
+IMPLEMENTATION = "pure" if _native is None else "native"
+"""Which implementation hashes BLAKE3 trees in this process: ``"native"`` or ``"pure"``."""
+
+# Sizes and positions the native module takes: unsigned 64-bit. Beyond them (no real
+# tree is that large) the reference answers.
+_U64 = 1 << 64
+
+
+def _listed(items: Iterable[bytes]) -> Sequence[bytes]:
+    return items if isinstance(items, (list, tuple)) else list(items)
+
+
+def leaf_fn(algo: str = "blake3") -> Callable[[bytes], bytes]:
+    """Return a leaf hasher for a loop of the calling thread (not to be handed to another)."""
+    if algo == "blake3" and _native is not None:
+        return _native.leaf_hash
+    return _pure.leaf_fn(algo)
+
+
+def leaf_hash(entry: bytes, algo: str = "blake3") -> bytes:
+    """Return ``H(0x00 || entry)``."""
+    if algo == "blake3" and _native is not None:
+        return _native.leaf_hash(entry)
+    return _pure.leaf_hash(entry, algo)
+
+
+def leaf_hashes(entries: Iterable[bytes], algo: str = "blake3") -> list[bytes]:
+    """Return ``H(0x00 || entry)`` of each entry, in order (cheaper than one call per entry)."""
+    if algo == "blake3" and _native is not None:
+        return _native.leaf_hashes(_listed(entries))
+    return _pure.leaf_hashes(entries, algo)
+
+
+def node_hash(left: bytes, right: bytes, algo: str = "blake3") -> bytes:
+    """Return ``H(0x01 || left || right)``."""
+    if algo == "blake3" and _native is not None:
+        return _native.node_hash(left, right)
+    return _pure.node_hash(left, right, algo)
+
+
+def fold(hashes: Sequence[bytes], algo: str = "blake3") -> bytes:
+    """Return the root of a compact range's hashes (left to right), merged right to left.
+
+    For the compact range of ``[0, n)`` this is the RFC 9162 tree root of size n; for
+    an empty sequence it is the empty root.
+    """
+    if algo == "blake3" and _native is not None:
+        try:
+            return _native.fold(hashes)
+        except ValueError:  # not all 32-byte hashes
+            pass
+    return _pure.fold(hashes, algo)
+
+
+def subtree_levels(leaves: Sequence[bytes], algo: str = "blake3") -> list[list[bytes]]:
+    """Return the roots of every complete aligned subtree over leaf hashes, level by level.
+
+    ``levels[l][i]`` is the root of ``(l, i)``; a level ends at its last complete
+    subtree, and the list ends at the level of the largest one.
+    """
+    if algo == "blake3" and _native is not None:
+        try:
+            return _native.subtree_levels(leaves)
+        except ValueError:  # not all 32-byte hashes
+            pass
+    return _pure.subtree_levels(leaves, algo)
+
+
+def tree_root(entries: Sequence[bytes], algo: str = "blake3") -> bytes:
+    """Return the RFC 9162 Merkle Tree Hash of ``entries``."""
+    if algo == "blake3" and _native is not None:
+        return _native.tree_root(_listed(entries))
+    return _pure.tree_root(entries, algo)
+
+
+def root_of_leaves(leaves: Sequence[bytes], algo: str = "blake3") -> bytes:
+    """Return the RFC 9162 root over leaf hashes (not entries)."""
+    if algo == "blake3" and _native is not None:
+        try:
+            return _native.root_of_leaves(leaves)
+        except ValueError:  # not all 32-byte hashes
+            pass
+    return _pure.root_of_leaves(leaves, algo)
+
+
+def span_root(entries: Sequence[bytes], start: int, stop: int, algo: str = "blake3") -> bytes:
+    """Return the root of positions ``[start, stop)`` of ``entries``.
+
+    It is the fold of the span's compact range, which a store serves in O(log n) from
+    stored subtree roots. It equals RFC 9162's Merkle Tree Hash of
+    ``entries[start:stop]`` whenever ``start`` is a multiple of the smallest power of
+    two >= ``stop - start`` (every prefix ``[0, n)`` among them).
+    Requires ``0 <= start <= stop <= len(entries)``.
+    """
+    if algo == "blake3" and _native is not None:
+        _check_size("stop", stop, 0, len(entries))
+        _check_size("start", start, 0, stop)
+        return _native.span_root(_listed(entries[start:stop]), start, stop)
+    return _pure.span_root(entries, start, stop, algo)
+
+
+def span_root_of_leaves(
+    leaves: Sequence[bytes], start: int, stop: int, algo: str = "blake3", *, first: int = 0
+) -> bytes:
+    """Return :func:`span_root` of ``[start, stop)`` given leaf hashes (not entries).
+
+    ``leaves[0]`` is the leaf of position ``first`` (default 0: every leaf from the
+    start of the log), so a span's own leaves will do with ``first=start``.
+    """
+    if algo == "blake3" and _native is not None and 0 <= first and stop < _U64:
+        _check_size("stop", stop, first, first + len(leaves))
+        _check_size("start", start, first, stop)
+        try:
+            return _native.span_root_of_leaves(leaves[start - first : stop - first], start, stop)
+        except ValueError:  # not all 32-byte hashes
+            pass
+    return _pure.span_root_of_leaves(leaves, start, stop, algo, first=first)
+
+
+def inclusion_proof(entries: Sequence[bytes], index: int, algo: str = "blake3") -> list[bytes]:
+    """Return the RFC 9162 inclusion proof of ``entries[index]`` in the tree of all entries.
+
+    Requires ``0 <= index < len(entries)``.
+    """
+    if algo == "blake3" and _native is not None:
+        _check_size("index", index, 0, len(entries) - 1)
+        return _native.inclusion_proof(_listed(entries), index)
+    return _pure.inclusion_proof(entries, index, algo)
+
+
+def consistency_proof(entries: Sequence[bytes], old_size: int, algo: str = "blake3") -> list[bytes]:
+    """Return the RFC 9162 consistency proof from the first ``old_size`` entries to all.
+
+    Requires ``0 <= old_size <= len(entries)``.
+    """
+    if algo == "blake3" and _native is not None:
+        _check_size("old_size", old_size, 0, len(entries))
+        return _native.consistency_proof(_listed(entries), old_size)
+    return _pure.consistency_proof(entries, old_size, algo)
+
+
+# --- verification: needs no store -----------------------------------------------
+
+
+def root_from_inclusion(
+    leaf: bytes, index: int, size: int, proof: Sequence[bytes], algo: str = "blake3"
+) -> bytes | None:
+    """Return the root that ``proof`` implies for leaf hash ``leaf`` at ``index``.
+
+    RFC 9162 section 2.1.3.2. Returns None when the proof cannot be valid for that
+    index and size (wrong length, malformed hash).
+    """
+    if algo == "blake3" and _native is not None and 0 <= index < size < _U64:
+        return _native.root_from_inclusion(leaf, index, size, proof)
+    return _pure.root_from_inclusion(leaf, index, size, proof, algo)
+
+
+def verify_inclusion(
+    entry: bytes, index: int, size: int, proof: Sequence[bytes], root: bytes, algo: str = "blake3"
+) -> bool:
+    """Return whether ``proof`` shows ``entry`` at ``index`` in the tree of ``size`` with ``root``."""
+    got = root_from_inclusion(leaf_hash(entry, algo), index, size, proof, algo)
+    return got is not None and got == root
+
+
+def verify_inclusion_hash(
+    leaf: bytes, index: int, size: int, proof: Sequence[bytes], root: bytes, algo: str = "blake3"
+) -> bool:
+    """Return whether ``proof`` shows leaf hash ``leaf`` at ``index`` in the tree with ``root``."""
+    got = root_from_inclusion(leaf, index, size, proof, algo)
+    return got is not None and got == root
+
+
+def verify_consistency(
+    old_size: int,
+    new_size: int,
+    old_root: bytes,
+    new_root: bytes,
+    proof: Sequence[bytes],
+    algo: str = "blake3",
+) -> bool:
+    """Return whether ``proof`` shows the tree ``(old_size, old_root)`` is a prefix of ``(new_size, new_root)``.
+
+    RFC 9162 section 2.1.4.2, plus the trivial cases: equal sizes need an empty proof
+    and equal roots; the empty tree (root ``H("")``) is a prefix of every tree, with an
+    empty proof. Roots and proof hashes must be 32 bytes.
+    """
+    if algo == "blake3" and _native is not None and 0 <= old_size <= new_size < _U64:
+        return _native.verify_consistency(old_size, new_size, old_root, new_root, proof)
+    return _pure.verify_consistency(old_size, new_size, old_root, new_root, proof, algo)
+
+
+# --- incremental appends ------------------------------------------------------------
+
+
+class Frontier(_pure.Frontier):
+    """The compact range ``[0, size)`` of a growing tree: O(log n) hashes, O(log n) per append.
+
+    ``append`` returns the interior subtrees it completes, so a store can persist them
+    and later serve span roots and proofs without rehashing.
+    """
+
+    __slots__ = ()
+
+    def __init__(self, size: int = 0, hashes: Sequence[bytes] = (), algo: str = "blake3") -> None:
+        """Start from ``hashes``, the roots of ``cover(0, size)`` left to right."""
+        super().__init__(size, hashes, algo)
+        if algo == "blake3" and _native is not None:
+            self._node = _native.node_hash
+
+    def extend(self, leaves: Iterable[bytes], *, every: int = 1) -> list[tuple[int, int, bytes]]:
+        """Add leaf hashes ``leaves`` in order; return the completed subtrees as ``(level, index, root)``.
+
+        The subtrees come level by level from the lowest, each level left to right;
+        with ``every``, only those at levels that are multiples of it.
+        """
+        cur = _listed(leaves)
+        if self._algo == "blake3" and _native is not None and self.size + len(cur) < _U64:
+            try:
+                hashes, made = _native.frontier_extend(self.size, self.hashes, cur, every)
+            except (ValueError, OverflowError):  # not all 32-byte hashes, or every < 1
+                pass
+            else:
+                self.hashes[:] = hashes
+                self.size += len(cur)
+                return made
+        return super().extend(cur, every=every)
+
+    def root(self) -> bytes:
+        """Return the RFC 9162 root of the tree so far."""
+        return fold(self.hashes, self._algo)
