@@ -64,29 +64,44 @@ pub fn empty() -> Hash {
 
 /// Return the leaf hash `BLAKE3(0x00 || entry)`.
 pub fn leaf(entry: &[u8]) -> Hash {
-    let mut out = [[0u8; 32]];
-    leaves_into(&[entry], &mut out);
-    out[0]
+    if entry.len() < CHUNK_LEN {
+        // One chunk: its blocks are compressed one after another whatever is done.
+        *Hasher::new().update(&[LEAF_PREFIX]).update(entry).finalize().as_bytes()
+    } else {
+        long_leaf(entry, &mut Vec::new())
+    }
+}
+
+/// Return the leaf hash of an entry of a chunk or more, using `scratch` for its prefixed copy.
+fn long_leaf(entry: &[u8], scratch: &mut Vec<u8>) -> Hash {
+    let mut h = Hasher::new();
+    if entry.len() < RAYON_ENTRY {
+        // The prefix shifts every chunk by a byte: hashed as it lies, the entry's first
+        // chunk would be compressed alone; copied, all whole chunks go through SIMD together.
+        scratch.clear();
+        scratch.push(LEAF_PREFIX);
+        scratch.extend_from_slice(entry);
+        h.update(scratch);
+    } else {
+        h.update(&[LEAF_PREFIX]);
+        pool::install(|| h.update_rayon(entry));
+    }
+    *h.finalize().as_bytes()
 }
 
 /// Write the leaf hash of each entry to `out` (as long as `entries`), on the calling thread.
 pub fn leaves_into(entries: &[&[u8]], out: &mut [Hash]) {
     assert_eq!(entries.len(), out.len());
     let p = platform();
-    // A prefixed entry of one chunk, or of two, is hashed side by side with the others of
-    // its kind; a longer one fills SIMD lanes with its own chunks.
-    let (mut one, mut two) = (Vec::new(), Vec::new());
+    // A prefixed entry of one chunk, or of one whole chunk and part of another, is hashed
+    // side by side with the others of its kind; a longer one fills SIMD lanes with its own
+    // whole chunks.
+    let (mut one, mut two, mut scratch) = (Vec::new(), Vec::new(), Vec::new());
     for (i, entry) in entries.iter().enumerate() {
         match entry.len() {
             n if n < CHUNK_LEN => one.push(i),
-            n if n < 2 * CHUNK_LEN => two.push(i),
-            n if n < RAYON_ENTRY => out[i] = long_leaf(p, entry),
-            _ => {
-                let mut h = Hasher::new();
-                h.update(&[LEAF_PREFIX]);
-                pool::install(|| h.update_rayon(entry));
-                out[i] = *h.finalize().as_bytes();
-            }
+            n if n < 2 * CHUNK_LEN - 1 => two.push(i),
+            _ => out[i] = long_leaf(entry, &mut scratch),
         }
     }
     if !one.is_empty() {
@@ -175,6 +190,7 @@ fn chunks_many(p: Platform, chunks: &[Chunk], counter: u64, root: bool, out: &mu
     };
     let mut order: Vec<usize> = (0..chunks.len()).collect();
     order.sort_by_key(|&i| blocks(&chunks[i]));
+    let mut scratch = Vec::new();
     for same in order.chunk_by(|&a, &b| blocks(&chunks[a]) == blocks(&chunks[b])) {
         for group in same.chunks(LANES) {
             let run = match blocks(&chunks[group[0]]) {
@@ -196,22 +212,33 @@ fn chunks_many(p: Platform, chunks: &[Chunk], counter: u64, root: bool, out: &mu
                 15 => lanes::<960>,
                 _ => lanes::<1024>,
             };
-            run(p, chunks, group, counter, root, out);
+            run(p, chunks, group, counter, root, &mut scratch, out);
         }
     }
 }
 
 /// Compress the first `N` bytes of each chunk of `group` (at most [`LANES`]) side by side,
 /// then the rest of each (its last block) alone; write the results to `out` by chunk.
-fn lanes<const N: usize>(p: Platform, chunks: &[Chunk], group: &[usize], counter: u64, root: bool, out: &mut [Hash]) {
+/// `scratch` holds the copies (kept from call to call, so they are not zeroed each time).
+fn lanes<const N: usize>(
+    p: Platform,
+    chunks: &[Chunk],
+    group: &[usize],
+    counter: u64,
+    root: bool,
+    scratch: &mut Vec<u8>,
+    out: &mut [Hash],
+) {
     let k = group.len();
     let root_flag = if root { ROOT } else { 0 };
     let mut cvs = [0u8; 32 * LANES];
     if N > 0 {
-        let mut copies = [[0u8; N]; LANES];
+        scratch.resize(N * LANES, 0);
+        let (copies, _) = scratch.as_chunks_mut::<N>();
         for (copy, &i) in copies.iter_mut().zip(group) {
             chunks[i].copy_to(0, copy);
         }
+        let (copies, _) = scratch.as_chunks::<N>();
         let inputs: [&[u8; N]; LANES] = std::array::from_fn(|j| &copies[j]);
         // A whole chunk ends inside `hash_many`; otherwise its last block follows.
         let end = if N == CHUNK_LEN { CHUNK_END | root_flag } else { 0 };
@@ -269,62 +296,6 @@ fn parents_many(p: Platform, left: &[Hash], right: &[Hash], root: bool, out: &mu
             slot.copy_from_slice(&hashes[32 * j..32 * (j + 1)]);
         }
     }
-}
-
-/// Return the leaf hash of an entry that fills two or more whole chunks once prefixed.
-///
-/// The prefix shifts every chunk by a byte, so hashed as it lies the entry's first chunk
-/// would be compressed alone; here only that chunk is copied, the others are read in place
-/// (one byte back), and all whole chunks go through `hash_many` together.
-fn long_leaf(p: Platform, entry: &[u8]) -> Hash {
-    // Every chunk but the last, which holds 1 to 1024 bytes.
-    let whole = entry.len() / CHUNK_LEN;
-    let mut first = [0u8; CHUNK_LEN];
-    Chunk {
-        prefix: true,
-        data: entry,
-    }
-    .copy_to(0, &mut first);
-    let mut inputs: Vec<&[u8; CHUNK_LEN]> = Vec::with_capacity(whole);
-    inputs.push(&first);
-    for j in 1..whole {
-        inputs.push(
-            entry[j * CHUNK_LEN - 1..(j + 1) * CHUNK_LEN - 1]
-                .try_into()
-                .expect("a chunk"),
-        );
-    }
-    let mut cvs = vec![[0u8; 32]; whole + 1];
-    p.hash_many(
-        &inputs,
-        &IV,
-        0,
-        IncrementCounter::Yes,
-        0,
-        CHUNK_START,
-        CHUNK_END,
-        &mut cvs.as_flattened_mut()[..32 * whole],
-    );
-    let last = [Chunk {
-        prefix: false,
-        data: &entry[whole * CHUNK_LEN - 1..],
-    }];
-    chunks_many(p, &last, whole as u64, false, &mut cvs[whole..]);
-    // BLAKE3's tree splits at the largest power of two, as RFC 9162's does: pair bottom-up,
-    // carrying an odd last value, and flag the final parent as the root.
-    while cvs.len() > 2 {
-        let half = cvs.len() / 2;
-        let (ls, rs): (Vec<Hash>, Vec<Hash>) = cvs[..2 * half].chunks_exact(2).map(|pair| (pair[0], pair[1])).unzip();
-        let mut up = vec![[0u8; 32]; half];
-        parents_many(p, &ls, &rs, false, &mut up);
-        if cvs.len() % 2 == 1 {
-            up.push(cvs[cvs.len() - 1]);
-        }
-        cvs = up;
-    }
-    let mut root = [[0u8; 32]];
-    parents_many(p, &cvs[..1], &cvs[1..], true, &mut root);
-    root[0]
 }
 
 /// Return the node hash `BLAKE3(0x01 || left || right)`.
