@@ -15,6 +15,7 @@ use std::sync::OnceLock;
 use blake3::platform::{le_bytes_from_words_32, words_from_le_bytes_32, Platform};
 use blake3::{Hasher, IncrementCounter};
 
+use crate::lanes::Blocks;
 use crate::pool;
 
 /// A 32-byte BLAKE3 digest: a leaf, a node or a root.
@@ -34,7 +35,7 @@ const CHUNK_START: u8 = 1 << 0;
 const CHUNK_END: u8 = 1 << 1;
 const PARENT: u8 = 1 << 2;
 const ROOT: u8 = 1 << 3;
-const IV: [u32; 8] = [
+pub(crate) const IV: [u32; 8] = [
     0x6A09_E667,
     0xBB67_AE85,
     0x3C6E_F372,
@@ -194,23 +195,23 @@ fn chunks_many(p: Platform, chunks: &[Chunk], counter: u64, root: bool, out: &mu
     for same in order.chunk_by(|&a, &b| blocks(&chunks[a]) == blocks(&chunks[b])) {
         for group in same.chunks(LANES) {
             let run = match blocks(&chunks[group[0]]) {
-                0 => lanes::<0>,
-                1 => lanes::<64>,
-                2 => lanes::<128>,
-                3 => lanes::<192>,
-                4 => lanes::<256>,
-                5 => lanes::<320>,
-                6 => lanes::<384>,
-                7 => lanes::<448>,
-                8 => lanes::<512>,
-                9 => lanes::<576>,
-                10 => lanes::<640>,
-                11 => lanes::<704>,
-                12 => lanes::<768>,
-                13 => lanes::<832>,
-                14 => lanes::<896>,
-                15 => lanes::<960>,
-                _ => lanes::<1024>,
+                0 => side_by_side::<0>,
+                1 => side_by_side::<64>,
+                2 => side_by_side::<128>,
+                3 => side_by_side::<192>,
+                4 => side_by_side::<256>,
+                5 => side_by_side::<320>,
+                6 => side_by_side::<384>,
+                7 => side_by_side::<448>,
+                8 => side_by_side::<512>,
+                9 => side_by_side::<576>,
+                10 => side_by_side::<640>,
+                11 => side_by_side::<704>,
+                12 => side_by_side::<768>,
+                13 => side_by_side::<832>,
+                14 => side_by_side::<896>,
+                15 => side_by_side::<960>,
+                _ => side_by_side::<1024>,
             };
             run(p, chunks, group, counter, root, &mut scratch, out);
         }
@@ -220,7 +221,7 @@ fn chunks_many(p: Platform, chunks: &[Chunk], counter: u64, root: bool, out: &mu
 /// Compress the first `N` bytes of each chunk of `group` (at most [`LANES`]) side by side,
 /// then the rest of each (its last block) alone; write the results to `out` by chunk.
 /// `scratch` holds the copies (kept from call to call, so they are not zeroed each time).
-fn lanes<const N: usize>(
+fn side_by_side<const N: usize>(
     p: Platform,
     chunks: &[Chunk],
     group: &[usize],
@@ -253,19 +254,68 @@ fn lanes<const N: usize>(
             &mut cvs[..32 * k],
         );
     }
+    if N == CHUNK_LEN {
+        for (j, &i) in group.iter().enumerate() {
+            out[i].copy_from_slice(&cvs[32 * j..32 * (j + 1)]);
+        }
+        return;
+    }
+    let mut last = Last::new(p, k);
     for (j, &i) in group.iter().enumerate() {
-        let cv: &Hash = cvs[32 * j..32 * (j + 1)].try_into().expect("32 bytes");
-        out[i] = if N == CHUNK_LEN {
-            *cv
+        let cv = if N == 0 {
+            IV
         } else {
-            let mut cv = if N == 0 { IV } else { words_from_le_bytes_32(cv) };
-            let last = chunks[i].len() - N;
-            let mut block = [0u8; BLOCK_LEN];
-            chunks[i].copy_to(N, &mut block[..last]);
-            let start = if N == 0 { CHUNK_START } else { 0 };
-            p.compress_in_place(&mut cv, &block, last as u8, counter, start | CHUNK_END | root_flag);
-            le_bytes_from_words_32(&cv)
+            words_from_le_bytes_32(cvs[32 * j..32 * (j + 1)].try_into().expect("32 bytes"))
         };
+        let n = chunks[i].len() - N;
+        let mut block = [0u8; BLOCK_LEN];
+        chunks[i].copy_to(N, &mut block[..n]);
+        let start = if N == 0 { CHUNK_START } else { 0 };
+        last.push(&cv, &block, n as u8, counter, start | CHUNK_END | root_flag);
+    }
+    let hashes = last.finish();
+    for (j, &i) in group.iter().enumerate() {
+        out[i] = hashes[j];
+    }
+}
+
+/// The last blocks of up to [`LANES`] messages: compressed side by side when there are a
+/// few, one by one when there are fewer (filling the lanes costs about two blocks' work).
+struct Last {
+    p: Platform,
+    lanes: Option<Blocks>,
+    done: Vec<Hash>,
+}
+
+impl Last {
+    fn new(p: Platform, count: usize) -> Self {
+        let lanes = (count >= 3).then(Blocks::default);
+        Last {
+            p,
+            lanes,
+            done: Vec::new(),
+        }
+    }
+
+    fn push(&mut self, cv: &[u32; 8], block: &[u8; BLOCK_LEN], block_len: u8, counter: u64, flags: u8) {
+        match &mut self.lanes {
+            Some(blocks) => blocks.push(cv, block, block_len, counter, flags),
+            None => {
+                let mut cv = *cv;
+                self.p.compress_in_place(&mut cv, block, block_len, counter, flags);
+                self.done.push(le_bytes_from_words_32(&cv));
+            }
+        }
+    }
+
+    /// Return the chaining values (or hashes) in the order pushed.
+    fn finish(self) -> [Hash; LANES] {
+        let mut out = [[0u8; 32]; LANES];
+        match self.lanes {
+            Some(mut blocks) => blocks.compress_into(&mut out),
+            None => out[..self.done.len()].copy_from_slice(&self.done),
+        }
+        out
     }
 }
 
@@ -360,10 +410,14 @@ pub fn pairs_into(level: &[Hash], out: &mut [Hash]) {
             0,
             &mut cvs[..32 * k],
         );
-        for (j, slot) in outs.iter_mut().enumerate() {
-            let cv: &Hash = cvs[32 * j..32 * (j + 1)].try_into().expect("32 bytes");
-            *slot = finish_node(p, words_from_le_bytes_32(cv), &ins[2 * j + 1]);
+        let mut last = Last::new(p, k);
+        for j in 0..k {
+            let cv = words_from_le_bytes_32(cvs[32 * j..32 * (j + 1)].try_into().expect("32 bytes"));
+            let mut block = [0u8; BLOCK_LEN];
+            block[0] = ins[2 * j + 1][31];
+            last.push(&cv, &block, 1, 0, CHUNK_END | ROOT);
         }
+        outs.copy_from_slice(&last.finish()[..k]);
     }
 }
 

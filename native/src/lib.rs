@@ -12,6 +12,7 @@ use pyo3::pybacked::PyBackedBytes;
 use pyo3::types::{PyBytes, PyList};
 
 pub mod hash;
+pub mod lanes;
 pub mod pool;
 pub mod tree;
 
