@@ -18,7 +18,7 @@ const PAR_BYTES: usize = 128 * 1024;
 /// From this many node hashes at one level, they are hashed on every thread.
 const PAR_NODES: usize = 2048;
 /// Bytes of entries (or node hashes, at ~70 ns each: about 1000) per parallel task.
-const TASK_BYTES: usize = 64 * 1024;
+const TASK_BYTES: usize = 256 * 1024;
 const TASK_NODES: usize = 1024;
 
 /// Return the leaf hash of each entry, in order.
