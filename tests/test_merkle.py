@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import multiprocessing
 import os
 import subprocess
 import sys
@@ -158,6 +159,22 @@ def test_native_and_pure_give_the_same_bytes_for_batches_split_over_threads(coun
     assert native.span_root(entries, 1, count - 1) == pure.span_root_of_leaves(leaves, 1, count - 1)
     cuts = [1, count // 3, count - 2]
     assert _frontier_steps(native, leaves, cuts) == _frontier_steps(pure, leaves, cuts)
+
+
+def _big_root(_: object = None) -> bytes:
+    return public_merkle.tree_root([i.to_bytes(4, "big") * 256 for i in range(2000)])
+
+
+# Python 3.12 on warns that fork() in a process with threads may deadlock: what this checks it does not.
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
+def test_a_forked_child_hashes_on_threads_of_its_own() -> None:
+    """After the parent hashed a batch on its threads, a forked child (as verify's workers are) does too."""
+    native, _ = _native_and_pure()
+    want = _big_root()
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(1) as pool:
+        assert pool.map(_big_root, [None], chunksize=1) == [want]
+    assert native.tree_root([i.to_bytes(4, "big") * 256 for i in range(2000)]) == want
 
 
 def test_hashes_that_are_not_32_bytes_get_the_reference_answer() -> None:
