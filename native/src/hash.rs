@@ -2,10 +2,10 @@
 //!
 //! A leaf is `BLAKE3(0x00 || entry)` and a node `BLAKE3(0x01 || left || right)`: the
 //! prefixes keep a leaf from being passed off as a node. Hashed one at a time, a message of
-//! a chunk or two runs on one SIMD lane at a time, about a third as fast as one long
-//! buffer. Here the full blocks of up to [`LANES`] messages go through the crate's
-//! multi-lane compression together (`Platform::hash_many`), and only each message's
-//! partial last block is compressed alone.
+//! a chunk or two runs on one SIMD lane, its blocks one after another: on AVX-512 about a
+//! sixth as fast as one long buffer. Here the whole blocks of up to [`LANES`] messages go
+//! through the crate's multi-lane compression together (`Platform::hash_many`), and the
+//! partial last blocks, which it cannot take, through `lanes.rs`.
 //!
 //! `blake3::platform` is exported without a stability promise, which is why Cargo.toml
 //! pins the crate's exact version; the tests below hold every path to `blake3::hash`.
@@ -178,8 +178,8 @@ impl Chunk<'_> {
 
 /// Write to `out` the chaining value of each chunk, all at chunk index `counter`, or its
 /// hash when `root` (each chunk is then a whole message). Chunks with as many whole
-/// blocks before their last one go through `hash_many` together; each last block (it
-/// may be partial, which `hash_many` cannot take) is compressed alone.
+/// blocks before their last one go through `hash_many` together, and their last blocks
+/// (which may be partial, and `hash_many` takes whole blocks only) through [`Last`].
 fn chunks_many(p: Platform, chunks: &[Chunk], counter: u64, root: bool, out: &mut [Hash]) {
     // 16 stands for a whole chunk, which `hash_many` hashes to its end.
     let blocks = |c: &Chunk| {
@@ -219,7 +219,7 @@ fn chunks_many(p: Platform, chunks: &[Chunk], counter: u64, root: bool, out: &mu
 }
 
 /// Compress the first `N` bytes of each chunk of `group` (at most [`LANES`]) side by side,
-/// then the rest of each (its last block) alone; write the results to `out` by chunk.
+/// then the rest of each (its last block) through [`Last`]; write the results to `out`.
 /// `scratch` holds the copies (kept from call to call, so they are not zeroed each time).
 fn side_by_side<const N: usize>(
     p: Platform,
@@ -279,8 +279,8 @@ fn side_by_side<const N: usize>(
     }
 }
 
-/// The last blocks of up to [`LANES`] messages: compressed side by side when there are a
-/// few, one by one when there are fewer (filling the lanes costs about two blocks' work).
+/// The last blocks of up to [`LANES`] messages: compressed side by side when there are
+/// three or more, else one by one (filling the lanes costs about two blocks' work).
 struct Last {
     p: Platform,
     lanes: Option<Blocks>,
