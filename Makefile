@@ -3,10 +3,13 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTHON ?= python3
+# The Rust extension (native/) is built by pip through maturin; two jobs suit a 2-core machine.
+export CARGO_BUILD_JOBS ?= 2
+NATIVE := native/Cargo.toml native/Cargo.lock $(wildcard native/src/*.rs)
 
 .PHONY: demo test bench clean
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml $(NATIVE)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q -U pip
 	$(PY) -m pip install -q -e '.[test]'
@@ -27,4 +30,4 @@ bench: $(VENV)/.bench-installed
 	$(PY) benchmarks/run_all.py $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis *.egg-info
+	rm -rf $(VENV) .pytest_cache .hypothesis *.egg-info native/target compactstore/_native.*.so

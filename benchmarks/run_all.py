@@ -31,6 +31,7 @@ HERE = Path(__file__).resolve().parent
 #: (name, arguments for the quick suite, arguments for --full)
 SUITE: list[tuple[str, list[str], list[str]]] = [
     ("digest", [], []),
+    ("native", [], []),
     ("append", ["--quick"], []),
     ("resume", [], ["--sizes", "10000,100000,1000000"]),
     ("resume_sim", [], ["--sessions", "40"]),

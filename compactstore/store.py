@@ -436,14 +436,13 @@ class Session:
                 seq = w.next_seq()
                 base = seq if seq is not None else 0
                 step = 1 if seq is not None else 0
-                # One pass while each event is at hand: its leaf, its row and its record
-                # (the event is already decoded: no body is decoded again).
-                leaf_of, kinds, name = merkle.leaf_fn(HASH), _KINDS, self.name
-                leaves: list[bytes] = []
-                for j, p in enumerate(fresh):
+                # The leaves in one call (hashed side by side), then one pass while each
+                # event is at hand: its row and its record (no body is decoded again).
+                leaves = merkle.leaf_hashes([p.body for p in fresh], HASH)
+                kinds, name = _KINDS, self.name
+                for j, (p, leaf) in enumerate(zip(fresh, leaves)):
                     body, event = p.body, p.event
-                    leaf, kind, at = leaf_of(body), kinds[type(event)], base + j * step
-                    leaves.append(leaf)
+                    kind, at = kinds[type(event)], base + j * step
                     # tuple.__new__ is Row(...) without the Python-level __new__ a NamedTuple adds.
                     rows.append(_new_tuple(Row, (at, sid, first + j, kind, p.key, leaf, body)))
                     new.append(Record(name, at, first + j, kind, event, body, leaf))

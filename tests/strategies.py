@@ -72,6 +72,20 @@ def with_positions(draw: st.DrawFn, lists: st.SearchStrategy[list[bytes]]) -> tu
     return entries, sorted(set(run) | scattered)
 
 
+#: Entry lengths at the edges of BLAKE3's 64-byte blocks and 1024-byte chunks once the
+#: leaf prefix is added: where the native hasher takes another path (one chunk, two, more).
+EDGE_LENGTHS = (0, 1, 62, 63, 64, 126, 127, 200, 1022, 1023, 1024, 1025, 1087, 1088, 1500, 2046, 2047, 2048,
+                3071, 3072, 5000, 16383, 16384)
+
+edge_entry = st.sampled_from(EDGE_LENGTHS).flatmap(lambda n: st.binary(min_size=n, max_size=n))
+"""One entry whose length sits at a block or chunk edge."""
+
+
+def edge_entry_lists(max_size: int = 40) -> st.SearchStrategy[list[bytes]]:
+    """Lists of entries at block and chunk edges, some of equal length (hashed side by side)."""
+    return st.lists(edge_entry, max_size=max_size)
+
+
 sizes = st.integers(0, 2000)
 """A tree size (for coordinate arithmetic that needs no entries)."""
 

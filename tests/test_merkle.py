@@ -5,9 +5,14 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import multiprocessing
+import os
+import subprocess
+import sys
 from collections.abc import Callable
 from functools import cache
 from pathlib import Path
+from types import ModuleType
 from typing import Any, cast
 
 import naive_merkle as naive
@@ -17,10 +22,11 @@ from blake3 import blake3
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from compactstore import InvalidArgument, merkle
+from compactstore import InvalidArgument, _merkle_pure
+from compactstore import merkle as public_merkle
 
 VECTORS = Path(__file__).parent / "vectors"
-ALGOS = merkle.ALGOS
+ALGOS = public_merkle.ALGOS
 
 # Distinct entries of varying length, the empty one first.
 ENTRIES = [b"e" * (i % 5) + i.to_bytes(2, "big") if i else b"" for i in range(256)]
@@ -31,6 +37,17 @@ FEW = settings(max_examples=15, deadline=None)
 # Tampering tests draw trees of distinct entries: where entries repeat, a proof for one
 # position can honestly be a proof for another (entries [a, b, a, b], index 0 and 2).
 DISTINCT = sts.any_entry_lists(300, unique=True)
+
+IMPLEMENTATIONS = {"native": public_merkle, "pure": _merkle_pure}
+"""compactstore.merkle (native for BLAKE3 when built) and the pure reference it is held to."""
+
+
+@pytest.fixture(scope="module", params=sorted(IMPLEMENTATIONS))
+def merkle(request: pytest.FixtureRequest) -> ModuleType:
+    """Each implementation in turn, so that every test here runs on both."""
+    if request.param == "native" and public_merkle.IMPLEMENTATION != "native":
+        pytest.skip("compactstore._native is not in use: not built, or COMPACTSTORE_PURE=1")
+    return IMPLEMENTATIONS[request.param]
 
 
 @cache
@@ -73,11 +90,112 @@ def extended(entries: list[bytes], extra: int) -> list[bytes]:
     return out
 
 
+# --- the two implementations ------------------------------------------------------
+
+
+def test_native_runs_unless_the_pure_implementation_is_asked_for() -> None:
+    """merkle.IMPLEMENTATION is "native" where the extension is built, and "pure" in a process with COMPACTSTORE_PURE=1."""
+    asked_pure = os.environ.get("COMPACTSTORE_PURE", "") not in ("", "0")
+    assert public_merkle.IMPLEMENTATION == ("pure" if asked_pure else "native")
+    code = "import compactstore.merkle as m; print(m.IMPLEMENTATION)"
+    env = {**os.environ, "COMPACTSTORE_PURE": "1"}
+    got = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert got.stdout.strip() == "pure"
+
+
+def _native_and_pure() -> tuple[ModuleType, ModuleType]:
+    if public_merkle.IMPLEMENTATION != "native":
+        pytest.skip("compactstore._native is not in use: not built, or COMPACTSTORE_PURE=1")
+    return public_merkle, _merkle_pure
+
+
+def _frontier_steps(m: ModuleType, leaves: list[bytes], cuts: list[int]) -> list[object]:
+    """Extend a Frontier chunk by chunk (every=TILE_HEIGHT); return each step's subtrees, hashes and root."""
+    f, out = m.Frontier(), []
+    bounds = sorted({0, len(leaves), *(c for c in cuts if c <= len(leaves))})
+    for a, b in zip(bounds, bounds[1:]):
+        out.append((f.extend(leaves[a:b], every=m.TILE_HEIGHT), list(f.hashes), f.size, f.root()))
+    return out
+
+
+@FEW
+@given(entries=sts.edge_entry_lists(), cuts=st.lists(st.integers(0, 40), max_size=4), data=st.data())
+def test_native_and_pure_give_the_same_bytes_at_block_and_chunk_edges(
+    entries: list[bytes], cuts: list[int], data: st.DataObject
+) -> None:
+    """Leaves, roots, levels, span roots, proofs and frontier steps are byte-identical in both, at every hashing path."""
+    native, pure = _native_and_pure()
+    leaves = pure.leaf_hashes(entries)
+    assert native.leaf_hashes(entries) == leaves == [naive.leaf(e) for e in entries]
+    assert [native.leaf_hash(e) for e in entries] == leaves
+    assert native.tree_root(entries) == pure.tree_root(entries) == naive.mth(entries)
+    assert native.root_of_leaves(leaves) == pure.root_of_leaves(leaves)
+    assert native.subtree_levels(leaves) == pure.subtree_levels(leaves)
+    stop = data.draw(st.integers(0, len(entries)))
+    start = data.draw(st.integers(0, stop))
+    assert native.span_root(entries, start, stop) == pure.span_root(entries, start, stop)
+    assert native.span_root_of_leaves(leaves, start, stop) == pure.span_root_of_leaves(leaves, start, stop)
+    assert native.fold(leaves[start:stop]) == pure.fold(leaves[start:stop])
+    assert native.consistency_proof(entries, stop) == pure.consistency_proof(entries, stop)
+    if entries:
+        i = data.draw(st.integers(0, len(entries) - 1))
+        proof = native.inclusion_proof(entries, i)
+        assert proof == pure.inclusion_proof(entries, i)
+        root = pure.tree_root(entries)
+        assert native.root_from_inclusion(leaves[i], i, len(entries), proof) == root
+    assert _frontier_steps(native, leaves, cuts) == _frontier_steps(pure, leaves, cuts)
+
+
+@pytest.mark.parametrize(("count", "length"), [(5000, 1024), (300, 16 * 1024), (3000, 100), (3, 300_000)])
+def test_native_and_pure_give_the_same_bytes_for_batches_split_over_threads(count: int, length: int) -> None:
+    """Batches large enough to be hashed on every core give the reference's leaves, roots, levels and frontier."""
+    native, pure = _native_and_pure()
+    entries = [i.to_bytes(4, "big") * (length // 4) for i in range(count)]
+    leaves = pure.leaf_hashes(entries)
+    assert native.leaf_hashes(entries) == leaves
+    assert native.tree_root(entries) == pure.root_of_leaves(leaves)
+    assert native.root_of_leaves(leaves) == pure.root_of_leaves(leaves)
+    assert native.subtree_levels(leaves) == pure.subtree_levels(leaves)
+    assert native.span_root(entries, 1, count - 1) == pure.span_root_of_leaves(leaves, 1, count - 1)
+    cuts = [1, count // 3, count - 2]
+    assert _frontier_steps(native, leaves, cuts) == _frontier_steps(pure, leaves, cuts)
+
+
+def _big_root(_: object = None) -> bytes:
+    return public_merkle.tree_root([i.to_bytes(4, "big") * 256 for i in range(2000)])
+
+
+# Python 3.12 on warns that fork() in a process with threads may deadlock: what this checks it does not.
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
+def test_a_forked_child_hashes_on_threads_of_its_own() -> None:
+    """After the parent hashed a batch on its threads, a forked child (as verify's workers are) does too."""
+    native, _ = _native_and_pure()
+    want = _big_root()
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(1) as pool:
+        assert pool.map(_big_root, [None], chunksize=1) == [want]
+    assert native.tree_root([i.to_bytes(4, "big") * 256 for i in range(2000)]) == want
+
+
+def test_hashes_that_are_not_32_bytes_get_the_reference_answer() -> None:
+    """Where hashes are expected, anything else is hashed as the reference hashes it, not refused."""
+    native, pure = _native_and_pure()
+    odd = [b"x", b"y" * 33, bytes(32)]
+    assert native.root_of_leaves(odd) == pure.root_of_leaves(odd)
+    assert native.subtree_levels(odd) == pure.subtree_levels(odd)
+    assert native.fold(odd) == pure.fold(odd)
+    assert native.span_root_of_leaves(odd, 0, 3) == pure.span_root_of_leaves(odd, 0, 3)
+    assert native.node_hash(b"a", b"bc") == pure.node_hash(b"a", b"bc")
+    assert _frontier_steps(native, odd, [1]) == _frontier_steps(pure, odd, [1])
+    assert native.root_from_inclusion(b"x", 0, 2, [bytes(32)]) is None
+    assert native.verify_consistency(1, 2, b"x", bytes(32), [bytes(32)]) is False
+
+
 # --- hashing primitives -----------------------------------------------------------
 
 
 @pytest.mark.parametrize("algo", ALGOS)
-def test_leaf_node_and_empty_hashes_use_rfc_prefixes(algo: str) -> None:
+def test_leaf_node_and_empty_hashes_use_rfc_prefixes(merkle: ModuleType, algo: str) -> None:
     """Leaf, node and empty-tree hashes are H(0x00||d), H(0x01||l||r) and H("")."""
     hashes: dict[str, Callable[[bytes], bytes]] = {
         "blake3": lambda b: blake3(b).digest(),
@@ -91,7 +209,7 @@ def test_leaf_node_and_empty_hashes_use_rfc_prefixes(algo: str) -> None:
     assert len(merkle.leaf_hash(b"", algo)) == merkle.HASH_SIZE
 
 
-def test_blake3_is_the_default_hash() -> None:
+def test_blake3_is_the_default_hash(merkle: ModuleType) -> None:
     """Without an algo argument leaf hashes, tree roots and a Frontier use BLAKE3."""
     assert merkle.leaf_hash(b"x") == merkle.leaf_hash(b"x", "blake3")
     assert merkle.tree_root(ENTRIES[:5]) == naive.mth(ENTRIES[:5], "blake3")
@@ -111,20 +229,20 @@ def test_naive_oracle_reproduces_published_rfc6962_roots() -> None:
 
 @FAST
 @given(entries=sts.entry_lists(0, 40), algo=sts.algos)
-def test_tree_root_equals_naive_oracle(entries: list[bytes], algo: str) -> None:
+def test_tree_root_equals_naive_oracle(merkle: ModuleType, entries: list[bytes], algo: str) -> None:
     """tree_root equals the naive recursive Merkle Tree Hash for arbitrary small entry lists."""
     assert merkle.tree_root(entries, algo) == naive.mth(entries, algo)
 
 
 @FEW
 @given(entries=sts.large_entry_lists(41, 600), algo=sts.algos)
-def test_tree_root_equals_naive_oracle_for_larger_trees(entries: list[bytes], algo: str) -> None:
+def test_tree_root_equals_naive_oracle_for_larger_trees(merkle: ModuleType, entries: list[bytes], algo: str) -> None:
     """tree_root equals the naive Merkle Tree Hash for trees of up to 600 entries."""
     assert merkle.tree_root(entries, algo) == naive.mth(entries, algo)
 
 
 @pytest.mark.parametrize("algo", ALGOS)
-def test_tree_root_equals_naive_oracle_for_every_size_up_to_130(algo: str) -> None:
+def test_tree_root_equals_naive_oracle_for_every_size_up_to_130(merkle: ModuleType, algo: str) -> None:
     """tree_root equals the naive Merkle Tree Hash at every size from 0 to 130."""
     for n in range(131):
         assert merkle.tree_root(ENTRIES[:n], algo) == roots(algo)[n], n
@@ -134,7 +252,7 @@ def test_tree_root_equals_naive_oracle_for_every_size_up_to_130(algo: str) -> No
 
 
 @pytest.mark.parametrize("algo", ALGOS)
-def test_every_inclusion_proof_verifies_for_sizes_1_to_64(algo: str) -> None:
+def test_every_inclusion_proof_verifies_for_sizes_1_to_64(merkle: ModuleType, algo: str) -> None:
     """For every size 1..64 and every index, the inclusion proof verifies against the tree root."""
     for n in range(1, 65):
         entries, root = ENTRIES[:n], roots(algo)[n]
@@ -147,7 +265,7 @@ def test_every_inclusion_proof_verifies_for_sizes_1_to_64(algo: str) -> None:
 
 
 @pytest.mark.parametrize("algo", ALGOS)
-def test_inclusion_proofs_equal_naive_path_for_sizes_1_to_64(algo: str) -> None:
+def test_inclusion_proofs_equal_naive_path_for_sizes_1_to_64(merkle: ModuleType, algo: str) -> None:
     """For every size 1..64 and index, inclusion_proof equals the RFC's PATH(m, D[n])."""
     for n in range(1, 65):
         for i in range(n):
@@ -157,7 +275,7 @@ def test_inclusion_proofs_equal_naive_path_for_sizes_1_to_64(algo: str) -> None:
 @FEW
 @given(case=sts.with_index(sts.large_entry_lists(65, 600)), algo=sts.algos)
 def test_inclusion_proofs_verify_and_equal_naive_path_for_larger_trees(
-    case: tuple[list[bytes], int], algo: str
+    merkle: ModuleType, case: tuple[list[bytes], int], algo: str
 ) -> None:
     """In trees of 65..600 entries an inclusion proof equals PATH and verifies against the root."""
     entries, i = case
@@ -168,7 +286,7 @@ def test_inclusion_proofs_verify_and_equal_naive_path_for_larger_trees(
 
 @FAST
 @given(case=sts.with_index(DISTINCT), other=sts.entry, algo=sts.algos)
-def test_inclusion_proof_rejects_wrong_entry(case: tuple[list[bytes], int], other: bytes, algo: str) -> None:
+def test_inclusion_proof_rejects_wrong_entry(merkle: ModuleType, case: tuple[list[bytes], int], other: bytes, algo: str) -> None:
     """An inclusion proof does not verify for an entry other than the one at its index."""
     entries, i = case
     assume(other != entries[i])
@@ -179,7 +297,7 @@ def test_inclusion_proof_rejects_wrong_entry(case: tuple[list[bytes], int], othe
 
 @FAST
 @given(case=sts.with_index(DISTINCT), delta=st.integers(1, 40), algo=sts.algos)
-def test_inclusion_proof_rejects_wrong_index(case: tuple[list[bytes], int], delta: int, algo: str) -> None:
+def test_inclusion_proof_rejects_wrong_index(merkle: ModuleType, case: tuple[list[bytes], int], delta: int, algo: str) -> None:
     """An inclusion proof does not verify at any index other than its own, inside or outside the tree."""
     entries, i = case
     n = len(entries)
@@ -191,7 +309,7 @@ def test_inclusion_proof_rejects_wrong_index(case: tuple[list[bytes], int], delt
 
 @FAST
 @given(case=sts.with_index(DISTINCT), claimed=st.integers(0, 340), algo=sts.algos)
-def test_inclusion_proof_rejects_wrong_size(case: tuple[list[bytes], int], claimed: int, algo: str) -> None:
+def test_inclusion_proof_rejects_wrong_size(merkle: ModuleType, case: tuple[list[bytes], int], claimed: int, algo: str) -> None:
     """An inclusion proof does not verify as a proof in the tree of another size."""
     entries, i = case
     n = len(entries)
@@ -207,7 +325,7 @@ def test_inclusion_proof_rejects_wrong_size(case: tuple[list[bytes], int], claim
 
 @FAST
 @given(case=sts.with_index(DISTINCT), bad=st.binary(min_size=32, max_size=32), algo=sts.algos)
-def test_inclusion_proof_rejects_wrong_root(case: tuple[list[bytes], int], bad: bytes, algo: str) -> None:
+def test_inclusion_proof_rejects_wrong_root(merkle: ModuleType, case: tuple[list[bytes], int], bad: bytes, algo: str) -> None:
     """An inclusion proof does not verify against any root but the tree's own."""
     entries, i = case
     n = len(entries)
@@ -221,7 +339,7 @@ def test_inclusion_proof_rejects_wrong_root(case: tuple[list[bytes], int], bad: 
 @FAST
 @given(case=sts.with_index(DISTINCT.filter(lambda e: len(e) > 1)), data=st.data(), algo=sts.algos)
 def test_inclusion_proof_rejects_any_flipped_bit(
-    case: tuple[list[bytes], int], data: st.DataObject, algo: str
+    merkle: ModuleType, case: tuple[list[bytes], int], data: st.DataObject, algo: str
 ) -> None:
     """Flipping any single bit of any hash in an inclusion proof makes it fail."""
     entries, i = case
@@ -232,7 +350,7 @@ def test_inclusion_proof_rejects_any_flipped_bit(
     assert not merkle.verify_inclusion(entries[i], i, len(entries), proof, merkle.tree_root(entries, algo), algo)
 
 
-def test_inclusion_proof_rejects_every_flipped_bit_in_a_13_leaf_tree() -> None:
+def test_inclusion_proof_rejects_every_flipped_bit_in_a_13_leaf_tree(merkle: ModuleType) -> None:
     """In a 13-leaf tree, every index's proof fails with any one of its bits flipped."""
     entries, n = ENTRIES[:13], 13
     root = roots("blake3")[n]
@@ -246,7 +364,7 @@ def test_inclusion_proof_rejects_every_flipped_bit_in_a_13_leaf_tree() -> None:
 
 @FAST
 @given(case=sts.with_index(DISTINCT), algo=sts.algos)
-def test_inclusion_proof_rejects_truncated_or_extended_proofs(case: tuple[list[bytes], int], algo: str) -> None:
+def test_inclusion_proof_rejects_truncated_or_extended_proofs(merkle: ModuleType, case: tuple[list[bytes], int], algo: str) -> None:
     """An inclusion proof with a hash removed, appended or prepended fails."""
     entries, i = case
     n = len(entries)
@@ -260,14 +378,14 @@ def test_inclusion_proof_rejects_truncated_or_extended_proofs(case: tuple[list[b
         assert merkle.root_from_inclusion(merkle.leaf_hash(entries[i], algo), i, n, p, algo) != root
 
 
-def test_inclusion_in_an_empty_tree_never_verifies() -> None:
+def test_inclusion_in_an_empty_tree_never_verifies(merkle: ModuleType) -> None:
     """No proof shows an entry in the empty tree."""
     empty = merkle.empty_root()
     assert not merkle.verify_inclusion(b"", 0, 0, [], empty)
     assert merkle.root_from_inclusion(merkle.leaf_hash(b""), 0, 0, []) is None
 
 
-def test_inclusion_verifiers_reject_malformed_hashes() -> None:
+def test_inclusion_verifiers_reject_malformed_hashes(merkle: ModuleType) -> None:
     """A leaf hash, proof hash or root that is not 32 bytes is rejected, not raised on."""
     entries = ENTRIES[:5]
     proof, root = merkle.inclusion_proof(entries, 2), merkle.tree_root(entries)
@@ -283,7 +401,7 @@ def test_inclusion_verifiers_reject_malformed_hashes() -> None:
 
 
 @pytest.mark.parametrize("algo", ALGOS)
-def test_every_consistency_proof_verifies_for_sizes_1_to_64(algo: str) -> None:
+def test_every_consistency_proof_verifies_for_sizes_1_to_64(merkle: ModuleType, algo: str) -> None:
     """For every new size 1..64 and every old size 0..new, the consistency proof verifies."""
     rs = roots(algo)
     for n in range(1, 65):
@@ -293,7 +411,7 @@ def test_every_consistency_proof_verifies_for_sizes_1_to_64(algo: str) -> None:
 
 
 @pytest.mark.parametrize("algo", ALGOS)
-def test_consistency_proofs_equal_naive_proof_for_sizes_1_to_64(algo: str) -> None:
+def test_consistency_proofs_equal_naive_proof_for_sizes_1_to_64(merkle: ModuleType, algo: str) -> None:
     """For 0 < m <= n <= 64 consistency_proof equals the RFC's PROOF(m, D[n]); from 0 it is empty."""
     for n in range(1, 65):
         assert merkle.consistency_proof(ENTRIES[:n], 0, algo) == []
@@ -304,7 +422,7 @@ def test_consistency_proofs_equal_naive_proof_for_sizes_1_to_64(algo: str) -> No
 @FEW
 @given(case=sts.with_old_size(sts.large_entry_lists(65, 600), min_old=1), algo=sts.algos)
 def test_consistency_proofs_verify_and_equal_naive_proof_for_larger_trees(
-    case: tuple[list[bytes], int], algo: str
+    merkle: ModuleType, case: tuple[list[bytes], int], algo: str
 ) -> None:
     """In trees of 65..600 entries a consistency proof equals PROOF and verifies."""
     entries, m = case
@@ -321,7 +439,7 @@ def nontrivial(lists: st.SearchStrategy[list[bytes]]) -> st.SearchStrategy[tuple
 
 @FAST
 @given(case=nontrivial(DISTINCT), claimed=st.integers(0, 320), algo=sts.algos)
-def test_consistency_proof_rejects_wrong_old_size(case: tuple[list[bytes], int], claimed: int, algo: str) -> None:
+def test_consistency_proof_rejects_wrong_old_size(merkle: ModuleType, case: tuple[list[bytes], int], claimed: int, algo: str) -> None:
     """A consistency proof does not verify for another old size (with that size's real root)."""
     entries, m = case
     n = len(entries)
@@ -338,7 +456,7 @@ def test_consistency_proof_rejects_wrong_old_size(case: tuple[list[bytes], int],
 
 @FAST
 @given(case=nontrivial(DISTINCT), claimed=st.integers(0, 320), algo=sts.algos)
-def test_consistency_proof_rejects_wrong_new_size(case: tuple[list[bytes], int], claimed: int, algo: str) -> None:
+def test_consistency_proof_rejects_wrong_new_size(merkle: ModuleType, case: tuple[list[bytes], int], claimed: int, algo: str) -> None:
     """A consistency proof does not verify for another new size (with that size's real root)."""
     entries, m = case
     n = len(entries)
@@ -350,7 +468,7 @@ def test_consistency_proof_rejects_wrong_new_size(case: tuple[list[bytes], int],
 
 @FAST
 @given(case=nontrivial(DISTINCT), bad=st.binary(min_size=32, max_size=32), algo=sts.algos)
-def test_consistency_proof_rejects_wrong_roots(case: tuple[list[bytes], int], bad: bytes, algo: str) -> None:
+def test_consistency_proof_rejects_wrong_roots(merkle: ModuleType, case: tuple[list[bytes], int], bad: bytes, algo: str) -> None:
     """A consistency proof does not verify with a wrong, swapped or malformed old or new root."""
     entries, m = case
     n = len(entries)
@@ -364,7 +482,7 @@ def test_consistency_proof_rejects_wrong_roots(case: tuple[list[bytes], int], ba
 @FAST
 @given(case=nontrivial(DISTINCT), data=st.data(), algo=sts.algos)
 def test_consistency_proof_rejects_any_flipped_bit(
-    case: tuple[list[bytes], int], data: st.DataObject, algo: str
+    merkle: ModuleType, case: tuple[list[bytes], int], data: st.DataObject, algo: str
 ) -> None:
     """Flipping any single bit of any hash in a consistency proof makes it fail."""
     entries, m = case
@@ -376,7 +494,7 @@ def test_consistency_proof_rejects_any_flipped_bit(
     assert not merkle.verify_consistency(m, len(entries), old, new, proof, algo)
 
 
-def test_consistency_proof_rejects_every_flipped_bit_in_a_13_leaf_tree() -> None:
+def test_consistency_proof_rejects_every_flipped_bit_in_a_13_leaf_tree(merkle: ModuleType) -> None:
     """In a 13-leaf tree, every old size's proof fails with any one of its bits flipped."""
     n, rs = 13, roots("blake3")
     for m in range(1, n):
@@ -389,7 +507,7 @@ def test_consistency_proof_rejects_every_flipped_bit_in_a_13_leaf_tree() -> None
 
 @FAST
 @given(case=nontrivial(DISTINCT), algo=sts.algos)
-def test_consistency_proof_rejects_truncated_or_extended_proofs(case: tuple[list[bytes], int], algo: str) -> None:
+def test_consistency_proof_rejects_truncated_or_extended_proofs(merkle: ModuleType, case: tuple[list[bytes], int], algo: str) -> None:
     """A consistency proof with a hash removed, appended or prepended, or emptied, fails."""
     entries, m = case
     n = len(entries)
@@ -401,7 +519,7 @@ def test_consistency_proof_rejects_truncated_or_extended_proofs(case: tuple[list
 
 
 @pytest.mark.parametrize("algo", ALGOS)
-def test_empty_tree_is_consistent_with_every_tree_by_an_empty_proof(algo: str) -> None:
+def test_empty_tree_is_consistent_with_every_tree_by_an_empty_proof(merkle: ModuleType, algo: str) -> None:
     """From size 0 the proof is empty and verifies only with the empty root and no proof hashes."""
     empty, rs = merkle.empty_root(algo), roots(algo)
     for n in range(0, 10):
@@ -411,7 +529,7 @@ def test_empty_tree_is_consistent_with_every_tree_by_an_empty_proof(algo: str) -
     assert not merkle.verify_consistency(0, 0, empty, rs[1], [], algo)
 
 
-def test_consistency_verifier_rejects_impossible_sizes() -> None:
+def test_consistency_verifier_rejects_impossible_sizes(merkle: ModuleType) -> None:
     """An old size above the new one, a negative size, or equal sizes with different roots never verify."""
     rs = roots("blake3")
     assert not merkle.verify_consistency(3, 2, rs[3], rs[2], [])
@@ -424,7 +542,7 @@ def test_consistency_verifier_rejects_impossible_sizes() -> None:
 
 @FAST
 @given(entries=sts.entry_lists(0, 40), algo=sts.algos)
-def test_frontier_root_equals_tree_root_at_every_size(entries: list[bytes], algo: str) -> None:
+def test_frontier_root_equals_tree_root_at_every_size(merkle: ModuleType, entries: list[bytes], algo: str) -> None:
     """After each append the Frontier's root equals tree_root of the entries so far."""
     f = merkle.Frontier(algo=algo)
     assert f.root() == merkle.tree_root([], algo)
@@ -435,7 +553,7 @@ def test_frontier_root_equals_tree_root_at_every_size(entries: list[bytes], algo
 
 
 @pytest.mark.parametrize("algo", ALGOS)
-def test_frontier_reports_exactly_the_completed_subtrees(algo: str) -> None:
+def test_frontier_reports_exactly_the_completed_subtrees(merkle: ModuleType, algo: str) -> None:
     """Up to 130 appends, each append reports exactly the subtrees it completes, and its hashes are cover(0, n)."""
     subtrees = naive.complete_subtrees(ENTRIES[:130], algo)
     f = merkle.Frontier(algo=algo)
@@ -456,7 +574,7 @@ def test_frontier_reports_exactly_the_completed_subtrees(algo: str) -> None:
     assert reported == subtrees
 
 
-def test_frontier_resumes_from_a_compact_range_and_copies_independently() -> None:
+def test_frontier_resumes_from_a_compact_range_and_copies_independently(merkle: ModuleType) -> None:
     """A Frontier rebuilt from cover(0, n) roots continues like the original; a copy does not share state."""
     subtrees = naive.complete_subtrees(ENTRIES[:40])
     for n in range(0, 30):
@@ -470,7 +588,7 @@ def test_frontier_resumes_from_a_compact_range_and_copies_independently() -> Non
 
 @FAST
 @given(entries=sts.any_entry_lists(300), cuts=st.lists(st.integers(0, 300), max_size=6), algo=sts.algos)
-def test_frontier_extend_equals_appends_one_by_one(entries: list[bytes], cuts: list[int], algo: str) -> None:
+def test_frontier_extend_equals_appends_one_by_one(merkle: ModuleType, entries: list[bytes], cuts: list[int], algo: str) -> None:
     """Extending by chunks reports the same subtrees, level by level in each chunk, and reaches the same hashes.
 
     With ``every``, only the subtrees at levels that are multiples of it: what a store keeps.
@@ -493,7 +611,7 @@ def test_frontier_extend_equals_appends_one_by_one(entries: list[bytes], cuts: l
 
 
 @pytest.mark.parametrize("algo", ALGOS)
-def test_append_subtree_equals_appending_its_leaves(algo: str) -> None:
+def test_append_subtree_equals_appending_its_leaves(merkle: ModuleType, algo: str) -> None:
     """Appending whole subtrees of 1, 2, 4 or 8 leaves gives the hashes and completed subtrees of leaf appends."""
     subtrees = naive.complete_subtrees(ENTRIES[:130], algo)
     for level in range(4):
@@ -509,7 +627,7 @@ def test_append_subtree_equals_appending_its_leaves(algo: str) -> None:
 
 
 @pytest.mark.parametrize("algo", ALGOS)
-def test_subtree_levels_are_the_complete_subtrees(algo: str) -> None:
+def test_subtree_levels_are_the_complete_subtrees(merkle: ModuleType, algo: str) -> None:
     """subtree_levels lists every complete aligned subtree root of the leaves, level by level."""
     for n in (0, 1, 2, 5, 16, 37, 130):
         subtrees = naive.complete_subtrees(ENTRIES[:n], algo)
@@ -517,7 +635,7 @@ def test_subtree_levels_are_the_complete_subtrees(algo: str) -> None:
         assert {(lv, i): h for lv, row in enumerate(levels) for i, h in enumerate(row)} == subtrees, n
 
 
-def test_frontier_rejects_a_wrong_number_of_hashes() -> None:
+def test_frontier_rejects_a_wrong_number_of_hashes(merkle: ModuleType) -> None:
     """A Frontier needs exactly one root per piece of cover(0, size)."""
     h = merkle.leaf_hash(b"")
     with pytest.raises(InvalidArgument):
@@ -531,7 +649,7 @@ def test_frontier_rejects_a_wrong_number_of_hashes() -> None:
 
 @settings(max_examples=200, deadline=None)
 @given(span=sts.spans())
-def test_cover_is_a_short_sequence_of_adjacent_aligned_subtrees(span: tuple[int, int]) -> None:
+def test_cover_is_a_short_sequence_of_adjacent_aligned_subtrees(merkle: ModuleType, span: tuple[int, int]) -> None:
     """cover(start, stop) tiles the span left to right with aligned subtrees, at most 2*log2(width) of them."""
     start, stop = span
     pieces = merkle.cover(start, stop)
@@ -556,7 +674,7 @@ def test_cover_is_a_short_sequence_of_adjacent_aligned_subtrees(span: tuple[int,
         assert pieces[first][1] % 2 == 1
 
 
-def test_cover_uses_the_fewest_aligned_subtrees_for_every_span_up_to_48() -> None:
+def test_cover_uses_the_fewest_aligned_subtrees_for_every_span_up_to_48(merkle: ModuleType) -> None:
     """No tiling of a span (stop <= 48) by aligned subtrees has fewer pieces than cover()."""
     for start in range(48):
         # fewest[p]: fewest aligned subtrees tiling [start, p), by dynamic programming.
@@ -573,14 +691,14 @@ def test_cover_uses_the_fewest_aligned_subtrees_for_every_span_up_to_48() -> Non
 
 @settings(max_examples=100, deadline=None)
 @given(n=sts.sizes)
-def test_cover_of_a_prefix_follows_the_binary_digits_of_its_size(n: int) -> None:
+def test_cover_of_a_prefix_follows_the_binary_digits_of_its_size(merkle: ModuleType, n: int) -> None:
     """cover(0, n) has one subtree per 1-bit of n, largest first."""
     levels = [lv for lv in range(n.bit_length() - 1, -1, -1) if n >> lv & 1]
     assert [lv for lv, _ in merkle.cover(0, n)] == levels
 
 
 @pytest.mark.parametrize("algo", ALGOS)
-def test_span_root_equals_naive_mth_for_valid_subtrees(algo: str) -> None:
+def test_span_root_equals_naive_mth_for_valid_subtrees(merkle: ModuleType, algo: str) -> None:
     """For every [start, stop) with start a multiple of bit_ceil(stop - start), stop <= 70, span_root is MTH."""
     entries = ENTRIES[:70]
     for stop in range(71):
@@ -590,7 +708,7 @@ def test_span_root_equals_naive_mth_for_valid_subtrees(algo: str) -> None:
                 assert merkle.span_root(entries, start, stop, algo) == want, (start, stop)
 
 
-def test_span_root_is_the_fold_of_its_cover_roots_for_every_span() -> None:
+def test_span_root_is_the_fold_of_its_cover_roots_for_every_span(merkle: ModuleType) -> None:
     """For every span of a 40-leaf tree, span_root folds the naive roots of cover()'s pieces."""
     entries = ENTRIES[:40]
     subtrees = naive.complete_subtrees(entries)
@@ -602,7 +720,7 @@ def test_span_root_is_the_fold_of_its_cover_roots_for_every_span() -> None:
 
 @FAST
 @given(case=sts.with_span(sts.any_entry_lists(300)), algo=sts.algos)
-def test_span_root_is_the_fold_of_its_cover_roots(case: tuple[list[bytes], int, int], algo: str) -> None:
+def test_span_root_is_the_fold_of_its_cover_roots(merkle: ModuleType, case: tuple[list[bytes], int, int], algo: str) -> None:
     """span_root of any span equals fold of the naive roots of its cover() pieces, and MTH when aligned."""
     entries, start, stop = case
     pieces = [naive.mth(entries[i << lv : (i + 1) << lv], algo) for lv, i in merkle.cover(start, stop)]
@@ -612,14 +730,14 @@ def test_span_root_is_the_fold_of_its_cover_roots(case: tuple[list[bytes], int, 
         assert got == naive.mth(entries[start:stop], algo)
 
 
-def test_fold_of_nothing_is_the_empty_root() -> None:
+def test_fold_of_nothing_is_the_empty_root(merkle: ModuleType) -> None:
     """fold([]) is the empty-tree root and fold([h]) is h."""
     h = merkle.leaf_hash(b"x", "sha256")
     assert merkle.fold([], "sha256") == merkle.empty_root("sha256")
     assert merkle.fold([h], "sha256") == h
 
 
-def test_proof_spans_roots_served_from_stored_subtrees_equal_the_proofs() -> None:
+def test_proof_spans_roots_served_from_stored_subtrees_equal_the_proofs(merkle: ModuleType) -> None:
     """Proofs rebuilt with spans_root from stored subtree roots equal inclusion_proof and consistency_proof."""
     entries = ENTRIES[:45]
     lookup = naive.complete_subtrees(entries)
@@ -638,7 +756,7 @@ def _stored_fetch(lookup: dict[tuple[int, int], bytes], calls: list[list[tuple[i
 
     def fetch(coords: list[tuple[int, int]]) -> list[bytes]:
         calls.append(list(coords))
-        assert all(merkle.is_stored(lv) for lv, _ in coords), coords
+        assert all(public_merkle.is_stored(lv) for lv, _ in coords), coords
         return [lookup[c] for c in coords]
 
     return fetch
@@ -647,7 +765,7 @@ def _stored_fetch(lookup: dict[tuple[int, int], bytes], calls: list[list[tuple[i
 @FEW
 @given(entries=sts.any_entry_lists(300), data=st.data(), algo=sts.algos)
 def test_resolve_hashes_up_from_stored_levels_with_one_fetch_of_distinct_coords(
-    entries: list[bytes], data: st.DataObject, algo: str
+    merkle: ModuleType, entries: list[bytes], data: st.DataObject, algo: str
 ) -> None:
     """resolve gives every complete subtree's root, fetching each stored coordinate once, in one call."""
     assume(entries)
@@ -664,7 +782,7 @@ def test_resolve_hashes_up_from_stored_levels_with_one_fetch_of_distinct_coords(
 @FEW
 @given(entries=sts.any_entry_lists(300), data=st.data(), algo=sts.algos)
 def test_served_proofs_and_span_roots_equal_the_in_memory_ones(
-    entries: list[bytes], data: st.DataObject, algo: str
+    merkle: ModuleType, entries: list[bytes], data: st.DataObject, algo: str
 ) -> None:
     """serve answers inclusion, consistency and span spans from stored levels alone, in one fetch."""
     n = len(entries)
@@ -684,7 +802,7 @@ def test_served_proofs_and_span_roots_equal_the_in_memory_ones(
         assert len(calls) <= 1
 
 
-def test_fold_equals_the_naive_right_to_left_merge_at_every_length() -> None:
+def test_fold_equals_the_naive_right_to_left_merge_at_every_length(merkle: ModuleType) -> None:
     """fold's BLAKE3 loop and the generic one merge right to left alike, for 0 to 40 hashes."""
     hs = [merkle.leaf_hash(e) for e in ENTRIES[:40]]
     for k in range(41):
@@ -698,7 +816,7 @@ def test_fold_equals_the_naive_right_to_left_merge_at_every_length() -> None:
 # --- published RFC 6962 / RFC 9162 vectors -------------------------------------------
 
 
-def test_rfc6962_eight_leaf_tree_roots_for_every_size() -> None:
+def test_rfc6962_eight_leaf_tree_roots_for_every_size(merkle: ModuleType) -> None:
     """tree_root, a Frontier and span_root give the published root for every size 0..8."""
     tree = rfc6962()["rfc6962_8_leaf_tree"]
     inputs = hexes(tree["leaf_inputs_hex"])
@@ -713,7 +831,7 @@ def test_rfc6962_eight_leaf_tree_roots_for_every_size() -> None:
             f.append(merkle.leaf_hash(inputs[size], "sha256"))
 
 
-def test_rfc6962_node_hashes_and_compact_ranges() -> None:
+def test_rfc6962_node_hashes_and_compact_ranges(merkle: ModuleType) -> None:
     """Each published node hash is the span_root of its span; cover(0, n) is the published compact range."""
     tree = rfc6962()["rfc6962_8_leaf_tree"]
     inputs = hexes(tree["leaf_inputs_hex"])
@@ -728,7 +846,7 @@ def test_rfc6962_node_hashes_and_compact_ranges() -> None:
         assert got == [p["hash_hex"] for p in pieces]
 
 
-def test_ctgo_inclusion_proofs_are_reproduced_exactly() -> None:
+def test_ctgo_inclusion_proofs_are_reproduced_exactly(merkle: ModuleType) -> None:
     """certificate-transparency-go's inclusion proofs equal ours hash for hash, and verify."""
     inputs = hexes(rfc6962()["rfc6962_8_leaf_tree"]["leaf_inputs_hex"])
     for case in rfc6962()["ctgo_inclusion_proofs"]:
@@ -740,7 +858,7 @@ def test_ctgo_inclusion_proofs_are_reproduced_exactly() -> None:
         assert merkle.verify_inclusion(inputs[i], i, n, proof, root, "sha256")
 
 
-def test_ctgo_consistency_proofs_are_reproduced_exactly() -> None:
+def test_ctgo_consistency_proofs_are_reproduced_exactly(merkle: ModuleType) -> None:
     """certificate-transparency-go's consistency proofs equal ours hash for hash, and verify."""
     inputs = hexes(rfc6962()["rfc6962_8_leaf_tree"]["leaf_inputs_hex"])
     for case in rfc6962()["ctgo_consistency_proofs"]:
@@ -759,7 +877,7 @@ def mtc_valid_subtrees() -> list[tuple[int, int]]:
     return [(start, end) for end in range(131) for start in range(end + 1) if start % bit_ceil(end - start) == 0]
 
 
-def test_mtc_subtree_hashes_match_span_root() -> None:
+def test_mtc_subtree_hashes_match_span_root(merkle: ModuleType) -> None:
     """span_root reproduces the Merkle Tree Certificates draft's subtree hash digest over 130 leaves."""
     vectors = rfc6962()["mtc_accumulated_subtree_vectors"]["subtree_hashes"]
     lines = "".join(
@@ -769,7 +887,7 @@ def test_mtc_subtree_hashes_match_span_root() -> None:
     assert hashlib.sha256(lines.encode()).hexdigest() == vectors["sha256_of_all_lines"]
 
 
-def test_mtc_subtree_inclusion_proofs_match_spans_served_from_stored_subtrees() -> None:
+def test_mtc_subtree_inclusion_proofs_match_spans_served_from_stored_subtrees(merkle: ModuleType) -> None:
     """Inclusion proofs inside every MTC subtree, built from inclusion_spans and spans_root, match the draft."""
     vectors = rfc6962()["mtc_accumulated_subtree_vectors"]["subtree_inclusion_proofs"]
     lookup = naive.complete_subtrees(MTC_LEAVES, "sha256")
@@ -786,7 +904,7 @@ PROBES = rfc6962()["transparency_dev_probes"]
 
 
 @pytest.mark.parametrize("probe", PROBES["inclusion"], ids=lambda p: p["file"].removeprefix("testdata/inclusion/"))
-def test_transparency_dev_inclusion_probe(probe: dict[str, Any]) -> None:
+def test_transparency_dev_inclusion_probe(merkle: ModuleType, probe: dict[str, Any]) -> None:
     """Our verifier accepts exactly the transparency-dev inclusion probes that want no error."""
     ok = merkle.verify_inclusion_hash(
         bytes.fromhex(probe["leafHash_hex"]),
@@ -806,7 +924,7 @@ def test_transparency_dev_inclusion_probe(probe: dict[str, Any]) -> None:
 REJECTED_ON_PURPOSE = {"testdata/consistency/additional/sizes-are-equal-one-and-proof-is-empty.json"}
 
 
-def test_the_deliberately_rejected_probe_is_the_malformed_root_one() -> None:
+def test_the_deliberately_rejected_probe_is_the_malformed_root_one(merkle: ModuleType) -> None:
     """The one valid probe we reject has roots that are not 32 bytes, which is why we reject it."""
     (probe,) = [p for p in PROBES["consistency"] if p["file"] in REJECTED_ON_PURPOSE]
     assert probe["wantErr"] is False
@@ -816,7 +934,7 @@ def test_the_deliberately_rejected_probe_is_the_malformed_root_one() -> None:
 @pytest.mark.parametrize(
     "probe", PROBES["consistency"], ids=lambda p: p["file"].removeprefix("testdata/consistency/")
 )
-def test_transparency_dev_consistency_probe(probe: dict[str, Any]) -> None:
+def test_transparency_dev_consistency_probe(merkle: ModuleType, probe: dict[str, Any]) -> None:
     """Our verifier accepts the valid transparency-dev consistency probes and rejects the others."""
     ok = merkle.verify_consistency(
         probe["size1"],
@@ -833,7 +951,7 @@ def test_transparency_dev_consistency_probe(probe: dict[str, Any]) -> None:
 # --- our BLAKE3 golden vectors ----------------------------------------------------------
 
 
-def test_blake3_golden_roots() -> None:
+def test_blake3_golden_roots(merkle: ModuleType) -> None:
     """tree_root reproduces every golden BLAKE3 root of both golden trees."""
     vectors = golden()
     assert merkle.empty_root().hex() == vectors["empty_root_hex"]
@@ -846,7 +964,7 @@ def test_blake3_golden_roots() -> None:
             assert merkle.tree_root(inputs[: int(size)]).hex() == root
 
 
-def test_blake3_golden_inclusion_proofs() -> None:
+def test_blake3_golden_inclusion_proofs(merkle: ModuleType) -> None:
     """Valid golden inclusion proofs are reproduced and verify; every tampered one is rejected."""
     vectors = golden()
     assert any(not c["want_valid"] for c in vectors["inclusion"])
@@ -860,7 +978,7 @@ def test_blake3_golden_inclusion_proofs() -> None:
             assert merkle.inclusion_proof(inputs[:n], i) == proof
 
 
-def test_blake3_golden_consistency_proofs() -> None:
+def test_blake3_golden_consistency_proofs(merkle: ModuleType) -> None:
     """Valid golden consistency proofs are reproduced and verify; every tampered one is rejected."""
     vectors = golden()
     assert any(not c["want_valid"] for c in vectors["consistency"])
@@ -886,34 +1004,34 @@ def test_blake3_golden_file_is_what_make_vectors_writes() -> None:
 # --- argument errors --------------------------------------------------------------
 
 
-UNKNOWN_ALGO_CALLS: dict[str, Callable[[str], object]] = {
-    "leaf_hash": lambda a: merkle.leaf_hash(b"", a),
-    "node_hash": lambda a: merkle.node_hash(b"\0" * 32, b"\0" * 32, a),
-    "empty_root": lambda a: merkle.empty_root(a),
-    "tree_root": lambda a: merkle.tree_root([b"x"], a),
-    "span_root": lambda a: merkle.span_root([b"x", b"y"], 0, 2, a),
-    "inclusion_proof": lambda a: merkle.inclusion_proof([b"x", b"y"], 0, a),
-    "consistency_proof": lambda a: merkle.consistency_proof([b"x", b"y"], 1, a),
-    "fold": lambda a: merkle.fold([b"\0" * 32, b"\0" * 32], a),
-    "verify_inclusion": lambda a: merkle.verify_inclusion(b"x", 0, 1, [], b"\0" * 32, a),
-    "verify_inclusion_hash": lambda a: merkle.verify_inclusion_hash(b"\0" * 32, 0, 1, [], b"\0" * 32, a),
-    "root_from_inclusion": lambda a: merkle.root_from_inclusion(b"\0" * 32, 0, 1, [], a),
-    "verify_consistency": lambda a: merkle.verify_consistency(1, 2, b"\0" * 32, b"\0" * 32, [b"\0" * 32], a),
-    "Frontier": lambda a: merkle.Frontier(algo=a),
+UNKNOWN_ALGO_CALLS: dict[str, Callable[[ModuleType, str], object]] = {
+    "leaf_hash": lambda m, a: m.leaf_hash(b"", a),
+    "node_hash": lambda m, a: m.node_hash(b"\0" * 32, b"\0" * 32, a),
+    "empty_root": lambda m, a: m.empty_root(a),
+    "tree_root": lambda m, a: m.tree_root([b"x"], a),
+    "span_root": lambda m, a: m.span_root([b"x", b"y"], 0, 2, a),
+    "inclusion_proof": lambda m, a: m.inclusion_proof([b"x", b"y"], 0, a),
+    "consistency_proof": lambda m, a: m.consistency_proof([b"x", b"y"], 1, a),
+    "fold": lambda m, a: m.fold([b"\0" * 32, b"\0" * 32], a),
+    "verify_inclusion": lambda m, a: m.verify_inclusion(b"x", 0, 1, [], b"\0" * 32, a),
+    "verify_inclusion_hash": lambda m, a: m.verify_inclusion_hash(b"\0" * 32, 0, 1, [], b"\0" * 32, a),
+    "root_from_inclusion": lambda m, a: m.root_from_inclusion(b"\0" * 32, 0, 1, [], a),
+    "verify_consistency": lambda m, a: m.verify_consistency(1, 2, b"\0" * 32, b"\0" * 32, [b"\0" * 32], a),
+    "Frontier": lambda m, a: m.Frontier(algo=a),
 }
 
 
 @pytest.mark.parametrize("algo", ["md5", "SHA256", "", "blake2b"])
 @pytest.mark.parametrize("name", sorted(UNKNOWN_ALGO_CALLS))
-def test_unknown_algo_raises_invalid_argument(name: str, algo: str) -> None:
+def test_unknown_algo_raises_invalid_argument(merkle: ModuleType, name: str, algo: str) -> None:
     """Every function taking an algo raises InvalidArgument for an unknown hash name."""
     with pytest.raises(InvalidArgument) as info:
-        UNKNOWN_ALGO_CALLS[name](algo)
+        UNKNOWN_ALGO_CALLS[name](merkle, algo)
     assert info.value.field == "algo"
 
 
 @pytest.mark.parametrize("n", [0, 1, 2, 7])
-def test_out_of_range_index_raises_invalid_argument(n: int) -> None:
+def test_out_of_range_index_raises_invalid_argument(merkle: ModuleType, n: int) -> None:
     """inclusion_proof raises InvalidArgument for an index outside [0, size)."""
     entries = ENTRIES[:n]
     for index in (-1, n, n + 1):
@@ -923,7 +1041,7 @@ def test_out_of_range_index_raises_invalid_argument(n: int) -> None:
 
 
 @pytest.mark.parametrize("n", [0, 1, 5])
-def test_out_of_range_sizes_and_spans_raise_invalid_argument(n: int) -> None:
+def test_out_of_range_sizes_and_spans_raise_invalid_argument(merkle: ModuleType, n: int) -> None:
     """consistency_proof and span_root raise InvalidArgument for sizes or spans outside the tree."""
     entries = ENTRIES[:n]
     for old in (-1, n + 1):
@@ -935,14 +1053,14 @@ def test_out_of_range_sizes_and_spans_raise_invalid_argument(n: int) -> None:
 
 
 @pytest.mark.parametrize("algo", ALGOS)
-def test_leaf_hashes_equal_one_leaf_hash_per_entry(algo: str) -> None:
+def test_leaf_hashes_equal_one_leaf_hash_per_entry(merkle: ModuleType, algo: str) -> None:
     """Hashing entries together gives each entry's own leaf hash, on both sides of the pre-absorb size."""
     entries = [b"", b"x", b"a" * 1023, b"b" * 1024, b"c" * 1025, b"d" * 5000, b"e" * 16384, b"f"]
     assert merkle.leaf_hashes(entries, algo) == [merkle.leaf_hash(e, algo) for e in entries]
     assert merkle.leaf_hashes(entries, algo) == [naive.leaf(e, algo) for e in entries]
 
 
-def test_resolve_a_run_whose_leaves_were_listed_apart_by_earlier_coordinates() -> None:
+def test_resolve_a_run_whose_leaves_were_listed_apart_by_earlier_coordinates(merkle: ModuleType) -> None:
     """Leaves asked for alone, out of order, before the subtree over them: the subtree still hashes them in order."""
     entries = [b"", b"", b"\x00", b"", b"", b""]
     lookup = naive.complete_subtrees(entries, "blake3")
@@ -962,7 +1080,7 @@ def _covers(coord: tuple[int, int], positions: list[int]) -> bool:
 @FAST
 @given(case=sts.with_positions(sts.any_entry_lists(300)), algo=sts.algos)
 def test_root_with_equals_the_naive_root_from_given_leaves_and_stored_roots(
-    case: tuple[list[bytes], list[int]], algo: str
+    merkle: ModuleType, case: tuple[list[bytes], list[int]], algo: str
 ) -> None:
     """root_with gives MTH from any given leaves, fetching in one call only stored roots over no given position."""
     entries, positions = case
@@ -977,7 +1095,7 @@ def test_root_with_equals_the_naive_root_from_given_leaves_and_stored_roots(
 @FAST
 @given(case=sts.with_positions(DISTINCT), data=st.data(), algo=sts.algos)
 def test_root_with_a_wrong_given_leaf_gives_another_root(
-    case: tuple[list[bytes], list[int]], data: st.DataObject, algo: str
+    merkle: ModuleType, case: tuple[list[bytes], list[int]], data: st.DataObject, algo: str
 ) -> None:
     """Any single-bit flip of any given leaf, or another position's leaf in its place, changes the root."""
     entries, positions = case
@@ -995,7 +1113,7 @@ def test_root_with_a_wrong_given_leaf_gives_another_root(
 
 
 @pytest.mark.parametrize("algo", ALGOS)
-def test_root_with_every_set_of_given_positions_in_small_trees(algo: str) -> None:
+def test_root_with_every_set_of_given_positions_in_small_trees(merkle: ModuleType, algo: str) -> None:
     """For sizes 0 to 9, every subset of given positions gives the tree's root."""
     for n in range(10):
         lookup = naive.complete_subtrees(ENTRIES[:n], algo)
@@ -1004,7 +1122,7 @@ def test_root_with_every_set_of_given_positions_in_small_trees(algo: str) -> Non
             assert merkle.root_with(leaves, n, _stored_fetch(lookup, []), algo) == roots(algo)[n], (n, mask)
 
 
-def test_root_with_rejects_positions_outside_the_tree_negative_sizes_and_unknown_hashes() -> None:
+def test_root_with_rejects_positions_outside_the_tree_negative_sizes_and_unknown_hashes(merkle: ModuleType) -> None:
     """A position outside [0, size), a negative size or an unknown algo raises InvalidArgument before any fetch."""
     leaf = merkle.leaf_hash(b"x")
     calls: list[list[tuple[int, int]]] = []

@@ -1,0 +1,165 @@
+#!/usr/bin/env python3
+"""Native hashing: the Merkle tree through compactstore._native against raw BLAKE3 and the pure reference.
+
+    python benchmarks/native.py [--repeat N]
+
+Over random leaves of 1 KiB and 16 KiB it times, interleaved in one run (wall time, since
+the native tree may use every core):
+
+* raw BLAKE3 over all leaves as one buffer, single-threaded (``blake3(buf, max_threads=1)``):
+  the reference of the goals; and the same on every core, for context;
+* ``merkle.tree_root`` (native) and ``_merkle_pure.tree_root`` (the pure reference);
+* ``merkle.leaf_hashes`` native and pure: a store's batch of leaves in one call.
+
+Then ``Frontier.extend`` throughput: a fresh frontier fed leaf hashes 1,000 per call with
+``every=TILE_HEIGHT``, as ``Session.extend`` feeds it, native against pure.
+
+Goals (from the native hashing issue), in wall time: ``merkle.tree_root`` over 1 KiB leaves
+at least as fast as raw single-threaded BLAKE3 over the same bytes (both cores may be
+used), and 1.5 times as fast over 16 KiB leaves. Beside wall time, CPU time: the work a
+method does (summed over its threads), which bounds its wall time on idle cores. Writes
+benchmarks/results/native.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import harness  # noqa: E402
+from harness import SHORT_ROUNDS, Goal, Section, Stat, interleaved, rate, ratio, seconds  # noqa: E402
+
+import blake3  # noqa: E402
+
+from compactstore import _merkle_pure as pure  # noqa: E402
+from compactstore import merkle  # noqa: E402
+
+# (label, leaf size in bytes, number of leaves, goal: tree_root / raw single-threaded BLAKE3)
+WORKLOADS = [("1 KiB leaves", 1024, 4096, 1.0), ("16 KiB leaves", 16 * 1024, 512, 1.5)]
+FRONTIER_LEAVES, FRONTIER_BATCH = 100_000, 1000
+SEED = 20240601
+CORES = os.cpu_count() or 1
+
+
+def _timed(fn: Callable[[], object], cpu: list[float]) -> Callable[[], float]:
+    """Return ``fn`` timing itself: wall seconds for the harness, CPU seconds appended to ``cpu``."""
+
+    def timed() -> float:
+        c0, t0 = time.process_time(), time.perf_counter()
+        fn()
+        wall = time.perf_counter() - t0
+        cpu.append(time.process_time() - c0)
+        return wall
+
+    return timed
+
+
+def root_rows(repeat: int) -> Section:
+    """Time tree roots and leaf batches against raw BLAKE3, interleaved."""
+    section = Section(
+        "Merkle roots, native and pure, vs raw BLAKE3 over the same bytes",
+        ("workload", "method", "MB", "min", "median", "max", "MB/s", "vs raw, wall", "CPU median", "vs raw, CPU",
+         "CPU / wall"),
+    )
+    rng = random.Random(SEED)
+    for label, leaf_size, count, goal in WORKLOADS:
+        leaves = [rng.randbytes(leaf_size) for _ in range(count)]
+        buf = b"".join(leaves)
+        # Every method must give the right answer before its speed means anything.
+        assert merkle.tree_root(leaves) == pure.tree_root(leaves)
+        assert merkle.leaf_hashes(leaves) == pure.leaf_hashes(leaves)
+        methods: list[tuple[str, Callable[[], object]]] = [
+            ("raw BLAKE3, one buffer, 1 thread (reference)", lambda: blake3.blake3(buf, max_threads=1).digest()),
+            ("raw BLAKE3, one buffer, every core", lambda: blake3.blake3(buf, max_threads=blake3.blake3.AUTO).digest()),
+            (f"merkle.tree_root ({merkle.IMPLEMENTATION})", lambda: merkle.tree_root(leaves)),
+            ("_merkle_pure.tree_root", lambda: pure.tree_root(leaves)),
+            (f"merkle.leaf_hashes ({merkle.IMPLEMENTATION})", lambda: merkle.leaf_hashes(leaves)),
+            ("_merkle_pure.leaf_hashes", lambda: pure.leaf_hashes(leaves)),
+        ]
+        cpu: dict[str, list[float]] = {name: [] for name, _ in methods}
+        got = interleaved([(name, _timed(fn, cpu[name])) for name, fn in methods], SHORT_ROUNDS * repeat)
+        raw = Stat.of(got[methods[0][0]]).median
+        raw_cpu = Stat.of(cpu[methods[0][0]]).median
+        workload = f"{count} x {label}"
+        for name, _ in methods:
+            st, ct = Stat.of(got[name]), Stat.of(cpu[name])
+            used = sum(cpu[name]) / sum(got[name])
+            section.rows.append((workload, name, f"{len(buf) / 1e6:.2f}", seconds(st.min), seconds(st.median),
+                                 seconds(st.max), rate(len(buf) / st.median / 1e6), ratio(raw / st.median),
+                                 seconds(ct.median), ratio(raw_cpu / ct.median), f"{used:.2f}"))
+            section.data.append({"workload": workload, "leaf_bytes": leaf_size, "leaves": count, "method": name,
+                                 "bytes": len(buf), **st.as_dict(), "cpu": ct.as_dict(),
+                                 "mb_per_s": len(buf) / st.median / 1e6, "vs_raw_blake3_1_thread": raw / st.median,
+                                 "vs_raw_blake3_1_thread_cpu": raw_cpu / ct.median, "cpu_over_wall": used})
+        name = methods[2][0]
+        per_core = raw_cpu / Stat.of(cpu[name]).median
+        section.goals.append(Goal(f"merkle.tree_root / raw BLAKE3 1 thread, {label}", raw / Stat.of(got[name]).median,
+                                  goal, note=f"CPU time {per_core:.3g}: at most {per_core * CORES:.3g} on "
+                                  f"{CORES} idle cores"))
+    section.notes.append("vs raw: the median of raw BLAKE3 on 1 thread over the row's median, same bytes; wall "
+                         "time is the goal, CPU time (every thread of the process) the work done for it")
+    section.notes.append("CPU / wall: CPU seconds over wall seconds summed over the rounds: about 1 for one busy "
+                         "core, up to the cores free; below 1, other processes had the cores")
+    return section
+
+
+def frontier_rows(repeat: int) -> Section:
+    """Time Frontier.extend, native against pure, interleaved."""
+    section = Section(
+        f"Frontier.extend, {FRONTIER_BATCH:,} leaves per call, every={merkle.TILE_HEIGHT} (wall time)",
+        ("leaves", "method", "calls", "min", "median", "max", "leaves/s", "vs pure"),
+    )
+    leaves = [os.urandom(32) for _ in range(FRONTIER_LEAVES)]
+    batches = [leaves[i : i + FRONTIER_BATCH] for i in range(0, FRONTIER_LEAVES, FRONTIER_BATCH)]
+
+    def feed(make: Callable[[], pure.Frontier]) -> Callable[[], bytes]:
+        def run() -> bytes:
+            f = make()
+            for b in batches:
+                f.extend(b, every=merkle.TILE_HEIGHT)
+            return f.root()
+
+        return run
+
+    methods = [("_merkle_pure.Frontier", feed(pure.Frontier)),
+               (f"merkle.Frontier ({merkle.IMPLEMENTATION})", feed(merkle.Frontier))]
+    assert methods[0][1]() == methods[1][1]() == pure.root_of_leaves(leaves)
+    got = interleaved(methods, repeat)
+    ref = Stat.of(got[methods[0][0]]).median
+    for name, _ in methods:
+        st = Stat.of(got[name])
+        section.rows.append((f"{FRONTIER_LEAVES:,}", name, f"{len(batches)}", seconds(st.min), seconds(st.median),
+                             seconds(st.max), rate(FRONTIER_LEAVES / st.median), ratio(ref / st.median)))
+        section.data.append({"leaves": FRONTIER_LEAVES, "batch": FRONTIER_BATCH, "method": name, **st.as_dict(),
+                             "leaves_per_s": FRONTIER_LEAVES / st.median, "vs_pure": ref / st.median})
+    return section
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run both parts, print their tables and write benchmarks/results/native.json."""
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--repeat", type=int, default=7, help="timed rounds per row (default 7, at least 5)")
+    args = parser.parse_args(argv)
+    info = harness.machine()
+    harness.print_machine(info, args.repeat)
+    print(f"merkle:   {merkle.IMPLEMENTATION} implementation; blake3 (PyPI) {blake3.__version__}")
+    if merkle.IMPLEMENTATION != "native":
+        print("warning: compactstore._native is not in use (not built, or COMPACTSTORE_PURE=1): "
+              "the 'merkle.' rows are the pure reference")
+    done = [root_rows(args.repeat), frontier_rows(args.repeat)]
+    for section in done:
+        section.print()
+    path = harness.write_json("native", info, done, repeat=args.repeat, implementation=merkle.IMPLEMENTATION)
+    print(f"\nwrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

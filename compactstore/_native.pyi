@@ -1,0 +1,58 @@
+"""Types of ``compactstore._native``, the Rust extension behind :mod:`compactstore.merkle`.
+
+Each function gives the bytes of its namesake in ``compactstore._merkle_pure`` for BLAKE3.
+Hashes are 32-byte ``bytes``; where a list of hashes holds anything else, ValueError.
+Sizes, positions and indices are unsigned 64-bit integers.
+"""
+
+from collections.abc import Iterable, Sequence
+
+def leaf_hash(entry: bytes, /) -> bytes:
+    """Return ``H(0x00 || entry)``."""
+
+def leaf_hashes(entries: Sequence[bytes], /) -> list[bytes]:
+    """Return ``H(0x00 || entry)`` of each entry, in order: many at a time, on every core when large."""
+
+def node_hash(left: bytes, right: bytes, /) -> bytes:
+    """Return ``H(0x01 || left || right)``."""
+
+def tree_root(entries: Sequence[bytes], /) -> bytes:
+    """Return the RFC 9162 Merkle Tree Hash of ``entries``."""
+
+def root_of_leaves(leaves: Iterable[bytes], /) -> bytes:
+    """Return the RFC 9162 root over leaf hashes."""
+
+def subtree_levels(leaves: Iterable[bytes], /) -> list[list[bytes]]:
+    """Return the roots of every complete aligned subtree over leaf hashes, level by level."""
+
+def span_root(entries: Sequence[bytes], start: int, stop: int, /) -> bytes:
+    """Return the root of ``[start, stop)`` given the entries of exactly those positions."""
+
+def span_root_of_leaves(leaves: Iterable[bytes], start: int, stop: int, /) -> bytes:
+    """Return the root of ``[start, stop)`` given the leaf hashes of exactly those positions."""
+
+def fold(hashes: Iterable[bytes], /) -> bytes:
+    """Return the root of a compact range's hashes, merged right to left (the empty root for none)."""
+
+def inclusion_proof(entries: Sequence[bytes], index: int, /) -> list[bytes]:
+    """Return the RFC 9162 inclusion proof of ``entries[index]``. Requires ``index < len(entries)``."""
+
+def consistency_proof(entries: Sequence[bytes], old_size: int, /) -> list[bytes]:
+    """Return the RFC 9162 consistency proof from the first ``old_size`` entries to all."""
+
+def root_from_inclusion(leaf: bytes, index: int, size: int, proof: Iterable[bytes], /) -> bytes | None:
+    """Return the root that ``proof`` implies for ``leaf`` at ``index``, or None when it cannot be valid."""
+
+def verify_consistency(
+    old_size: int, new_size: int, old_root: bytes, new_root: bytes, proof: Iterable[bytes], /
+) -> bool:
+    """Return whether ``proof`` shows ``(old_size, old_root)`` is a prefix of ``(new_size, new_root)``."""
+
+def frontier_extend(
+    size: int, hashes: Iterable[bytes], leaves: Iterable[bytes], every: int, /
+) -> tuple[list[bytes], list[tuple[int, int, bytes]]]:
+    """Add leaf hashes to the frontier of a tree of ``size`` leaves.
+
+    Returns the new frontier and the completed subtrees ``(level, index, root)`` at
+    levels that are multiples of ``every`` (at least 1).
+    """

@@ -1,0 +1,288 @@
+//! `compactstore._native`: the BLAKE3 Merkle hot paths of `compactstore.merkle`, in Rust.
+//!
+//! Each function here has a namesake in `compactstore/_merkle_pure.py` that gives the
+//! same bytes; `compactstore.merkle` checks arguments and calls these for BLAKE3. Hashes
+//! are 32-byte `bytes`; entries are `bytes` (or `bytearray`). The GIL is released while
+//! hashing, except for work of a few node hashes, where releasing it would cost more than
+//! the hashing.
+
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::pybacked::PyBackedBytes;
+use pyo3::types::{PyBytes, PyList};
+
+pub mod hash;
+pub mod lanes;
+pub mod pool;
+pub mod tree;
+
+use hash::Hash;
+
+/// Below this many bytes a single leaf is hashed without releasing the GIL.
+const DETACH_BYTES: usize = 4096;
+/// Below this many hashes a fold or a frontier step is done without releasing the GIL.
+const DETACH_HASHES: usize = 16;
+
+/// Return the 32-byte hash `obj`, or None when it is not one.
+fn hash_of(obj: &Bound<'_, PyAny>) -> Option<Hash> {
+    obj.cast::<PyBytes>().ok().and_then(|b| b.as_bytes().try_into().ok())
+}
+
+/// Return the hashes of iterable `items`; ValueError names the first that is not 32 bytes
+/// of `bytes` (`compactstore.merkle` then asks the reference, which hashes whatever it is given).
+fn hashes_of(field: &str, items: &Bound<'_, PyAny>) -> PyResult<Vec<Hash>> {
+    let mut out = Vec::with_capacity(items.len().unwrap_or(0));
+    for (i, item) in items.try_iter()?.enumerate() {
+        let Some(h) = hash_of(&item?) else {
+            return Err(PyValueError::new_err(format!("{field}[{i}] is not a 32-byte hash")));
+        };
+        out.push(h);
+    }
+    Ok(out)
+}
+
+/// Return the hashes of iterable `items`, or None when one is not 32 bytes of `bytes`.
+fn well_formed(items: &Bound<'_, PyAny>) -> PyResult<Option<Vec<Hash>>> {
+    let mut out = Vec::new();
+    for item in items.try_iter()? {
+        match hash_of(&item?) {
+            Some(h) => out.push(h),
+            None => return Ok(None),
+        }
+    }
+    Ok(Some(out))
+}
+
+fn as_slices(entries: &[PyBackedBytes]) -> Vec<&[u8]> {
+    entries.iter().map(|e| &**e).collect()
+}
+
+fn bytes_list<'py>(py: Python<'py>, hashes: &[Hash]) -> PyResult<Bound<'py, PyList>> {
+    PyList::new(py, hashes.iter().map(|h| PyBytes::new(py, h)))
+}
+
+/// Return ``H(0x00 || entry)``.
+#[pyfunction]
+fn leaf_hash<'py>(py: Python<'py>, entry: PyBackedBytes) -> Bound<'py, PyBytes> {
+    let h = if entry.len() < DETACH_BYTES {
+        hash::leaf(&entry)
+    } else {
+        py.detach(|| hash::leaf(&entry))
+    };
+    PyBytes::new(py, &h)
+}
+
+/// Return ``H(0x00 || entry)`` of each entry, in order.
+#[pyfunction]
+fn leaf_hashes<'py>(py: Python<'py>, entries: Vec<PyBackedBytes>) -> PyResult<Bound<'py, PyList>> {
+    let slices = as_slices(&entries);
+    let out = py.detach(|| tree::leaves(&slices));
+    bytes_list(py, &out)
+}
+
+/// Return ``H(0x01 || left || right)``.
+#[pyfunction]
+fn node_hash<'py>(py: Python<'py>, left: PyBackedBytes, right: PyBackedBytes) -> Bound<'py, PyBytes> {
+    let h = match (<&Hash>::try_from(&*left), <&Hash>::try_from(&*right)) {
+        (Ok(l), Ok(r)) => hash::node(l, r),
+        _ => hash::node_of_any(&left, &right),
+    };
+    PyBytes::new(py, &h)
+}
+
+/// Return the RFC 9162 Merkle Tree Hash of ``entries``.
+#[pyfunction]
+fn tree_root<'py>(py: Python<'py>, entries: Vec<PyBackedBytes>) -> Bound<'py, PyBytes> {
+    let slices = as_slices(&entries);
+    PyBytes::new(py, &py.detach(|| tree::tree_root(&slices)))
+}
+
+/// Return the RFC 9162 root over leaf hashes.
+#[pyfunction]
+fn root_of_leaves<'py>(py: Python<'py>, leaves: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyBytes>> {
+    let leaves = hashes_of("leaves", leaves)?;
+    Ok(PyBytes::new(py, &py.detach(|| tree::root_of_leaves(&leaves))))
+}
+
+/// Return the roots of every complete aligned subtree over leaf hashes, level by level.
+#[pyfunction]
+fn subtree_levels<'py>(py: Python<'py>, leaves: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyList>> {
+    let leaves = hashes_of("leaves", leaves)?;
+    let levels = py.detach(|| tree::subtree_levels(&leaves));
+    PyList::new(
+        py,
+        levels
+            .iter()
+            .map(|level| bytes_list(py, level))
+            .collect::<PyResult<Vec<_>>>()?,
+    )
+}
+
+/// Return the root of ``[start, stop)`` given the entries of exactly those positions.
+#[pyfunction]
+fn span_root<'py>(
+    py: Python<'py>,
+    entries: Vec<PyBackedBytes>,
+    start: u64,
+    stop: u64,
+) -> PyResult<Bound<'py, PyBytes>> {
+    if stop < start || stop - start != entries.len() as u64 {
+        return Err(PyValueError::new_err(
+            "the entries of [start, stop) are stop - start entries",
+        ));
+    }
+    let slices = as_slices(&entries);
+    let root = py.detach(|| tree::span_root_of_leaves(&tree::leaves(&slices), start, stop, start));
+    Ok(PyBytes::new(py, &root))
+}
+
+/// Return the root of ``[start, stop)`` given the leaf hashes of exactly those positions.
+#[pyfunction]
+fn span_root_of_leaves<'py>(
+    py: Python<'py>,
+    leaves: &Bound<'py, PyAny>,
+    start: u64,
+    stop: u64,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let leaves = hashes_of("leaves", leaves)?;
+    if stop < start || stop - start != leaves.len() as u64 {
+        return Err(PyValueError::new_err(
+            "the leaves of [start, stop) are stop - start hashes",
+        ));
+    }
+    Ok(PyBytes::new(
+        py,
+        &py.detach(|| tree::span_root_of_leaves(&leaves, start, stop, start)),
+    ))
+}
+
+/// Return the root of a compact range's hashes, merged right to left.
+#[pyfunction]
+fn fold<'py>(py: Python<'py>, hashes: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyBytes>> {
+    let hashes = hashes_of("hashes", hashes)?;
+    let root = if hashes.len() < DETACH_HASHES {
+        tree::fold(&hashes)
+    } else {
+        py.detach(|| tree::fold(&hashes))
+    };
+    Ok(PyBytes::new(py, &root))
+}
+
+/// Return the RFC 9162 inclusion proof of ``entries[index]``. Requires ``0 <= index < len(entries)``.
+#[pyfunction]
+fn inclusion_proof<'py>(py: Python<'py>, entries: Vec<PyBackedBytes>, index: u64) -> PyResult<Bound<'py, PyList>> {
+    let size = entries.len() as u64;
+    if index >= size {
+        return Err(PyValueError::new_err("index must be in [0, len(entries))"));
+    }
+    let slices = as_slices(&entries);
+    let proof = py.detach(|| {
+        let levels = tree::subtree_levels(&tree::leaves(&slices));
+        tree::spans_root(&levels, &tree::inclusion_spans(index, size))
+    });
+    bytes_list(py, &proof)
+}
+
+/// Return the RFC 9162 consistency proof from the first ``old_size`` entries to all.
+#[pyfunction]
+fn consistency_proof<'py>(py: Python<'py>, entries: Vec<PyBackedBytes>, old_size: u64) -> PyResult<Bound<'py, PyList>> {
+    let size = entries.len() as u64;
+    if old_size > size {
+        return Err(PyValueError::new_err("old_size must be in [0, len(entries)]"));
+    }
+    let slices = as_slices(&entries);
+    let proof = py.detach(|| {
+        let levels = tree::subtree_levels(&tree::leaves(&slices));
+        tree::spans_root(&levels, &tree::consistency_spans(old_size, size))
+    });
+    bytes_list(py, &proof)
+}
+
+/// Return the root that ``proof`` implies for leaf hash ``leaf`` at ``index``, or None
+/// when it cannot be valid (wrong length, a hash that is not 32 bytes).
+#[pyfunction]
+fn root_from_inclusion<'py>(
+    py: Python<'py>,
+    leaf: &Bound<'py, PyAny>,
+    index: u64,
+    size: u64,
+    proof: &Bound<'py, PyAny>,
+) -> PyResult<Option<Bound<'py, PyBytes>>> {
+    let (Some(leaf), Some(proof)) = (hash_of(leaf), well_formed(proof)?) else {
+        return Ok(None);
+    };
+    let root = py.detach(|| tree::root_from_inclusion(&leaf, index, size, &proof));
+    Ok(root.map(|r| PyBytes::new(py, &r)))
+}
+
+/// Return whether ``proof`` shows the tree ``(old_size, old_root)`` is a prefix of ``(new_size, new_root)``.
+#[pyfunction]
+fn verify_consistency(
+    py: Python<'_>,
+    old_size: u64,
+    new_size: u64,
+    old_root: &Bound<'_, PyAny>,
+    new_root: &Bound<'_, PyAny>,
+    proof: &Bound<'_, PyAny>,
+) -> PyResult<bool> {
+    let (Some(old_root), Some(new_root), Some(proof)) = (hash_of(old_root), hash_of(new_root), well_formed(proof)?)
+    else {
+        return Ok(false);
+    };
+    Ok(py.detach(|| tree::verify_consistency(old_size, new_size, &old_root, &new_root, &proof)))
+}
+
+/// Add leaf hashes to the frontier ``hashes`` of a tree of ``size`` leaves; return the new
+/// frontier and the completed subtrees ``(level, index, root)`` at levels that are multiples of ``every``.
+#[pyfunction]
+#[allow(clippy::type_complexity)]
+fn frontier_extend<'py>(
+    py: Python<'py>,
+    size: u64,
+    hashes: &Bound<'py, PyAny>,
+    leaves: &Bound<'py, PyAny>,
+    every: u32,
+) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyList>)> {
+    if every == 0 {
+        return Err(PyValueError::new_err("every must be at least 1"));
+    }
+    let mut frontier = hashes_of("hashes", hashes)?;
+    if frontier.len() != size.count_ones() as usize {
+        return Err(PyValueError::new_err(format!(
+            "size {size} needs {} roots, got {}",
+            size.count_ones(),
+            frontier.len()
+        )));
+    }
+    let leaves = hashes_of("leaves", leaves)?;
+    let made = if leaves.len() < DETACH_HASHES {
+        tree::extend(&mut frontier, size, &leaves, every)
+    } else {
+        py.detach(|| tree::extend(&mut frontier, size, &leaves, every))
+    };
+    let made = PyList::new(
+        py,
+        made.iter()
+            .map(|(level, index, root)| (*level, *index, PyBytes::new(py, root))),
+    )?;
+    Ok((bytes_list(py, &frontier)?, made))
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(leaf_hash, m)?)?;
+    m.add_function(wrap_pyfunction!(leaf_hashes, m)?)?;
+    m.add_function(wrap_pyfunction!(node_hash, m)?)?;
+    m.add_function(wrap_pyfunction!(tree_root, m)?)?;
+    m.add_function(wrap_pyfunction!(root_of_leaves, m)?)?;
+    m.add_function(wrap_pyfunction!(subtree_levels, m)?)?;
+    m.add_function(wrap_pyfunction!(span_root, m)?)?;
+    m.add_function(wrap_pyfunction!(span_root_of_leaves, m)?)?;
+    m.add_function(wrap_pyfunction!(fold, m)?)?;
+    m.add_function(wrap_pyfunction!(inclusion_proof, m)?)?;
+    m.add_function(wrap_pyfunction!(consistency_proof, m)?)?;
+    m.add_function(wrap_pyfunction!(root_from_inclusion, m)?)?;
+    m.add_function(wrap_pyfunction!(verify_consistency, m)?)?;
+    m.add_function(wrap_pyfunction!(frontier_extend, m)?)?;
+    Ok(())
+}
