@@ -8,7 +8,7 @@ the native tree may use every core):
 
 * raw BLAKE3 over all leaves as one buffer, single-threaded (``blake3(buf, max_threads=1)``):
   the reference of the goals; and the same on every core, for context;
-* ``merkle.tree_root`` (native) and ``_merkle_pure.tree_root`` (the pure reference);
+* ``merkle.tree_root`` (native) and ``merkle_pure.tree_root`` (the pure reference);
 * ``merkle.leaf_hashes`` native and pure: a store's batch of leaves in one call.
 
 Then ``Frontier.extend`` throughput: a fresh frontier fed leaf hashes 1,000 per call with
@@ -38,7 +38,7 @@ from harness import SHORT_ROUNDS, Goal, Section, Stat, interleaved, rate, ratio,
 
 import blake3  # noqa: E402
 
-from compactstore import _merkle_pure as pure  # noqa: E402
+from compactstore import merkle_pure as pure  # noqa: E402
 from compactstore import merkle  # noqa: E402
 
 # (label, leaf size in bytes, number of leaves, goal: tree_root / raw single-threaded BLAKE3)
@@ -79,9 +79,9 @@ def root_rows(repeat: int) -> Section:
             ("raw BLAKE3, one buffer, 1 thread (reference)", lambda: blake3.blake3(buf, max_threads=1).digest()),
             ("raw BLAKE3, one buffer, every core", lambda: blake3.blake3(buf, max_threads=blake3.blake3.AUTO).digest()),
             (f"merkle.tree_root ({merkle.IMPLEMENTATION})", lambda: merkle.tree_root(leaves)),
-            ("_merkle_pure.tree_root", lambda: pure.tree_root(leaves)),
+            ("merkle_pure.tree_root", lambda: pure.tree_root(leaves)),
             (f"merkle.leaf_hashes ({merkle.IMPLEMENTATION})", lambda: merkle.leaf_hashes(leaves)),
-            ("_merkle_pure.leaf_hashes", lambda: pure.leaf_hashes(leaves)),
+            ("merkle_pure.leaf_hashes", lambda: pure.leaf_hashes(leaves)),
         ]
         cpu: dict[str, list[float]] = {name: [] for name, _ in methods}
         got = interleaved([(name, _timed(fn, cpu[name])) for name, fn in methods], SHORT_ROUNDS * repeat)
@@ -128,7 +128,7 @@ def frontier_rows(repeat: int) -> Section:
 
         return run
 
-    methods = [("_merkle_pure.Frontier", feed(pure.Frontier)),
+    methods = [("merkle_pure.Frontier", feed(pure.Frontier)),
                (f"merkle.Frontier ({merkle.IMPLEMENTATION})", feed(merkle.Frontier))]
     assert methods[0][1]() == methods[1][1]() == pure.root_of_leaves(leaves)
     got = interleaved(methods, repeat)

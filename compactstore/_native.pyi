@@ -1,6 +1,6 @@
 """Types of ``compactstore._native``, the Rust extension behind :mod:`compactstore.merkle`.
 
-Each function gives the bytes of its namesake in ``compactstore._merkle_pure`` for BLAKE3.
+Each function gives the bytes of its namesake in ``compactstore.merkle_pure`` for BLAKE3.
 Hashes are 32-byte ``bytes``; where a list of hashes holds anything else, ValueError.
 Sizes, positions and indices are unsigned 64-bit integers.
 """

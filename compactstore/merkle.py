@@ -10,7 +10,7 @@ plus the coordinate arithmetic a store uses to serve the same answers from store
 subtree roots in O(log n). A subtree is named by ``(level, index)``: it covers
 positions ``[index << level, (index + 1) << level)``; level 0 is a leaf.
 
-Two implementations give the same bytes: ``compactstore._merkle_pure``, the pure-Python
+Two implementations give the same bytes: ``compactstore.merkle_pure``, the pure-Python
 reference, and ``compactstore._native``, a Rust extension that hashes BLAKE3 leaves and
 nodes many at a time (the SIMD lanes of a core shared across leaves, every core for large
 batches) with the GIL released. BLAKE3 runs natively when the extension is built, unless
@@ -23,24 +23,24 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Sequence
 
-from . import _merkle_pure as _pure
-from ._merkle_pure import ALGOS as ALGOS
-from ._merkle_pure import HASH_SIZE as HASH_SIZE
-from ._merkle_pure import LEAF_PREFIX as LEAF_PREFIX
-from ._merkle_pure import NODE_PREFIX as NODE_PREFIX
-from ._merkle_pure import TILE_HEIGHT as TILE_HEIGHT
-from ._merkle_pure import Coord as Coord
-from ._merkle_pure import Span as Span
-from ._merkle_pure import _check_size
-from ._merkle_pure import consistency_spans as consistency_spans
-from ._merkle_pure import cover as cover
-from ._merkle_pure import empty_root as empty_root
-from ._merkle_pure import inclusion_spans as inclusion_spans
-from ._merkle_pure import is_stored as is_stored
-from ._merkle_pure import resolve as resolve
-from ._merkle_pure import root_with as root_with
-from ._merkle_pure import serve as serve
-from ._merkle_pure import spans_root as spans_root
+from . import merkle_pure as _pure
+from .merkle_pure import ALGOS as ALGOS
+from .merkle_pure import HASH_SIZE as HASH_SIZE
+from .merkle_pure import LEAF_PREFIX as LEAF_PREFIX
+from .merkle_pure import NODE_PREFIX as NODE_PREFIX
+from .merkle_pure import TILE_HEIGHT as TILE_HEIGHT
+from .merkle_pure import Coord as Coord
+from .merkle_pure import Span as Span
+from .merkle_pure import check_size
+from .merkle_pure import consistency_spans as consistency_spans
+from .merkle_pure import cover as cover
+from .merkle_pure import empty_root as empty_root
+from .merkle_pure import inclusion_spans as inclusion_spans
+from .merkle_pure import is_stored as is_stored
+from .merkle_pure import resolve as resolve
+from .merkle_pure import root_with as root_with
+from .merkle_pure import serve as serve
+from .merkle_pure import spans_root as spans_root
 
 if os.environ.get("COMPACTSTORE_PURE", "") in ("", "0"):
     try:
@@ -145,8 +145,8 @@ def span_root(entries: Sequence[bytes], start: int, stop: int, algo: str = "blak
     Requires ``0 <= start <= stop <= len(entries)``.
     """
     if algo == "blake3" and _native is not None:
-        _check_size("stop", stop, 0, len(entries))
-        _check_size("start", start, 0, stop)
+        check_size("stop", stop, 0, len(entries))
+        check_size("start", start, 0, stop)
         return _native.span_root(_listed(entries[start:stop]), start, stop)
     return _pure.span_root(entries, start, stop, algo)
 
@@ -160,8 +160,8 @@ def span_root_of_leaves(
     start of the log), so a span's own leaves will do with ``first=start``.
     """
     if algo == "blake3" and _native is not None and 0 <= first and stop < _U64:
-        _check_size("stop", stop, first, first + len(leaves))
-        _check_size("start", start, first, stop)
+        check_size("stop", stop, first, first + len(leaves))
+        check_size("start", start, first, stop)
         try:
             return _native.span_root_of_leaves(leaves[start - first : stop - first], start, stop)
         except ValueError:  # not all 32-byte hashes
@@ -175,7 +175,7 @@ def inclusion_proof(entries: Sequence[bytes], index: int, algo: str = "blake3") 
     Requires ``0 <= index < len(entries)``.
     """
     if algo == "blake3" and _native is not None:
-        _check_size("index", index, 0, len(entries) - 1)
+        check_size("index", index, 0, len(entries) - 1)
         return _native.inclusion_proof(_listed(entries), index)
     return _pure.inclusion_proof(entries, index, algo)
 
@@ -186,7 +186,7 @@ def consistency_proof(entries: Sequence[bytes], old_size: int, algo: str = "blak
     Requires ``0 <= old_size <= len(entries)``.
     """
     if algo == "blake3" and _native is not None:
-        _check_size("old_size", old_size, 0, len(entries))
+        check_size("old_size", old_size, 0, len(entries))
         return _native.consistency_proof(_listed(entries), old_size)
     return _pure.consistency_proof(entries, old_size, algo)
 

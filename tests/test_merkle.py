@@ -22,7 +22,7 @@ from blake3 import blake3
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from compactstore import InvalidArgument, _merkle_pure
+from compactstore import InvalidArgument, merkle_pure
 from compactstore import merkle as public_merkle
 
 VECTORS = Path(__file__).parent / "vectors"
@@ -38,7 +38,7 @@ FEW = settings(max_examples=15, deadline=None)
 # position can honestly be a proof for another (entries [a, b, a, b], index 0 and 2).
 DISTINCT = sts.any_entry_lists(300, unique=True)
 
-IMPLEMENTATIONS = {"native": public_merkle, "pure": _merkle_pure}
+IMPLEMENTATIONS = {"native": public_merkle, "pure": merkle_pure}
 """compactstore.merkle (native for BLAKE3 when built) and the pure reference it is held to."""
 
 
@@ -106,7 +106,7 @@ def test_native_runs_unless_the_pure_implementation_is_asked_for() -> None:
 def _native_and_pure() -> tuple[ModuleType, ModuleType]:
     if public_merkle.IMPLEMENTATION != "native":
         pytest.skip("compactstore._native is not in use: not built, or COMPACTSTORE_PURE=1")
-    return public_merkle, _merkle_pure
+    return public_merkle, merkle_pure
 
 
 def _frontier_steps(m: ModuleType, leaves: list[bytes], cuts: list[int]) -> list[object]:

@@ -1,6 +1,6 @@
 //! `compactstore._native`: the BLAKE3 Merkle hot paths of `compactstore.merkle`, in Rust.
 //!
-//! Each function here has a namesake in `compactstore/_merkle_pure.py` that gives the
+//! Each function here has a namesake in `compactstore/merkle_pure.py` that gives the
 //! same bytes; `compactstore.merkle` checks arguments and calls these for BLAKE3. Hashes
 //! are 32-byte `bytes`; entries are `bytes` (or `bytearray`). The GIL is released while
 //! hashing, except for work of a few node hashes, where releasing it would cost more than

@@ -1,7 +1,7 @@
 //! RFC 9162 Merkle trees over the hashes of `hash.rs`: roots, span roots, proofs, their
 //! verification, and the frontier of a growing tree.
 //!
-//! The same algorithms, step for step, as `compactstore/_merkle_pure.py`, which is the
+//! The same algorithms, step for step, as `compactstore/merkle_pure.py`, which is the
 //! reference: a subtree `(level, index)` covers positions `[index << level, (index + 1) << level)`.
 //! Large inputs are split over the pool's threads; small ones stay on the caller's.
 

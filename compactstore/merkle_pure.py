@@ -388,7 +388,8 @@ def _levels(entries: Sequence[bytes], algo: str) -> list[list[bytes]]:
     return subtree_levels(_leaves(entries, algo), algo)
 
 
-def _check_size(name: str, value: int, lo: int, hi: int) -> None:
+def check_size(name: str, value: int, lo: int, hi: int) -> None:
+    """Raise InvalidArgument naming ``name`` unless ``lo <= value <= hi``."""
     if not lo <= value <= hi:
         raise InvalidArgument(name, f"must be in [{lo}, {hi}], got {value}")
 
@@ -439,8 +440,8 @@ def span_root(entries: Sequence[bytes], start: int, stop: int, algo: str = "blak
     two >= ``stop - start`` (every prefix ``[0, n)`` among them).
     Requires ``0 <= start <= stop <= len(entries)``.
     """
-    _check_size("stop", stop, 0, len(entries))
-    _check_size("start", start, 0, stop)
+    check_size("stop", stop, 0, len(entries))
+    check_size("start", start, 0, stop)
     _hasher(algo)
     # Every leaf of the span in one call, then each piece of the compact range from them.
     return span_root_of_leaves(_leaves(entries[start:stop], algo), start, stop, algo, first=start)
@@ -454,8 +455,8 @@ def span_root_of_leaves(
     ``leaves[0]`` is the leaf of position ``first`` (default 0: every leaf from the
     start of the log), so a span's own leaves will do with ``first=start``.
     """
-    _check_size("stop", stop, first, first + len(leaves))
-    _check_size("start", start, first, stop)
+    check_size("stop", stop, first, first + len(leaves))
+    check_size("start", start, first, stop)
     return fold(
         [root_of_leaves(leaves[(i << lv) - first : ((i + 1) << lv) - first], algo) for lv, i in cover(start, stop)], algo
     )
@@ -466,7 +467,7 @@ def inclusion_proof(entries: Sequence[bytes], index: int, algo: str = "blake3") 
 
     Requires ``0 <= index < len(entries)``.
     """
-    _check_size("index", index, 0, len(entries) - 1)
+    check_size("index", index, 0, len(entries) - 1)
     spans = inclusion_spans(index, len(entries))
     levels = _levels(entries, algo)
     need = {c for a, b in spans for c in cover(a, b)}
@@ -478,7 +479,7 @@ def consistency_proof(entries: Sequence[bytes], old_size: int, algo: str = "blak
 
     Requires ``0 <= old_size <= len(entries)``.
     """
-    _check_size("old_size", old_size, 0, len(entries))
+    check_size("old_size", old_size, 0, len(entries))
     spans = consistency_spans(old_size, len(entries))
     levels = _levels(entries, algo)
     need = {c for a, b in spans for c in cover(a, b)}
