@@ -450,3 +450,22 @@ def test_importing_compactstore_loads_no_framework() -> None:
     code = ("import sys, compactstore, compactstore.adapters; "
             "print(sorted({m.split('.')[0] for m in sys.modules} & {'langgraph', 'langchain_core', 'agents', 'openai'}))")
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "[]"
+
+
+def test_the_saver_opens_from_a_conn_string_in_async_with_and_closes(target: str) -> None:
+    """from_conn_string gives a saver usable in ``async with``; leaving it closes the store it opened."""
+    import asyncio
+
+    async def run() -> None:
+        async with CompactStoreSaver.from_conn_string(target) as saver:
+            app = graph(saver)
+            config = {"configurable": {"thread_id": "t"}}
+            await app.ainvoke({"log": [], "approved": False}, config)
+            assert (await saver.aget_tuple(config)) is not None
+        with pytest.raises(cs.CompactStoreError):
+            saver.store.session("x").size  # noqa: B018 - the store is closed
+        again = CompactStoreSaver.from_conn_string(target)
+        assert again.get_tuple({"configurable": {"thread_id": "t"}}) is not None
+        await again.aclose()
+
+    asyncio.run(run())

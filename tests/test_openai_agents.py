@@ -282,3 +282,126 @@ def test_an_agent_run_stores_the_same_history_as_with_sqlite_session(store: cs.S
 
     asyncio.run(run())
     assert store.verify().ok
+
+
+# --- the memory loop: compaction inside the session ------------------------------------
+
+
+@function_tool
+def flaky(n: int) -> int:
+    """Fail for every third step, else echo ``n``."""
+    if n % 3 == 0:
+        raise RuntimeError(f"step {n} failed")
+    return n
+
+
+class Looping(Model):
+    """A model without a network: calls ``flaky`` once per question, then answers; records every input it gets."""
+
+    def __init__(self) -> None:
+        self.inputs: list[list[Any]] = []
+
+    async def get_response(self, system_instructions: Any, input: Any, model_settings: Any, tools: Any,  # noqa: A002
+                           output_schema: Any, handoffs: Any, tracing: Any, **kwargs: Any) -> ModelResponse:
+        items = list(input) if isinstance(input, list) else [{"role": "user", "content": input}]
+        self.inputs.append(items)
+        last = items[-1]
+        if last.get("type") == "function_call_output":
+            out: list[Any] = [ResponseOutputMessage(
+                id="m", type="message", role="assistant", status="completed",
+                content=[ResponseOutputText(type="output_text", text=f"done: {last['output']}", annotations=[])])]
+        else:
+            n = len(self.inputs)
+            out = [ResponseFunctionToolCall(id="f", type="function_call", call_id=f"call-{n}", name="flaky",
+                                            arguments=f'{{"n": {n}}}')]
+        return ModelResponse(output=out, usage=Usage(), response_id=None)
+
+    def stream_response(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError
+
+
+POLICY = cs.CompactionPolicy(every=12, roll_up_every=3)
+
+
+def test_an_agent_run_after_a_restart_is_fed_the_compacted_context(target: str) -> None:
+    """After 30 runs and a restart, the model's input is summary notes plus the raw tail, far smaller than the log."""
+    config = RunConfig(tracing_disabled=True)
+
+    async def run(model: Looping, questions: range) -> list[Item]:
+        agent = Agent(name="loop", instructions="Work.", tools=[flaky], model=model)
+        with CompactStoreSession("loop", target, compaction=POLICY) as session:
+            for q in questions:
+                await Runner.run(agent, f"question {q}", session=session, run_config=config)
+            assert session.maintenance is not None and not session.maintenance.refused
+            return await session.get_items()
+
+    asyncio.run(run(Looping(), range(30)))
+    model = Looping()
+    asyncio.run(run(model, range(30, 31)))  # a new process: the store is reopened
+    first = model.inputs[0]
+    notes = [i for i in first if i.get("role") == "developer"]
+    assert notes and notes[0]["content"].startswith("[summary L2")
+    negatives = notes[0]["content"].split("Negative facts")[1]
+    assert "failed: An error occurred while running the tool" in negatives  # the tool errors, kept as negative facts
+    assert first[-1] == {"role": "user", "content": "question 30"}
+    with cs.open(target) as store:
+        log = store.session("openai-agents:loop")
+        raw = [r for r in log.scan(0) if r.kind not in cs.events.DERIVED_KINDS]
+        assert len(raw) > 120 and len(first) < len(raw) / 4
+        failed = [r for r in raw if isinstance(r.event, cs.ToolResult) and not r.event.ok]
+        assert failed and all(r.event.status == "failed" for r in failed)
+        assert store.verify().ok
+
+
+def test_the_compacted_items_hold_every_item_once_and_limit_takes_the_last(store: cs.Store) -> None:
+    """Each item after the summaries' cover comes back once, as stored, in order; limit=N is the last N of them."""
+
+    async def run() -> None:
+        session = CompactStoreSession("c", store, compaction=cs.CompactionPolicy(every=10, roll_up_every=2))
+        stored = items(45)
+        for i in range(0, 45, 5):
+            await session.add_items(stored[i:i + 5])
+        got = await session.get_items()
+        notes = [i for i in got if i.get("role") == "developer"]
+        tail = [i for i in got if i.get("role") != "developer"]
+        assert notes and tail == stored[-len(tail):] and len(tail) < len(stored)
+        assert await session.get_items(3) == got[-3:] == stored[-3:]
+        assert await session.get_items(0) == []
+
+    asyncio.run(run())
+
+
+def test_pop_under_a_policy_withdraws_the_item_and_markers_still_certify(store: cs.Store) -> None:
+    """pop_item under a policy supersedes the item: gone from get_items, listed as superseded, and markers certify."""
+
+    async def run() -> None:
+        session = CompactStoreSession("p", store, compaction=cs.CompactionPolicy(every=10, roll_up_every=2))
+        stored = items(45)
+        await session.add_items(stored)
+        assert await session.pop_item() == stored[-1]
+        got = await session.get_items()
+        assert got[-1] == stored[-2] and stored[-1] not in got
+        await session.add_items(items(20, start=45))
+        assert session.log.context().mode == "certified"
+        got = await session.get_items()
+        assert stored[-1] not in got and got[-1] == items(20, start=45)[-1]
+        assert any("superseded" in str(i.get("content")) for i in got if i.get("role") == "developer")
+
+    asyncio.run(run())
+    assert store.verify().ok
+
+
+def test_a_tool_error_is_stored_as_a_failed_result() -> None:
+    """The SDK's default error and timeout outputs, and an incomplete output, are failed results; others are ok."""
+    from compactstore.adapters.openai_agents import DEFAULT_TOOL_ERROR, event_of
+
+    def result(**fields: Any) -> Any:
+        return event_of({"type": "function_call_output", "call_id": "c", **fields})
+
+    for bad in (result(output=DEFAULT_TOOL_ERROR), result(output=DEFAULT_TOOL_ERROR + " Error: boom"),
+                result(output="Tool 'f' timed out after 2.5 seconds."), result(output="4", status="incomplete")):
+        assert (bad.ok, bad.status) == (False, "failed")
+    fine = result(output="4")
+    assert (fine.ok, fine.status) == (True, None)
+    custom = event_of({"type": "function_call_output", "call_id": "c", "output": "E: x"}, lambda i: True)
+    assert custom.status == "failed"

@@ -97,6 +97,17 @@ class CompactStoreSaver(StoreUser, BaseCheckpointSaver[str]):
         self._by_id: dict[str, ThreadIndex] = {}
         self._lock = threading.Lock()
 
+    @classmethod
+    def from_conn_string(cls, conn_string: str, *, serde: SerializerProtocol | None = None,
+                         prefix: str = PREFIX) -> CompactStoreSaver:
+        """Return a saver over the store at ``conn_string``, which it closes with itself.
+
+        As the stock savers' ``from_conn_string``, it is used in a ``with`` or an
+        ``async with`` block: ``async with CompactStoreSaver.from_conn_string("agent.db")
+        as saver: ...``; outside one, call :meth:`close` or ``await`` :meth:`aclose`.
+        """
+        return cls(conn_string, serde=serde, prefix=prefix)
+
     # --- the log ---------------------------------------------------------------------
 
     def session(self, thread_id: str) -> Session:

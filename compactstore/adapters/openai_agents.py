@@ -18,12 +18,39 @@ How a session maps onto the log:
   ``SQLiteSession`` gives it too), so it comes back exactly. Compaction sees which
   calls are still open, and markers and resume work on a conversation as on any
   session.
+- A tool's output that reports an error is a failed result (``ok=False``,
+  ``status="failed"``), a negative fact that every summary of it must retain. The
+  SDK writes a tool error into the output item as text only (its
+  ``failure_error_function``, by default "An error occurred while running the tool.
+  Please try again.", or a timeout message), so :func:`tool_failed` recognises those
+  texts and an output item whose ``status`` is ``"incomplete"``; a session given its
+  own ``failure_error_function`` passes a matching ``tool_failed``.
 - ``pop_item`` and ``clear_session`` redact: the items read as gone, the tree still
   verifies, and ``Store.verify`` counts the erased positions.
 
 ``get_items``, ``add_items``, ``pop_item`` and ``clear_session`` behave as the SDK's
 ``SQLiteSession`` does (the same limits, ``session_settings`` included, and order); they
 run the store's calls in a worker thread.
+
+With a compaction policy (``CompactStoreSession(..., compaction=cs.CompactionPolicy())``):
+
+- after each ``add_items`` the session runs :meth:`compactstore.Session.maintain`
+  (``amaintain``, awaiting the summarizer, when it is ``async def``);
+- once a marker certifies, ``get_items`` returns the certified context of
+  :meth:`compactstore.Session.context` as Responses input items
+  (``Resolution.as_messages("openai-responses")``): a developer note per summary node,
+  then every item after the span the summaries cover, each once and as it was stored
+  (a tool output whose call a summary swallowed goes in as a note). ``limit`` keeps the
+  last ``limit`` of those, notes included. Until a marker certifies, or when none does
+  any more, it returns the stored items as without a policy;
+- ``pop_item`` withdraws the latest item without redacting it: it appends an event that
+  supersedes the item, so the item reads as gone and later summaries list it as
+  superseded, while markers still certify (a redacted position is unknown to the
+  rules, so no marker could ever cover it). An item a summary had already taken in
+  stays in that summary's text;
+- ``clear_session`` redacts as without a policy; the cleared positions are then
+  unknown to the rules, so no later marker certifies over them and ``get_items``
+  returns stored items from then on: start a new ``session_id`` to compact again.
 """
 
 from __future__ import annotations
@@ -31,17 +58,22 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-from collections.abc import Sequence
+import re
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from agents.memory.session_settings import SessionSettings, resolve_session_limit
+from agents.tool import default_tool_error_function
 
 from .. import events as ev
+from .. import render
 from ..errors import InvalidEvent
+from ..policy import CompactionPolicy, Maintenance
+from ..resolver import RawItem
 from ..store import Record, Session, Store
 from .tail import RETRIES, StoreUser, Tail, read_many, session_name
 
-__all__ = ["CompactStoreSession", "PREFIX"]
+__all__ = ["CompactStoreSession", "PREFIX", "POPPED", "tool_failed"]
 
 #: Every SDK session's compactstore session name starts with this.
 PREFIX = "openai-agents:"
@@ -56,7 +88,27 @@ OUTPUTS = frozenset(CALLS.values())
 #: Item fields an event may carry in its own field rather than in ``meta["item"]``.
 MOVABLE = frozenset({"content", "output"})
 
+#: ``meta`` key of the event with which ``pop_item`` withdraws an item under a compaction policy.
+POPPED = "openai-agents:popped"
+#: The text the SDK's default ``failure_error_function`` writes as a failed tool's output.
+DEFAULT_TOOL_ERROR = default_tool_error_function(None, RuntimeError())  # type: ignore[arg-type]
+#: The SDK's default timeout output (``default_tool_timeout_error_message``).
+_TIMEOUT = re.compile(r"Tool '.*' timed out after [0-9.e+-]+ seconds\.", re.DOTALL)
+
 Item = dict[str, Any]
+
+
+def tool_failed(item: Item) -> bool:
+    """Return whether a tool output item reports an error, as the SDK writes one.
+
+    True for an item whose ``status`` is ``"incomplete"``, and for an output text that
+    starts with the SDK's default tool error (:data:`DEFAULT_TOOL_ERROR`) or is its
+    default timeout message.
+    """
+    if item.get("status") == "incomplete":
+        return True
+    output = item.get("output")
+    return isinstance(output, str) and (output.startswith(DEFAULT_TOOL_ERROR) or _TIMEOUT.fullmatch(output) is not None)
 
 
 class _Items(Tail):
@@ -65,29 +117,41 @@ class _Items(Tail):
     def __init__(self, session: Session) -> None:
         super().__init__(session)
         self.items: list[int] = []
+        #: positions withdrawn by ``pop_item`` under a policy, and the events withdrawing them
+        self.hidden: set[int] = set()
+        #: whether a marker pointing at a summary node was ever appended (and not redacted)
+        self.marked: set[int] = set()
 
     def apply(self, record: Record) -> None:
-        meta = record.event.meta
-        if isinstance(meta, dict) and "item" in meta:
+        event = record.event
+        meta = event.meta
+        if isinstance(event, ev.RecoveryMarker) and event.node is not None:
+            self.marked.add(record.pos)
+        elif isinstance(meta, dict) and POPPED in meta and event.supersedes is not None:
+            self.hidden.update((record.pos, event.supersedes))
+            self.items = [p for p in self.items if p != event.supersedes]
+        elif isinstance(meta, dict) and "item" in meta:
             self.items.append(record.pos)
 
     def forget(self, positions: Sequence[int]) -> None:
         gone = set(positions)
         if gone:
             self.items = [p for p in self.items if p not in gone]
+            self.marked.difference_update(gone)
 
 
-def event_of(item: Item) -> ev.Event:
+def event_of(item: Item, failed: Callable[[Item], bool] = tool_failed) -> ev.Event:
     """Return the event that stores ``item``: a tool call, its result, or a turn.
 
     The item goes into ``meta["item"]``, less a field the event carries itself (a turn's
     text ``content``, a result's ``output``), which ``meta["moved"]`` names; so nothing
-    is stored twice, and :func:`item_of` puts the item back together exactly.
+    is stored twice, and :func:`item_of` puts the item back together exactly. A tool
+    output for which ``failed`` is true is a failed result (``ok=False``, ``status="failed"``).
     """
-    return _event_of(item, owned=False)
+    return _event_of(item, owned=False, failed=failed)
 
 
-def _event_of(item: Item, *, owned: bool) -> ev.Event:
+def _event_of(item: Item, *, owned: bool, failed: Callable[[Item], bool] = tool_failed) -> ev.Event:
     """Return :func:`event_of` of ``item``; ``owned``: no one else holds it, so it may go into the event as it is."""
     kind = item.get("type")
     call_id = item.get("call_id")
@@ -97,10 +161,14 @@ def _event_of(item: Item, *, owned: bool) -> ev.Event:
             return ev.ToolCall(call_id=call_id, name=name if isinstance(name, str) and name else str(kind),
                                meta={"item": item})
         if kind in OUTPUTS:
+            # Decided before ``_moved`` may take the output out of the item.
+            ok = not failed(item)
+            status: ev.Status | None = None if ok else "failed"
             if "output" not in item:
-                return ev.ToolResult(call_id=call_id, meta={"item": item})
+                return ev.ToolResult(call_id=call_id, ok=ok, status=status, meta={"item": item})
             output = item["output"]
-            return ev.ToolResult(call_id=call_id, output=output, meta=_moved(item, "output", owned))
+            return ev.ToolResult(call_id=call_id, output=output, ok=ok, status=status,
+                                 meta=_moved(item, "output", owned))
     role = item.get("role")
     role = role if isinstance(role, str) and role else kind if isinstance(kind, str) and kind else "item"
     content = item.get("content")
@@ -156,6 +224,10 @@ class CompactStoreSession(StoreUser):
             :meth:`close`.
         session_settings: the default ``limit`` of :meth:`get_items`, as for the SDK's sessions.
         prefix: the start of the compactstore session's name.
+        compaction: a policy the session maintains after each :meth:`add_items`; from
+            the first certifying marker on, :meth:`get_items` returns the compacted
+            context (see the module's docstring).
+        tool_failed: which tool output items report an error (default :func:`tool_failed`).
     """
 
     session_settings: SessionSettings | None = None
@@ -167,9 +239,17 @@ class CompactStoreSession(StoreUser):
         *,
         session_settings: SessionSettings | None = None,
         prefix: str = PREFIX,
+        compaction: CompactionPolicy | None = None,
+        tool_failed: Callable[[Item], bool] = tool_failed,
     ) -> None:
+        if compaction is not None and not isinstance(compaction, CompactionPolicy):
+            raise TypeError(f"compaction: want a CompactionPolicy or None, got {type(compaction).__name__}")
         self.session_id = session_id
         self.session_settings = session_settings if session_settings is not None else SessionSettings()
+        self.compaction = compaction
+        self.tool_failed = tool_failed
+        #: what the latest maintenance after :meth:`add_items` did (None before the first)
+        self.maintenance: Maintenance | None = None
         self._use(store)
         #: the compactstore session holding the items: compact, mark and resume it like any other
         self.log: Session = self.store.session(session_name(prefix, str(session_id)))
@@ -179,13 +259,21 @@ class CompactStoreSession(StoreUser):
         """Return the session's items, oldest first: all of them, or the latest ``limit``.
 
         ``limit`` None falls back to ``session_settings.limit``; 0 gives none and a
-        negative limit all, as in ``SQLiteSession``.
+        negative limit all, as in ``SQLiteSession``. Under a compaction policy, once a
+        marker certifies, the items are the compacted context: a developer note per
+        summary, then the items after what the summaries cover.
         """
         return await asyncio.to_thread(self._get, resolve_session_limit(limit, self.session_settings))
 
     def _get(self, limit: int | None) -> list[Item]:
         index = self._items
         with index.lock:
+            if self.compaction is not None:
+                index.refresh()
+                if index.marked:
+                    compacted = self._compacted()
+                    if compacted is not None:
+                        return compacted if limit is None or limit < 0 else compacted[-limit:] if limit else []
             for _ in range(RETRIES):
                 index.refresh()
                 positions = index.items if limit is None or limit < 0 else index.items[-limit:] if limit else []
@@ -196,25 +284,47 @@ class CompactStoreSession(StoreUser):
             # Still racing another process's redactions: return what is there.
             return [i for i in items if i is not None]
 
+    def _compacted(self) -> list[Item] | None:
+        """Return the certified context as Responses input items, or None when no marker certifies."""
+        got = self.log.context()
+        if got.mode != "certified":
+            return None
+        hidden = self._items.hidden
+        # The context holds each raw event after the cover once; what pop_item withdrew is left out.
+        entries = [x for x in got.context if not (isinstance(x, RawItem) and x.pos in hidden)]
+        return [dict(m) for m in render.messages(entries, "openai-responses")]
+
     async def add_items(self, items: list[Item]) -> None:
-        """Append ``items`` in one transaction, in order.
+        """Append ``items`` in one transaction, in order; then do what the compaction policy says is due.
 
         Raises:
             InvalidEvent: an item is not JSON (or holds NaN); nothing is written.
+            InvalidArgument: the policy's summarizer failed to give text (the items are written).
         """
         if not items:
             return
         # What SQLiteSession's JSON round trip gives, taken now (as it does) so that the
         # caller changing an item later changes nothing stored.
-        events = [_event_of(_round_trip(item), owned=True) for item in items]
+        failed = self.tool_failed
+        events = [_event_of(_round_trip(item), owned=True, failed=failed) for item in items]
         await asyncio.to_thread(self._add, events)
+        policy = self.compaction
+        if policy is not None:
+            if policy.is_async:
+                self.maintenance = await self.log.amaintain(policy)
+            else:
+                self.maintenance = await asyncio.to_thread(self.log.maintain, policy)
 
     def _add(self, events: list[ev.Event]) -> None:
         with self._items.lock:
             self._items.own(self.log.extend(events))
 
     async def pop_item(self) -> Item | None:
-        """Redact the latest item and return it; None when the session has no items."""
+        """Redact the latest item and return it; None when the session has no items.
+
+        Under a compaction policy the item is withdrawn instead: an event that
+        supersedes it is appended, and the item reads as gone (see the module's docstring).
+        """
         return await asyncio.to_thread(self._pop)
 
     def _pop(self) -> Item | None:
@@ -228,6 +338,12 @@ class CompactStoreSession(StoreUser):
                 item = _item_of(self.log.read(pos))
                 if item is None:
                     continue
+                if self.compaction is not None:
+                    withdrawal = ev.Turn(role="pop_item", content=f"item at pos {pos} withdrawn",
+                                         supersedes=pos, meta={POPPED: pos})
+                    if index.commit([withdrawal]) is None:
+                        continue  # another writer appended since the refresh: decide again
+                    return item
                 try:
                     index.own([self.log.redact([pos], "openai-agents pop_item")])
                 except InvalidEvent:

@@ -9,6 +9,7 @@ log however many writers share it.
 
 from __future__ import annotations
 
+import asyncio
 import re
 import threading
 from collections.abc import Iterable, Sequence
@@ -56,10 +57,22 @@ class StoreUser:
     ) -> None:
         self.close()
 
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
     def close(self) -> None:
         """Close the store if this object opened it."""
         if self._owned:
             self.store.close()
+
+    async def aclose(self) -> None:
+        """Close the store if this object opened it, in a worker thread."""
+        await asyncio.to_thread(self.close)
 
 
 def session_name(prefix: str, ident: str) -> str:
