@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -39,6 +40,7 @@ from agents.memory.session_settings import SessionSettings, resolve_session_limi
 from .. import events as ev
 from ..errors import InvalidEvent
 from ..store import Record, Session, Store
+from ..witness import Witness
 from .tail import RETRIES, StoreUser, Tail, read_many, session_name
 
 __all__ = ["CompactStoreSession", "PREFIX"]
@@ -156,6 +158,7 @@ class CompactStoreSession(StoreUser):
             :meth:`close`.
         session_settings: the default ``limit`` of :meth:`get_items`, as for the SDK's sessions.
         prefix: the start of the compactstore session's name.
+        witness: for a store opened here, as :func:`compactstore.open` takes it.
     """
 
     session_settings: SessionSettings | None = None
@@ -167,10 +170,11 @@ class CompactStoreSession(StoreUser):
         *,
         session_settings: SessionSettings | None = None,
         prefix: str = PREFIX,
+        witness: str | os.PathLike[str] | Witness | None = None,
     ) -> None:
         self.session_id = session_id
         self.session_settings = session_settings if session_settings is not None else SessionSettings()
-        self._use(store)
+        self._use(store, witness)
         #: the compactstore session holding the items: compact, mark and resume it like any other
         self.log: Session = self.store.session(session_name(prefix, str(session_id)))
         self._items = _Items(self.log)
