@@ -11,7 +11,7 @@ its module: ``compactstore.events`` (every event kind), ``compactstore.resolver`
 (the steps a policy takes), ``compactstore.render`` (model input) and the adapters.
 """
 
-from . import compaction, events, policy, render, resolver, rules, summarize, verify
+from . import compaction, events, policy, render, resolver, rules, summarize, verify, witness
 from .compaction import AUTO, Node
 from .copy import copy
 from .errors import (

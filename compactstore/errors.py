@@ -54,6 +54,24 @@ class IntegrityError(CompactStoreError):
         self.pos = pos
 
 
+class WitnessMismatch(IntegrityError):
+    """A session's stored tree does not extend the head a witness holds for it: restored, truncated or forked.
+
+    Attributes:
+        held: the size of the head the witness holds.
+        got: the size of the session's latest stored head (0 when it has none).
+    """
+
+    def __init__(self, reason: str, *, session: str, held: int, got: int) -> None:
+        super().__init__(
+            f"session {session!r}: the store holds size {got}, the witness holds size {held}: {reason}",
+            session=session,
+            hint="the store is not the one the witness saw last: restore it from a copy that holds the witnessed head",
+        )
+        self.held = held
+        self.got = got
+
+
 class ConflictError(CompactStoreError):
     """An idempotency key was reused with a different event, or a writer lost a race."""
 

@@ -23,6 +23,7 @@ from . import compaction, markers, merkle, resolver, rules
 from . import index as structure_index
 from . import policy as policies
 from . import events as ev
+from . import witness as witnesses
 from .backends import SCHEMA_VERSION, Backend, HeadRow, Row, open_backend
 from .compaction import AUTO, Auto, Finding, Node, OnRisk
 from .content import content_digest_of, unhex
@@ -83,6 +84,7 @@ def open(  # noqa: A001 - the public name the API promises
     key: bytes | str | None = None,
     clock: ev.Clock | None = None,
     durable: bool = False,
+    witness: str | os.PathLike[str] | witnesses.Witness | None = None,
 ) -> Store:
     """Open (creating if needed) the store at ``target``.
 
@@ -92,9 +94,13 @@ def open(  # noqa: A001 - the public name the API promises
             created with a key must be opened with the same key to append or verify.
         clock: returns microseconds since the epoch; stamps events that carry no ``ts``.
         durable: survive power loss (``synchronous=FULL``), not only a process crash.
+        witness: a file path outside the store, or a :class:`~compactstore.witness.Witness`:
+            each session's latest head is saved there after every commit, and the
+            store's trees are held to it on open, on reads and in ``verify()``.
 
     Raises:
         IntegrityError: the key does not match the store's.
+        WitnessMismatch: a session does not extend the head the witness holds for it.
         CompactStoreError: the target is not a compactstore store, or is of a newer schema.
     """
     if isinstance(target, os.PathLike):
@@ -106,7 +112,13 @@ def open(  # noqa: A001 - the public name the API promises
     if clock is not None:
         ev.as_callable("clock", clock)
     ev.as_flag("durable", durable)
-    store = Store(open_backend(target, durable=durable), key=key, clock=clock)
+    if witness is not None:
+        witness = witnesses.as_witness(witness)
+        if isinstance(witness, witnesses.FileWitness) and "://" not in target and target != ":memory:" and (
+            os.path.abspath(witness.path) == os.path.abspath(target)
+        ):
+            raise InvalidArgument("witness", "must be a file outside the store, not the store itself")
+    store = Store(open_backend(target, durable=durable), key=key, clock=clock, witness=witness)
     store.target = target
     return store
 
@@ -163,7 +175,14 @@ class Store:
     Use as a context manager, or call :meth:`close`.
     """
 
-    def __init__(self, backend: Backend, *, key: bytes | str | None = None, clock: ev.Clock | None = None) -> None:
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        key: bytes | str | None = None,
+        clock: ev.Clock | None = None,
+        witness: witnesses.Witness | None = None,
+    ) -> None:
         """Wrap an open backend. Prefer :func:`open`."""
         self.backend = backend
         #: where the store lives (a path or URL), so worker processes can open it too
@@ -176,8 +195,15 @@ class Store:
         #: spans read and checked against their leaves: ``(sid, start, stop) -> (redactions, read)``
         self._spans: dict[tuple[int, int, int], tuple[int, SpanRead]] = {}
         self._cache_lock = threading.Lock()
+        #: the witness this store's heads are held to, if any
+        self.watch: witnesses.Watch | None = None
         try:
             self._check_meta()
+            if witness is not None:
+                self.watch = witnesses.Watch(witness, self.store_id, self._latest, self._prove, self._witness_mac)
+                problems = self.watch.load()
+                if problems:
+                    self.watch.check(problems[0][0])  # raises, naming the first session that fails
         except BaseException:
             backend.close()
             raise
@@ -249,10 +275,26 @@ class Store:
         broken = [Problem(name, "events", pos, f"breaks a rule: {why}")
                   for name in self.sessions() if name not in damaged and None not in damaged
                   for pos, why in self.session(name).rule_problems()]
+        if self.watch is not None:
+            try:
+                broken += [Problem(name, "witness", None, why) for name, why in self.watch.load()]
+            except IntegrityError as exc:
+                broken.append(Problem(None, "witness", None, str(exc)))
         if not broken:
             return report
         problems = report.problems + broken
         return msgspec.structs.replace(report, ok=False, problems=problems)
+
+    def _latest(self, name: str) -> tuple[int, bytes]:
+        sid = self.backend.session_id(name)
+        head = self.backend.head(sid) if sid is not None else None
+        return (head.size, head.root) if head else (0, b"")
+
+    def _prove(self, name: str, old_size: int, new_size: int) -> list[bytes]:
+        return self.session(name).consistency_proof(old_size, new_size)
+
+    def _witness_mac(self, name: str, size: int, root: bytes) -> bytes | None:
+        return head_mac(self.mac_key, name, size, root) if self.mac_key else None
 
     def check_head(self, head: TreeHead) -> bool:
         """Return whether ``head`` carries a valid MAC under this store's key.
@@ -464,6 +506,8 @@ class Session:
                     w.erase(redaction.positions, by)
         if rows:
             self.store._frontiers[sid] = frontier
+            if store.watch is not None:  # after the commit: the witness holds only what is durable
+                store.watch.acknowledge(self.name, frontier.size, root)
         if not replays:
             return new
         made = iter(new)
@@ -1002,6 +1046,8 @@ class Session:
             KeyRequired: the store is keyed and was opened without its key.
             IntegrityError: a body read does not match its leaf or the sealed head.
         """
+        if self.store.watch is not None:
+            self.store.watch.check(self.name)
         if self._sid() is None:
             return resolver.empty_context(self.name)
         return resolver.context(self, self._latest_markers())
@@ -1324,6 +1370,8 @@ class Session:
             InvalidArgument: no event at ``pos``.
         """
         _position("pos", pos)
+        if self.store.watch is not None:
+            self.store.watch.check(self.name)
         sid = self._sid()
         row = self.store.backend.row(sid, pos) if sid is not None else None
         if row is None:
@@ -1335,6 +1383,8 @@ class Session:
         _position("start", start)
         if stop is not None:
             _position("stop", stop)
+        if self.store.watch is not None:
+            self.store.watch.check(self.name)
         sid = self._sid()
         if sid is None:
             return

@@ -69,7 +69,8 @@ class Problem(msgspec.Struct, frozen=True):
 
     Attributes:
         session: the session's name (None for store-wide problems).
-        table: where: ``events``, ``subtrees``, ``heads``, ``sessions`` or ``meta``.
+        table: where: ``events``, ``subtrees``, ``heads``, ``sessions``, ``meta``, or
+            ``witness`` (the store does not extend a head its witness holds).
         pos: the event position, or the first position a subtree or head covers.
         what: what is wrong, with got/want where it helps.
     """

@@ -36,6 +36,8 @@ LAYERS = {
     "compaction": 4, "markers": 4, "resolver": 4, "summarize": 4, "render": 4, "policy": 4,
     # 5. Backends: rows and typed verbs; no hashing, no events.
     "backends.*": 5,
+    # Storage outside the store: the heads a witness holds, and the checks against them.
+    "witness": 5,
     # 6. Checkers over a backend's rows alone: the structural index and whole-store verification.
     "index": 6, "verify": 6,
     # 7. The store: the one write path, the sealed heads, the caches.

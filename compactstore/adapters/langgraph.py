@@ -37,6 +37,7 @@ The async methods run the sync ones in a worker thread (``asyncio.to_thread``).
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
@@ -61,6 +62,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from .. import events as ev
 from ..errors import ConflictError
 from ..store import Record, Session, Store
+from ..witness import Witness
 from .langgraph_index import Ident, Key, ThreadIndex
 from .langgraph_state import ChannelEncoder, Encoded, StateCodec, copied_value, parts, spread_over, with_whole
 from .tail import RETRIES, StoreUser, idempotency_key, read_many, session_name
@@ -86,11 +88,13 @@ class CompactStoreSaver(StoreUser, BaseCheckpointSaver[str]):
         serde: LangGraph's serializer for channel values, writes and checkpoints
             (``JsonPlusSerializer`` by default).
         prefix: the start of every thread's session name.
+        witness: for a store opened here, as :func:`compactstore.open` takes it.
     """
 
-    def __init__(self, store: Store | str, *, serde: SerializerProtocol | None = None, prefix: str = PREFIX) -> None:
+    def __init__(self, store: Store | str, *, serde: SerializerProtocol | None = None, prefix: str = PREFIX,
+                 witness: str | os.PathLike[str] | Witness | None = None) -> None:
         super().__init__(serde=serde)
-        self._use(store)
+        self._use(store, witness)
         self.prefix = prefix
         self._threads: dict[str, ThreadIndex] = {}
         #: thread id -> its entry in ``_threads``

@@ -58,6 +58,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import os
 import re
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -71,6 +72,7 @@ from ..errors import InvalidEvent
 from ..policy import CompactionPolicy, Maintenance
 from ..resolver import RawItem
 from ..store import Record, Session, Store
+from ..witness import Witness
 from .tail import RETRIES, StoreUser, Tail, read_many, session_name
 
 __all__ = ["CompactStoreSession", "PREFIX", "POPPED", "tool_failed"]
@@ -228,6 +230,7 @@ class CompactStoreSession(StoreUser):
             the first certifying marker on, :meth:`get_items` returns the compacted
             context (see the module's docstring).
         tool_failed: which tool output items report an error (default :func:`tool_failed`).
+        witness: for a store opened here, as :func:`compactstore.open` takes it.
     """
 
     session_settings: SessionSettings | None = None
@@ -241,6 +244,7 @@ class CompactStoreSession(StoreUser):
         prefix: str = PREFIX,
         compaction: CompactionPolicy | None = None,
         tool_failed: Callable[[Item], bool] = tool_failed,
+        witness: str | os.PathLike[str] | Witness | None = None,
     ) -> None:
         if compaction is not None and not isinstance(compaction, CompactionPolicy):
             raise TypeError(f"compaction: want a CompactionPolicy or None, got {type(compaction).__name__}")
@@ -250,7 +254,7 @@ class CompactStoreSession(StoreUser):
         self.tool_failed = tool_failed
         #: what the latest maintenance after :meth:`add_items` did (None before the first)
         self.maintenance: Maintenance | None = None
-        self._use(store)
+        self._use(store, witness)
         #: the compactstore session holding the items: compact, mark and resume it like any other
         self.log: Session = self.store.session(session_name(prefix, str(session_id)))
         self._items = _Items(self.log)

@@ -10,6 +10,7 @@ log however many writers share it.
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import threading
 from collections.abc import Iterable, Sequence
@@ -20,9 +21,10 @@ from urllib.parse import quote
 from blake3 import blake3
 
 from .. import events as ev
-from ..errors import ConflictError, InvalidEvent, SessionMoved
+from ..errors import ConflictError, InvalidArgument, InvalidEvent, SessionMoved
 from ..store import MAX_SESSION_NAME, Record, Session, Store
 from ..store import open as open_store
+from ..witness import Witness
 
 #: Positions listed by one redaction event: keeps its body far below the event size limit.
 REDACTION_CHUNK = 10_000
@@ -45,9 +47,11 @@ class StoreUser:
     store: Store
     _owned: bool
 
-    def _use(self, store: Store | str) -> None:
+    def _use(self, store: Store | str, witness: str | os.PathLike[str] | Witness | None = None) -> None:
+        if witness is not None and isinstance(store, Store):
+            raise InvalidArgument("witness", "a store given open keeps the witness it was opened with")
         self._owned = not isinstance(store, Store)
-        self.store = open_store(store) if isinstance(store, str) else store
+        self.store = open_store(store, witness=witness) if isinstance(store, str) else store
 
     def __enter__(self) -> Self:
         return self

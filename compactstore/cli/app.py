@@ -36,6 +36,9 @@ from ..store import open as open_store
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE = 0, 1, 2
 DEFAULT_STORE = "compactstore.db"
 STORE_ENV = "COMPACTSTORE_STORE"
+WITNESS_ENV = "COMPACTSTORE_WITNESS"
+#: Where ``--witness`` leaves its value for :func:`opened` (a click context's ``meta``).
+_WITNESS = "compactstore.witness"
 
 #: Errors that mean "the store said no" (exit 1) rather than "the input is wrong" (exit 2).
 REFUSALS: tuple[type[CompactStoreError], ...] = (
@@ -143,10 +146,25 @@ def reporting(as_json: bool, hints: dict[type[CompactStoreError], str] | None = 
 
 
 def store_option(f: F) -> F:
-    """Add ``--store/-s``."""
+    """Add ``--store/-s`` and ``--witness``."""
     return click.option(
         "--store", "-s", "target", default=DEFAULT_STORE, show_default=True, envvar=STORE_ENV, show_envvar=True,
         metavar="PATH|URL", help="The store: a SQLite file or a postgresql:// URL.",
+    )(witness_option(f))
+
+
+def _keep_witness(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+    if value:
+        ctx.meta[_WITNESS] = value
+
+
+def witness_option(f: F) -> F:
+    """Add ``--witness`` (every command that opens the store with :func:`opened` uses it)."""
+    return click.option(
+        "--witness", metavar="PATH", envvar=WITNESS_ENV, show_envvar=True, expose_value=False,
+        callback=_keep_witness,
+        help="A file outside the store holding each session's latest head: a store restored "
+        "to an older copy, truncated or forked is refused.",
     )(f)
 
 
@@ -223,8 +241,10 @@ def opened(target: str, key_env: str | None, as_json: bool, *, create: bool = Fa
         raise Failure(f"no store at {target}", as_json=as_json,
                       hint="run `compactstore demo` to make one, or name yours with --store or $COMPACTSTORE_STORE")
     key = read_key(key_env)
+    ctx = click.get_current_context(silent=True)
+    witness = ctx.meta.get(_WITNESS) if ctx is not None else None
     with reporting(as_json):
-        store = open_store(target, key=key)
+        store = open_store(target, key=key, witness=witness)
     try:
         yield store
     finally:
