@@ -175,6 +175,8 @@ class Store:
         self._nodes: dict[int, tuple[int, list[tuple[int, ev.Summary]]]] = {}
         #: spans read and checked against their leaves: ``(sid, start, stop) -> (redactions, read)``
         self._spans: dict[tuple[int, int, int], tuple[int, SpanRead]] = {}
+        #: markers' certified resolutions per session: ``sid -> (redactions, kept)``
+        self._certified: dict[int, tuple[int, resolver.Certified]] = {}
         self._cache_lock = threading.Lock()
         try:
             self._check_meta()
@@ -1003,9 +1005,15 @@ class Session:
             KeyRequired: the store is keyed and was opened without its key.
             IntegrityError: a body read does not match its leaf or the sealed head.
         """
-        if self._sid() is None:
+        sid = self._sid()
+        if sid is None:
             return resolver.empty_context(self.name)
-        return resolver.context(self, self._latest_markers())
+        redactions = len(self.store.backend.redactions(sid))
+        with self.store._cache_lock:
+            kept = self.store._certified.get(sid)
+            if kept is None or kept[0] != redactions:
+                kept = self.store._certified[sid] = (redactions, resolver.Certified())
+        return resolver.context(self, self._latest_markers(), kept[1])
 
     def latest_marker(self) -> Marker | None:
         """Return the marker :meth:`context` resolves from now, or None when none certifies."""
