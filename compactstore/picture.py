@@ -9,16 +9,18 @@ audit's findings. Renderers only draw it.
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Literal
 
 import msgspec
 
 from . import events as ev
-from . import merkle
+from . import merkle, render
 from .compaction import Finding, Node
 from .errors import IntegrityError
 from .facts import FullFacts
 from .markers import Marker
+from .resolver import RawItem, SummaryItem
 from .rules import check_marker, lost
 from .structure import build, text_of
 
@@ -98,8 +100,35 @@ class Pin(msgspec.Struct, frozen=True):
     cover: list[int] = []
 
 
+class Span(msgspec.Struct, frozen=True):
+    """A span ``[start, stop)`` of the resumed context and where it comes from: a node (its position), or raw (-1)."""
+
+    start: int
+    stop: int
+    node: int
+
+
+class Loaded(msgspec.Struct, frozen=True):
+    """What a resumed agent loads now (:meth:`Session.context`) against the raw log, both rendered as model input.
+
+    Attributes:
+        marker: the marker it resolves from (-1: none certifies, the raw log).
+        spans: the cover: each span of the log and the node it comes from, or raw.
+        items, characters: of the context, as OpenAI Responses input encoded as JSON.
+        raw_items, raw_characters: of the raw log (derived events left out), the same way.
+    """
+
+    marker: int
+    mode: str
+    spans: list[Span]
+    items: int
+    characters: int
+    raw_items: int
+    raw_characters: int
+
+
 class Picture(msgspec.Struct, frozen=True):
-    """A session drawn as data: positions, nodes over spans, markers, findings."""
+    """A session drawn as data: positions, nodes over spans, markers, findings, and the context loaded now."""
 
     session: str
     size: int
@@ -109,6 +138,28 @@ class Picture(msgspec.Struct, frozen=True):
     markers: list[Pin]
     findings: list[Finding]
     open_items: list[ev.Item]
+    loaded: Loaded | None = None
+
+
+def _characters(messages: list[render.Message]) -> int:
+    return len(json.dumps(messages, ensure_ascii=False))
+
+
+def loaded(session: Session, records: list[ev.Record]) -> Loaded:
+    """Return what :meth:`Session.context` loads now against the raw ``records``, in items and characters."""
+    r = session.context()
+    spans, at = [], 0
+    for item in r.context:
+        if isinstance(item, SummaryItem):
+            if at < item.start:
+                spans.append(Span(at, item.start, -1))
+            spans.append(Span(item.start, item.stop, item.pos))
+            at = item.stop
+    if at < r.size:
+        spans.append(Span(at, r.size, -1))
+    raw = [RawItem(x.pos, x.event) for x in records if x.kind not in ev.DERIVED_KINDS]
+    return Loaded(r.marker, r.mode, spans, len(r.context), _characters(r.as_messages("openai-responses")),
+                  len(raw), _characters(render.messages(raw, "openai-responses")))
 
 
 def picture(session: Session) -> Picture:
@@ -161,7 +212,11 @@ def picture(session: Session) -> Picture:
         pins.append(Pin(m.pos, m.node, m.size, m.root.hex(), m.conditions, res.mode, res.reasons, res.digest.hex(),
                         m.cover))
     open_items = structure.unresolved_at(0, head.size)
-    return Picture(session.name, head.size, head.root.hex(), cells, bars, pins, session.audit(), open_items)
+    try:
+        now = loaded(session, records) if head.size else None
+    except IntegrityError:
+        now = None  # the markers above say why: a log that does not verify loads nothing
+    return Picture(session.name, head.size, head.root.hex(), cells, bars, pins, session.audit(), open_items, now)
 
 
 #: The glyph of each kind of negative fact, in the terminal and on the page.

@@ -285,7 +285,7 @@ def _summary_text(node: SummaryEntry) -> str:
     ]
     if node.negative_facts:
         lines.append("Negative facts (failed, rejected or superseded; do not redo them):")
-        lines += [f"- pos {f.pos} {f.status}: {f.text}".rstrip(": ") for f in node.negative_facts]
+        lines += _fact_lines(node.negative_facts)
     if node.unresolved:
         lines.append("UNRESOLVED (still open at the end of the span):")
         lines += [f"- UNRESOLVED {i.kind} {i.id} (pos {i.pos})" for i in node.unresolved]
@@ -297,7 +297,47 @@ def _summary_text(node: SummaryEntry) -> str:
         lines += [f"- pos {e.pos} {e.path} = {ev.encode_json(e.value)}" for e in node.kept]
     if node.spills:
         lines.append("Spilled to the store (fetch by handle):")
-        lines += [f"- {r.key} (bound at pos {r.source}): {r.handle}" for r in node.spills]
+        lines += _spill_lines(node.spills)
     if node.contract:
-        lines.append(f"Contract: {node.contract}")
+        lines.append(f"Contract: {_cut(node.contract, CONTRACT_EXCERPT)}")
     return "\n".join(lines)
+
+
+#: A node's newest negative facts written one a line with their text; the earlier ones
+#: by status and position only, so that a digest's note grows by a position, not a
+#: sentence, per fact it retains. Every fact is named; its text stays in the node
+#: (``SummaryItem.negative_facts``) and in the log at its position.
+FACTS_IN_FULL = 40
+#: Characters of a fact's text or of a contract written into a note; the rest is cut with "…".
+FACT_EXCERPT = 160
+CONTRACT_EXCERPT = 400
+
+
+def _cut(text: str, n: int) -> str:
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def _fact_lines(facts: Sequence[ev.Fact]) -> list[str]:
+    """Return the note's lines for ``facts``: the newest in full, each earlier one by status and position."""
+    earlier, newest = facts[: max(0, len(facts) - FACTS_IN_FULL)], facts[-FACTS_IN_FULL:]
+    lines = []
+    by_status: dict[str, list[int]] = {}
+    for f in earlier:
+        by_status.setdefault(f.status, []).append(f.pos)
+    for status, positions in sorted(by_status.items()):
+        lines.append(f"- earlier {status} ({len(positions)}; the text of each is in the log at its position): "
+                     f"pos {', '.join(map(str, positions))}")
+    lines += [f"- pos {f.pos} {f.status}: {_cut(f.text, FACT_EXCERPT)}".rstrip(": ") for f in newest]
+    return lines
+
+
+def _spill_lines(spills: Sequence[ev.SpillRef]) -> list[str]:
+    """Return the note's lines for ``spills``: each key's latest spill in full, its earlier ones by handle."""
+    latest: dict[str, ev.SpillRef] = {}
+    earlier: dict[str, list[str]] = {}
+    for r in spills:
+        if r.key in latest:
+            earlier.setdefault(r.key, []).append(latest[r.key].handle)
+        latest[r.key] = r
+    lines = [f"- earlier values of {key}: {', '.join(handles)}" for key, handles in sorted(earlier.items())]
+    return lines + [f"- {r.key} (bound at pos {r.source}): {r.handle}" for r in latest.values()]

@@ -18,6 +18,7 @@ replaced, exactly as logged, certified against the node and the node against the
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+import threading
 from typing import Literal
 
 import msgspec
@@ -320,7 +321,38 @@ def _summary_item(node_pos: int, n: ev.Summary) -> SummaryItem:
 # --- the context a resumed agent loads now ------------------------------------------
 
 
-def context(view: SessionView, markers: Iterable[int]) -> Resolution:
+class Certified:
+    """Certified resolutions of a session's markers at their checkpoints, kept between calls of :func:`context`.
+
+    A marker's certification depends only on the log before it, which never changes
+    (a redaction appends, and the store keeps one ``Certified`` per redaction count),
+    so it is kept by the marker's position and leaf. Only a certified resolution is
+    kept: it was proven against the checkpoint root the marker names, and the marker
+    is proven in the sealed head again at every use. A fallback is never kept, so a
+    failure is always decided afresh.
+    """
+
+    #: resolutions kept; the oldest goes first (a session's context uses its latest markers)
+    KEPT = 4
+
+    def __init__(self) -> None:
+        self._got: dict[tuple[int, bytes], Resolution] = {}
+        self._lock = threading.Lock()
+
+    def get(self, record: ev.Record) -> Resolution | None:
+        """Return the certified resolution kept for the marker ``record``, or None."""
+        with self._lock:
+            return self._got.get((record.pos, record.leaf))
+
+    def put(self, record: ev.Record, resolution: Resolution) -> None:
+        """Keep the certified ``resolution`` of the marker ``record``."""
+        with self._lock:
+            while len(self._got) >= self.KEPT:
+                self._got.pop(next(iter(self._got)))
+            self._got[(record.pos, record.leaf)] = resolution
+
+
+def context(view: SessionView, markers: Iterable[int], certified: Certified | None = None) -> Resolution:
     """Return what a resumed agent loads now; see :meth:`compactstore.store.Session.context`.
 
     ``markers``: the positions of the session's markers, latest first. The first that
@@ -328,7 +360,8 @@ def context(view: SessionView, markers: Iterable[int]) -> Resolution:
     now needs (:func:`compactstore.rules.cover_gate`), gives the context: its cover and
     the raw events after its checkpoint, derived events left out, the tail re-hashed and
     held against the sealed head. When none does, the context is the raw log, with each
-    marker's reasons.
+    marker's reasons. ``certified`` keeps a marker's certified resolution between calls
+    (see :class:`Certified`); the cover gate and the tail are decided at every call.
     """
     head = view.sealed_head()
     reasons: list[str] = []
@@ -338,12 +371,16 @@ def context(view: SessionView, markers: Iterable[int]) -> Resolution:
         if m.node is None:
             reasons.append(f"marker at pos {pos}: raw-checkpoint marker")
             continue
-        got: Resolution | list[str] | None = None
-        if 0 <= m.size <= pos and tuple(m.conditions) == CONDITIONS:
+        got: Resolution | list[str] | None = certified.get(record) if certified is not None else None
+        if isinstance(got, Resolution) and (got.size, got.root) != (m.size, m.root):
+            got = None  # not this marker's checkpoint: decide afresh
+        if got is None and 0 <= m.size <= pos and tuple(m.conditions) == CONDITIONS:
             got = _resume_certified(view, record, m)
         if got is None:  # facts from a full pass, or a malformed marker: the full path decides
             full = _resume_full(view, pos, m)
             got = full if full.mode == "certified" else full.reasons
+        if isinstance(got, Resolution) and certified is not None:
+            certified.put(record, got)
         if isinstance(got, list):
             reasons.append(f"marker at pos {pos}: " + "; ".join(got[:3]) + (f"; and {len(got) - 3} more" if len(got) > 3 else ""))
             continue

@@ -194,6 +194,8 @@ class Store:
         self._nodes: dict[int, tuple[int, list[tuple[int, ev.Summary]]]] = {}
         #: spans read and checked against their leaves: ``(sid, start, stop) -> (redactions, read)``
         self._spans: dict[tuple[int, int, int], tuple[int, SpanRead]] = {}
+        #: markers' certified resolutions per session: ``sid -> (redactions, kept)``
+        self._certified: dict[int, tuple[int, resolver.Certified]] = {}
         self._cache_lock = threading.Lock()
         #: the witness this store's heads are held to, if any
         self.watch: witnesses.Watch | None = None
@@ -1048,9 +1050,15 @@ class Session:
         """
         if self.store.watch is not None:
             self.store.watch.check(self.name)
-        if self._sid() is None:
+        sid = self._sid()
+        if sid is None:
             return resolver.empty_context(self.name)
-        return resolver.context(self, self._latest_markers())
+        redactions = len(self.store.backend.redactions(sid))
+        with self.store._cache_lock:
+            kept = self.store._certified.get(sid)
+            if kept is None or kept[0] != redactions:
+                kept = self.store._certified[sid] = (redactions, resolver.Certified())
+        return resolver.context(self, self._latest_markers(), kept[1])
 
     def latest_marker(self) -> Marker | None:
         """Return the marker :meth:`context` resolves from now, or None when none certifies."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from html import escape
 
-from ..picture import NEGATIVE, Bar, Cell, Picture, Pin, columns, lost_name, rank
+from ..picture import NEGATIVE, Bar, Cell, Loaded, Picture, Pin, columns, lost_name, rank
 
 LOSS_COLOR = {"LOSSLESS": "#2f9e44", "LOSSY_GIST": "#e8a317", "LOSSY_LITERAL": "#d9480f"}
 STATE_COLOR = {"certified": "#2b8a3e", "fallback": "#c92a2a", "broken": "#212529"}
@@ -368,6 +368,19 @@ def _chips(p: Picture) -> str:
     return '<div class="chips">' + "".join(chips) + "</div>"
 
 
+def _loaded_card(x: Loaded | None) -> str:
+    """Return the card of the context a resumed agent loads now: its cover span by span, its size against the raw log."""
+    if x is None:
+        return ""
+    source = f"marker #{x.marker}" if x.marker >= 0 else "no marker certifies"
+    share = x.characters / x.raw_characters if x.raw_characters else 1.0
+    rows = "".join(f'<tr><td>[{s.start}, {s.stop})</td><td>{f"node #{s.node}" if s.node >= 0 else "raw events"}</td></tr>'
+                   for s in x.spans)
+    return (f'<section class="card"><h2>Context now</h2><p>{_e(source)}, {_e(x.mode)}: <b>{x.items}</b> items, '
+            f"<b>{x.characters:,}</b> characters; raw log {x.raw_items} items, {x.raw_characters:,} characters "
+            f"(<b>{share:.1%}</b>)</p><table><tr><th>span</th><th>loaded from</th></tr>{rows}</table></section>")
+
+
 def page(p: Picture) -> str:
     """Return the whole HTML page for ``p``: self-contained, no script, no network."""
     nodes = "".join(_node_card(b) for b in sorted(p.nodes, key=lambda b: (-b.tier, b.start)))
@@ -405,6 +418,7 @@ def page(p: Picture) -> str:
 {findings_card}
 </div>
 </section>
+{_loaded_card(p.loaded)}
 {_facts(p)}
 {_events(p)}
 </main>

@@ -13,7 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..events import Lost
-from ..picture import NEGATIVE, Bar, Cell, Picture, Pin, columns, lost_name, picture, rank
+from ..picture import NEGATIVE, Bar, Cell, Loaded, Picture, Pin, columns, lost_name, picture, rank
 from .app import emit, main, opened, pick_session, reporting, store_options
 
 LOSS_STYLE = {"LOSSLESS": "black on green3", "LOSSY_GIST": "black on gold1", "LOSSY_LITERAL": "white on red3"}
@@ -219,6 +219,16 @@ def _facts_table(p: Picture, width: int) -> Table:
     return t
 
 
+def loaded_lines(x: Loaded) -> list[Text]:
+    """Return the context a resumed agent loads now: its cover, span by span, and its size against the raw log."""
+    source = f"marker {x.marker}" if x.marker >= 0 else "no marker certifies"
+    share = x.characters / x.raw_characters if x.raw_characters else 1.0
+    head = Text(f"context now ({source}, {x.mode}): {x.items} items, {x.characters:,} characters; "
+                f"raw log {x.raw_items} items, {x.raw_characters:,} characters ({share:.1%})", style="bold")
+    cover = " · ".join(f"[{s.start}, {s.stop}) " + (f"node {s.node}" if s.node >= 0 else "raw") for s in x.spans)
+    return [head, Text(f"cover: {cover}", style="grey50")]
+
+
 def render(p: Picture, width: int) -> Group:
     """Return the whole terminal picture of ``p``."""
     head = Text()
@@ -229,6 +239,8 @@ def render(p: Picture, width: int) -> Group:
         parts += [_nodes_table(p), *_lost_lines(p), Text("")]
     if p.markers:
         parts += [_markers_table(p), Text("")]
+    if p.loaded is not None:
+        parts += [*loaded_lines(p.loaded), Text("")]
     if any(c.negative or c.open for c in p.cells):
         parts += [_facts_table(p, width), Text("")]
     for f in p.findings:
