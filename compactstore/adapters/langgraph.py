@@ -22,10 +22,22 @@ How a thread maps onto the log:
   retried call writes nothing and the store looks up no idempotency key. A regular
   write to a (task, idx) already written is ignored; a special one (error, interrupt,
   resume, scheduled) replaces it with an event that ``supersedes`` it.
+- Beside them, the thread's conversation is recorded as structured events
+  (:mod:`.langgraph_messages`): ``put`` appends, in the checkpoint's commit, a turn,
+  tool call or tool result for each message of the ``messages`` channel no event was
+  recorded from yet (a tool error is a failed result), and ``put_writes`` an open
+  handle for each interrupt, closed by the first checkpoint put after the one it
+  paused at. So the gate, compaction and markers see the conversation, and
+  :meth:`CompactStoreSaver.context_messages` (or the pre-model hook
+  :meth:`CompactStoreSaver.context_hook`) feeds it back compacted. With
+  ``compaction=cs.CompactionPolicy(...)`` each put then maintains the thread's session.
 - Deleting (``delete_thread``, ``prune``, ``delete_for_runs``) is redaction: bodies
   are erased, leaves stay, the tree still verifies and ``Store.verify`` counts them as
   redacted. A kept checkpoint that read a channel value (or part of one) from an
-  erased event is first appended again with that value whole inside.
+  erased event is first appended again with that value whole inside. ``delete_thread``
+  erases the recorded conversation too; ``prune`` and ``delete_for_runs`` remove
+  checkpoints and leave it, and ``copy_thread`` copies checkpoints and writes only (the
+  target's next put records the messages its state holds).
 
 The log is the source of truth. Per thread the saver keeps a small index of it
 (:mod:`.langgraph_index`), kept current by reading only what was appended since, by
