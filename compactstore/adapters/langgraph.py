@@ -22,10 +22,22 @@ How a thread maps onto the log:
   retried call writes nothing and the store looks up no idempotency key. A regular
   write to a (task, idx) already written is ignored; a special one (error, interrupt,
   resume, scheduled) replaces it with an event that ``supersedes`` it.
+- Beside them, the thread's conversation is recorded as structured events
+  (:mod:`.langgraph_messages`): ``put`` appends, in the checkpoint's commit, a turn,
+  tool call or tool result for each message of the ``messages`` channel no event was
+  recorded from yet (a tool error is a failed result), and ``put_writes`` an open
+  handle for each interrupt, closed by the first checkpoint put after the one it
+  paused at. So the gate, compaction and markers see the conversation, and
+  :meth:`CompactStoreSaver.context_messages` (or the pre-model hook
+  :meth:`CompactStoreSaver.context_hook`) feeds it back compacted. With
+  ``compaction=cs.CompactionPolicy(...)`` each put then maintains the thread's session.
 - Deleting (``delete_thread``, ``prune``, ``delete_for_runs``) is redaction: bodies
   are erased, leaves stay, the tree still verifies and ``Store.verify`` counts them as
   redacted. A kept checkpoint that read a channel value (or part of one) from an
-  erased event is first appended again with that value whole inside.
+  erased event is first appended again with that value whole inside. ``delete_thread``
+  erases the recorded conversation too; ``prune`` and ``delete_for_runs`` remove
+  checkpoints and leave it, and ``copy_thread`` copies checkpoints and writes only (the
+  target's next put records the messages its state holds).
 
 The log is the source of truth. Per thread the saver keeps a small index of it
 (:mod:`.langgraph_index`), kept current by reading only what was appended since, by
@@ -58,12 +70,18 @@ from langgraph.checkpoint.base import (
     writes_sort_key,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
+from langgraph.checkpoint.serde.types import INTERRUPT as INTERRUPT_CHANNEL
+from langgraph.types import Interrupt
 
 from .. import events as ev
+from .. import render
 from ..errors import ConflictError
+from ..policy import CompactionPolicy, Maintenance
+from ..resolver import RawItem
 from ..store import Record, Session, Store
 from ..witness import Witness
 from .langgraph_index import Ident, Key, ThreadIndex
+from .langgraph_messages import interrupt_closed, interrupt_opened, message_events, message_id
 from .langgraph_state import ChannelEncoder, Encoded, StateCodec, copied_value, parts, spread_over, with_whole
 from .tail import RETRIES, StoreUser, idempotency_key, read_many, session_name
 
@@ -71,6 +89,10 @@ __all__ = ["CompactStoreSaver", "PREFIX"]
 
 #: Every thread's session name starts with this.
 PREFIX = "langgraph:"
+#: The channel whose messages the saver records as a conversation, by default.
+MESSAGES = "messages"
+#: Events of the log that are checkpoint data, not conversation: left out of a model's context.
+STATE_KINDS = (ev.GraphState, ev.Write)
 STRATEGIES = ("keep_latest", "delete")
 #: Records a copy reads from the source thread at a time.
 COPY_CHUNK = 512
@@ -89,28 +111,43 @@ class CompactStoreSaver(StoreUser, BaseCheckpointSaver[str]):
             (``JsonPlusSerializer`` by default).
         prefix: the start of every thread's session name.
         witness: for a store opened here, as :func:`compactstore.open` takes it.
+        compaction: a policy each thread's session is maintained by after every put
+            (:meth:`compactstore.Session.maintain`; ``amaintain`` from :meth:`aput`,
+            which an ``async def`` summarizer needs: run the graph with ``ainvoke``).
+        messages_channel: the channel whose messages are recorded as turns, tool calls,
+            tool results (:mod:`.langgraph_messages`); None records none.
     """
 
     def __init__(self, store: Store | str, *, serde: SerializerProtocol | None = None, prefix: str = PREFIX,
-                 witness: str | os.PathLike[str] | Witness | None = None) -> None:
+                 witness: str | os.PathLike[str] | Witness | None = None,
+                 compaction: CompactionPolicy | None = None, messages_channel: str | None = MESSAGES) -> None:
+        if compaction is not None and not isinstance(compaction, CompactionPolicy):
+            raise TypeError(f"compaction: want a CompactionPolicy or None, got {type(compaction).__name__}")
         super().__init__(serde=serde)
         self._use(store, witness)
         self.prefix = prefix
+        self.compaction = compaction
+        self.messages_channel = messages_channel
+        #: what the latest maintenance after a put did (None before the first)
+        self.maintenance: Maintenance | None = None
+        #: session name -> the lock that keeps this saver's async maintainers of it one at a time
+        self._maintainers: dict[str, asyncio.Lock] = {}
         self._threads: dict[str, ThreadIndex] = {}
         #: thread id -> its entry in ``_threads``
         self._by_id: dict[str, ThreadIndex] = {}
         self._lock = threading.Lock()
 
     @classmethod
-    def from_conn_string(cls, conn_string: str, *, serde: SerializerProtocol | None = None,
-                         prefix: str = PREFIX) -> CompactStoreSaver:
+    def from_conn_string(cls, conn_string: str, *, serde: SerializerProtocol | None = None, prefix: str = PREFIX,
+                         compaction: CompactionPolicy | None = None,
+                         witness: str | os.PathLike[str] | Witness | None = None) -> CompactStoreSaver:
         """Return a saver over the store at ``conn_string``, which it closes with itself.
 
         As the stock savers' ``from_conn_string``, it is used in a ``with`` or an
         ``async with`` block: ``async with CompactStoreSaver.from_conn_string("agent.db")
         as saver: ...``; outside one, call :meth:`close` or ``await`` :meth:`aclose`.
         """
-        return cls(conn_string, serde=serde, prefix=prefix)
+        return cls(conn_string, serde=serde, prefix=prefix, compaction=compaction, witness=witness)
 
     # --- the log ---------------------------------------------------------------------
 
@@ -135,6 +172,67 @@ class CompactStoreSaver(StoreUser, BaseCheckpointSaver[str]):
             return None
         record = thread.session.read(found[1])
         return record if isinstance(record.event, ev.GraphState) else None
+
+    # --- the conversation, as model input -------------------------------------------------
+
+    def record_messages(self, thread_id: str, messages: Sequence[Any]) -> list[Record]:
+        """Record the messages of ``messages`` no event was recorded from yet; return the records appended.
+
+        ``put`` records a checkpoint's messages itself; this records those a graph holds
+        before its checkpoint is put (LangGraph puts in the background). Idempotent: a
+        message id already recorded is skipped, by this or any other process.
+        """
+        thread = self._thread(str(thread_id))
+        assert thread is not None
+
+        def decide() -> tuple[list[ev.Event], None]:
+            return [e for m in thread.unsaid(messages) for e in message_events(m)], None
+
+        with thread.lock:
+            return _settle(thread, decide, f"the messages of {thread.session.name!r}")[0]
+
+    def context_messages(self, thread_id: str, messages: Sequence[Any] = ()) -> list[Any]:
+        """Return the model input for thread ``thread_id``: its compacted context as LangChain messages.
+
+        ``messages`` (the graph's ``messages`` state, when given) are recorded first
+        (:meth:`record_messages`). When a marker certifies
+        (:meth:`compactstore.Session.context`), the input is a system note per summary
+        node (its loss class, negative facts and ``UNRESOLVED`` items), then the
+        conversation after what the summaries cover, rendered by
+        ``Resolution.as_messages("chat")`` and read by LangChain's ``convert_to_messages``;
+        checkpoint data (graph states, writes) is left out. Messages without an id come
+        last, as given. When no marker certifies, it is ``messages`` as given (the
+        thread's own state, exact), or without them the recorded conversation whole.
+        """
+        from langchain_core.messages import convert_to_messages
+
+        if messages:
+            self.record_messages(thread_id, messages)
+        got = self.session(thread_id).context()
+        if got.mode != "certified" and messages:
+            return list(messages)
+        # Checkpoints are what the graph resumes from, not what the model is told.
+        entries = [x for x in got.context if not (isinstance(x, RawItem) and isinstance(x.event, STATE_KINDS))]
+        loose = [m for m in messages if message_id(m) is None]
+        return [*convert_to_messages(render.messages(entries, "chat")), *loose]
+
+    def context_hook(self, thread_id: str | None = None) -> Callable[[Any, RunnableConfig], dict[str, Any]]:
+        """Return a pre-model hook that feeds a graph's model the thread's compacted context.
+
+        For ``create_react_agent(model, tools, pre_model_hook=saver.context_hook(),
+        checkpointer=saver)``, or called in a model node of your own: given the state
+        (its ``messages``) and the run's config, it returns ``{"llm_input_messages":
+        saver.context_messages(thread, state["messages"])}``; the thread is
+        ``thread_id``, or the config's when None. The graph's state keeps every message.
+        """
+        channel = self.messages_channel or MESSAGES
+
+        def hook(state: Any, config: RunnableConfig) -> dict[str, Any]:
+            thread = thread_id if thread_id is not None else str(config["configurable"]["thread_id"])
+            held = state.get(channel, []) if isinstance(state, dict) else getattr(state, channel, [])
+            return {"llm_input_messages": self.context_messages(thread, list(held))}
+
+        return hook
 
     @property
     def _codec(self) -> StateCodec:
@@ -301,9 +399,29 @@ class CompactStoreSaver(StoreUser, BaseCheckpointSaver[str]):
         Putting a checkpoint id again replaces it (the new event supersedes the old);
         putting exactly the same checkpoint again writes nothing.
 
+        Under a compaction policy the thread's session is then maintained.
+
         Raises:
             ConflictError: other writers kept appending to the thread between every read and commit.
+            InvalidArgument: the policy's summarizer is ``async def`` (use :meth:`aput`,
+                through ``ainvoke``), or returned anything but text; the checkpoint is written.
         """
+        out = self._put(config, checkpoint, metadata, new_versions)
+        if self.compaction is not None:
+            thread = self._thread(str(config["configurable"]["thread_id"]))
+            assert thread is not None
+            with thread.lock:  # one maintainer per session in this process
+                self.maintenance = thread.session.maintain(self.compaction)
+        return out
+
+    def _put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """Append the checkpoint and what it adds to the conversation; return its config."""
         conf = config["configurable"]
         thread_id = conf["thread_id"]
         ns = conf.get("checkpoint_ns", "")
@@ -324,12 +442,14 @@ class CompactStoreSaver(StoreUser, BaseCheckpointSaver[str]):
             event = ev.GraphState(id=cid, ns=ns, parent=conf.get("checkpoint_id"), value=encoded.value(head), meta=meta)
             if old is not None and _same(thread.session.read(old).event, event):
                 return [], encoded
-            return [msgspec.structs.replace(event, supersedes=old)], encoded
+            # What the thread said since, recorded before the checkpoint that holds it.
+            talk = _talk(thread, self.messages_channel, ns, event.parent, values, new_versions)
+            return [*talk, msgspec.structs.replace(event, supersedes=old)], encoded
 
         with thread.lock:
             records, encoded = _settle(thread, decide, f"{ident!r} to {thread.session.name!r}")
             if records:
-                thread.remember(ns, new_versions, encoded.tips, records[0].pos)
+                thread.remember(ns, new_versions, encoded.tips, records[-1].pos)
         return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": cid}}
 
     def put_writes(
@@ -359,8 +479,13 @@ class CompactStoreSaver(StoreUser, BaseCheckpointSaver[str]):
         thread = self._thread(thread_id)
         assert thread is not None
 
+        asked = [(i.id, i.value) for channel, value in batch.values() if channel == INTERRUPT_CHANNEL
+                 for i in (value if isinstance(value, list | tuple) else [value]) if isinstance(i, Interrupt)]
+
         def decide() -> tuple[list[ev.Event], list[ev.Write]]:
-            new: list[ev.Event] = []
+            # An interrupt asked here for the first time is an open handle, recorded with its write.
+            new: list[ev.Event] = [interrupt_opened(iid, value, ns, cid) for iid, value in dict(asked).items()
+                                   if iid not in thread.asked]
             special = []
             for i, event in events.items():
                 if thread.holder(("w", ns, cid, task_id, i)) is None:
@@ -538,8 +663,16 @@ class CompactStoreSaver(StoreUser, BaseCheckpointSaver[str]):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        """Async :meth:`put`, run in a worker thread."""
-        return await asyncio.to_thread(self.put, config, checkpoint, metadata, new_versions)
+        """Async :meth:`put`, run in a worker thread; an ``async def`` summarizer is awaited on the loop."""
+        if self.compaction is None or not self.compaction.is_async:
+            return await asyncio.to_thread(self.put, config, checkpoint, metadata, new_versions)
+        out = await asyncio.to_thread(self._put, config, checkpoint, metadata, new_versions)
+        thread = self._thread(str(config["configurable"]["thread_id"]))
+        assert thread is not None
+        lock = self._maintainers.setdefault(thread.session.name, asyncio.Lock())
+        async with lock:
+            self.maintenance = await thread.session.amaintain(self.compaction)
+        return out
 
     async def aput_writes(
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
@@ -638,6 +771,23 @@ def _settle(thread: ThreadIndex, decide: Callable[[], tuple[list[ev.Event], T]],
         thread.refresh()
         fresh = True
     raise ConflictError(f"gave up writing {what} after {RETRIES} conflicts", session=thread.session.name)
+
+
+def _talk(thread: ThreadIndex, channel: str | None, ns: str, parent: str | None, values: dict[str, Any],
+          new_versions: ChannelVersions) -> list[ev.Event]:
+    """Return the events recording what a checkpoint adds to the conversation (call under the thread's lock).
+
+    The interrupts that paused ``ns`` at ``parent`` are closed: the thread moved past
+    them. Each message of ``channel`` (when its version changed) that no
+    event was recorded from yet is recorded.
+    """
+    out: list[ev.Event] = [interrupt_closed(iid) for iid in thread.paused_at(ns, parent)]
+    if channel is not None and channel in new_versions:
+        messages = values.get(channel)
+        if isinstance(messages, list):
+            for message in thread.unsaid(messages):
+                out += message_events(message)
+    return out
 
 
 def _pending(codec: StateCodec, records: dict[int, Record], positions: Sequence[int]) -> list[PendingWrite]:

@@ -15,6 +15,7 @@ from typing import Any
 from .. import events as ev
 from ..events import encode_json
 from ..store import Record, Session
+from .langgraph_messages import INTERRUPT, MESSAGE, message_id
 from .langgraph_state import StateCodec, Tip, blob_keys, parts
 from .tail import Tail
 
@@ -63,6 +64,14 @@ class ThreadIndex(Tail):
         self.deps: dict[int, set[int]] = {}
         #: namespace -> channel -> the list value this process last stored there
         self.tips: dict[str, dict[str, Tip]] = {}
+        #: message id -> positions of the live events recorded from it
+        self.said: dict[str, list[int]] = {}
+        #: interrupt id -> position of its live open handle, for every interrupt recorded
+        self.asked: dict[str, int] = {}
+        #: interrupt id -> (namespace, checkpoint id) it paused at, for the interrupts still open
+        self.waiting: dict[str, tuple[str, str]] = {}
+        #: position -> message or interrupt id recorded there
+        self.talk: dict[int, str] = {}
 
     def apply(self, record: Record) -> None:
         """Index one live graph state or write event."""
@@ -74,6 +83,27 @@ class ThreadIndex(Tail):
             wkey = (event.task, event.idx)
             space.writes.setdefault(event.checkpoint, {}).setdefault(wkey, []).append(pos)
             self.at[pos] = ("w", event.ns, event.checkpoint, wkey)
+        elif isinstance(event.meta, dict):
+            self._apply_talk(event, pos, event.meta)
+
+    def _apply_talk(self, event: ev.Event, pos: int, meta: dict[str, Any]) -> None:
+        """Index an event the saver recorded from a message or an interrupt."""
+        mid = meta.get(MESSAGE)
+        if isinstance(mid, str):
+            self.said.setdefault(mid, []).append(pos)
+            self.talk[pos] = mid
+            return
+        iid = meta.get(INTERRUPT)
+        if not isinstance(iid, str):
+            return
+        if isinstance(event, ev.HandleOpened):
+            self.asked[iid] = pos
+            self.talk[pos] = iid
+            at = meta.get("at")
+            if isinstance(at, list) and len(at) == 2:
+                self.waiting[iid] = (str(at[0]), str(at[1]))
+        elif isinstance(event, ev.HandleClosed):
+            self.waiting.pop(iid, None)
 
     def _apply_state(self, event: ev.GraphState, pos: int) -> None:
         space = self._space(event.ns)
@@ -104,6 +134,12 @@ class ThreadIndex(Tail):
     def forget(self, positions: Sequence[int]) -> None:
         """Drop the checkpoints and writes at redacted ``positions``."""
         for pos in positions:
+            said = self.talk.pop(pos, None)
+            if said is not None:
+                _drop(self.said, said, pos)
+                if self.asked.get(said) == pos:
+                    del self.asked[said]
+                    self.waiting.pop(said, None)
             entry = self.at.pop(pos, None)
             if entry is None:
                 continue
@@ -216,6 +252,20 @@ class ThreadIndex(Tail):
             for ps in space.writes.get(cid, {}).values():
                 out.update(ps)
         return out
+
+    def unsaid(self, messages: Iterable[Any]) -> list[Any]:
+        """Return the messages with an id that no live event was recorded from, each once, in order."""
+        out, seen = [], set()
+        for m in messages:
+            mid = message_id(m)
+            if mid is not None and mid not in self.said and mid not in seen:
+                seen.add(mid)
+                out.append(m)
+        return out
+
+    def paused_at(self, ns: str, cid: str | None) -> list[str]:
+        """Return the ids of the open interrupts that paused namespace ``ns`` at checkpoint ``cid``."""
+        return [iid for iid, at in self.waiting.items() if at == (ns, cid)]
 
     # --- what this process stored ------------------------------------------------------
 
