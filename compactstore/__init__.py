@@ -23,6 +23,7 @@ from .errors import (
     InvalidEvent,
     MarkerInvalid,
     ReconstructionUnsoundError,
+    StoreClosed,
 )
 from .events import (
     Binding,
@@ -78,6 +79,7 @@ __all__ = [
     "InvalidArgument",
     "InvalidEvent",
     "MarkerInvalid",
+    "StoreClosed",
     "CompactionInvariantError",
     "ReconstructionUnsoundError",
 ]

@@ -139,6 +139,22 @@ class KeyRequired(CompactStoreError):
         self.session = session
 
 
+class StoreClosed(CompactStoreError, ValueError):
+    """The store was closed: the call was refused before it touched the database, and nothing was written.
+
+    :meth:`compactstore.Store.close` waits for the calls in flight to finish, then
+    refuses every new one with this error (a ``ValueError``, as an operation on a
+    closed file is).
+
+    Attributes:
+        target: the store that was closed, as it is fit to print (a URL's password masked).
+    """
+
+    def __init__(self, target: str) -> None:
+        super().__init__(f"the store {target} is closed", hint="open it again with cs.open()")
+        self.target = target
+
+
 class ForeignReference(InvalidArgument, ReconstructionUnsoundError):
     """A ``Node``, ``Marker`` or ``Artifact`` passed in is not what this session of this store logged.
 

@@ -214,7 +214,11 @@ class Store:
         self.close()
 
     def close(self) -> None:
-        """Close the store's connections."""
+        """Close the store's connections, once the backend calls in flight have finished.
+
+        Safe from any thread, while others still use the store, and more than once.
+        Every later call that needs the database raises :class:`~compactstore.errors.StoreClosed`.
+        """
         self.backend.close()
 
     def session(self, name: str) -> Session:

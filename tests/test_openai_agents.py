@@ -282,3 +282,19 @@ def test_an_agent_run_stores_the_same_history_as_with_sqlite_session(store: cs.S
 
     asyncio.run(run())
     assert store.verify().ok
+
+
+def test_async_with_closes_the_store_it_opened_and_only_that(target: str) -> None:
+    """`async with CompactStoreSession(id, target)` closes the store it opened on exit (aclose); one given open stays open."""
+
+    async def run() -> None:
+        async with CompactStoreSession("s", target) as owned:
+            await owned.add_items(items(2))
+        with pytest.raises(cs.StoreClosed):
+            await owned.get_items()
+        with cs.open(target) as store:
+            async with CompactStoreSession("s", store) as borrowed:
+                assert len(await borrowed.get_items()) == 2
+            assert store.session(borrowed.log.name).size == 2
+
+    asyncio.run(run())

@@ -32,7 +32,8 @@ import asyncio
 import json
 import math
 from collections.abc import Sequence
-from typing import Any
+from types import TracebackType
+from typing import Any, Self
 
 from agents.memory.session_settings import SessionSettings, resolve_session_limit
 
@@ -174,6 +175,22 @@ class CompactStoreSession(StoreUser):
         #: the compactstore session holding the items: compact, mark and resume it like any other
         self.log: Session = self.store.session(session_name(prefix, str(session_id)))
         self._items = _Items(self.log)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the store if this session opened it, without blocking the event loop.
+
+        Calls still running in worker threads (those of a cancelled ``await``) finish
+        first; any they start after raise :class:`~compactstore.errors.StoreClosed`.
+        """
+        await asyncio.to_thread(self.close)
 
     async def get_items(self, limit: int | None = None) -> list[Item]:
         """Return the session's items, oldest first: all of them, or the latest ``limit``.

@@ -39,6 +39,7 @@ from psycopg_pool import ConnectionPool
 
 from ..errors import CompactStoreError, ConflictError, IntegrityError, InvalidEvent, LockTimeout, StaleHead
 from ..structure import IndexRow
+from .gate import Gate
 from .protocol import SCHEMA_VERSION, HeadRow, Row, keyset
 from . import queries
 from .queries import Reads
@@ -273,6 +274,7 @@ class PostgresBackend(Reads):
         """
         super().__init__(self._all, queries.POSTGRES)
         self._where = redact_url(url)
+        self._gate = Gate(self._where)
         self._durable = durable
         #: session name -> (id, head) of the append this backend committed last, for speculation
         self._last: dict[str, tuple[int, HeadRow]] = {}
@@ -309,15 +311,21 @@ class PostgresBackend(Reads):
                      + ("; SET synchronous_commit = on" if self._durable else ""))
 
     def close(self) -> None:
-        self._pool.close()
-        self._cursors.clear()
+        # The pool is closed only once no call is in flight: one closed under a running
+        # call would leave that call with a driver error instead of its answer.
+        if self._gate.close():
+            self._pool.close()
+            self._cursors.clear()
 
     def _run(self, doing: str, fn: Callable[[psycopg.Cursor[tuple[Any, ...]]], _T]) -> _T:
+        self._gate.enter()
         try:
             with self._pool.connection() as conn, conn.cursor(binary=True) as cur:
                 return fn(cur)
         except psycopg.Error as exc:
             raise _error(exc, doing) from exc
+        finally:
+            self._gate.leave()
 
     def _all(self, sql: str, args: Sequence[object] = ()) -> list[tuple[Any, ...]]:
         def go(cur: psycopg.Cursor[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
@@ -354,6 +362,14 @@ class PostgresBackend(Reads):
 
     @contextmanager
     def writer(self, name: str, *, speculate: bool = False) -> Iterator[_PGWriter]:
+        self._gate.enter()
+        try:
+            yield from self._writing(name, speculate)
+        finally:
+            self._gate.leave()
+
+    def _writing(self, name: str, speculate: bool) -> Iterator[_PGWriter]:
+        """Run the body of :meth:`writer`, inside the gate."""
         last = self._last.pop(name, None) if speculate else None
         pool = self._pool
         try:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import sqlite_utils
 
-from ..errors import CompactStoreError, ConflictError, IntegrityError, LockTimeout
+from ..errors import CompactStoreError, ConflictError, IntegrityError, LockTimeout, StoreClosed
 from ..structure import IndexRow
 from .protocol import SCHEMA_VERSION, HeadRow, Row, keyset
 from . import queries
@@ -106,7 +106,11 @@ class SQLiteBackend(Reads):
             durable: ``synchronous=FULL`` (survives power loss) instead of ``NORMAL``
                 (survives a process crash).
         """
+        # Every use of the connection holds this lock, close() included: closing a
+        # connection under a statement another thread runs crashes the process.
         self._lock = threading.RLock()
+        self._closed = False
+        self._path = path
         # What this connection committed last, valid while PRAGMA data_version shows no
         # other connection has committed since: each session's latest head and the next
         # seq. A session's id never changes once committed (sessions is append-only).
@@ -138,11 +142,26 @@ class SQLiteBackend(Reads):
             raise _error(exc, f"open {path!r} as a compactstore store") from exc
 
     def close(self) -> None:
-        self._conn.close()
+        # Waits for the call or write transaction in flight (they hold the lock); every
+        # later one finds the flag and raises StoreClosed instead of using the connection.
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self._conn.close()
+
+    def _open(self) -> sqlite3.Connection:
+        """Return the connection; call holding ``_lock``.
+
+        Raises:
+            StoreClosed: :meth:`close` has been called.
+        """
+        if self._closed:
+            raise StoreClosed(self._path)
+        return self._conn
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
-        conn = self._conn
+        conn = self._open()
         conn.execute("BEGIN IMMEDIATE")
         try:
             yield conn
@@ -158,7 +177,7 @@ class SQLiteBackend(Reads):
     def _all(self, sql: str, args: Sequence[object] = ()) -> list[Any]:
         try:
             with self._lock:
-                return self._conn.execute(sql, args).fetchall()
+                return self._open().execute(sql, args).fetchall()
         except (sqlite3.Error, UnicodeDecodeError) as exc:
             raise _error(exc, "read") from exc
 
@@ -172,7 +191,7 @@ class SQLiteBackend(Reads):
 
     def init_meta(self, values: dict[str, str]) -> dict[str, str]:
         try:
-            with self._lock, self._write() as conn:
+            with self._lock, self._write() as conn:  # _write goes through _open
                 if not conn.execute("SELECT 1 FROM meta LIMIT 1").fetchone():
                     conn.executemany(
                         "INSERT INTO meta (name, value) VALUES (?, ?)",
@@ -224,7 +243,7 @@ class SQLiteBackend(Reads):
     def hashes(self, session_id: int, coords: Sequence[tuple[int, int]]) -> list[bytes]:
         try:
             with self._lock:
-                return _hashes(self._conn, session_id, coords)
+                return _hashes(self._open(), session_id, coords)
         except sqlite3.Error as exc:
             raise _error(exc, "read subtree roots") from exc
 
@@ -405,7 +424,7 @@ class _SQLiteWriter:
     def __init__(self, backend: SQLiteBackend, name: str) -> None:
         self._backend = backend
         self._name = name
-        self._conn = backend._conn
+        self._conn = backend._conn  # used only once __enter__ has checked the store is open
         #: the head this transaction inserted, and the seq after its events
         self.written: HeadRow | None = None
         self.seq_after: int | None = None
@@ -416,6 +435,8 @@ class _SQLiteWriter:
         backend, conn, name = self._backend, self._conn, self._name
         backend._lock.acquire()
         try:
+            if backend._closed:
+                raise StoreClosed(backend._path)
             conn.execute("BEGIN IMMEDIATE")
             try:
                 # Under the write lock: if no other connection has committed since this
