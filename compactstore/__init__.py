@@ -22,6 +22,7 @@ from .errors import (
     InvalidArgument,
     InvalidEvent,
     MarkerInvalid,
+    NotAStore,
     ReconstructionUnsoundError,
     StoreClosed,
 )
@@ -79,6 +80,7 @@ __all__ = [
     "InvalidArgument",
     "InvalidEvent",
     "MarkerInvalid",
+    "NotAStore",
     "StoreClosed",
     "CompactionInvariantError",
     "ReconstructionUnsoundError",

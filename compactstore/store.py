@@ -83,6 +83,7 @@ def open(  # noqa: A001 - the public name the API promises
     key: bytes | str | None = None,
     clock: ev.Clock | None = None,
     durable: bool = False,
+    create: bool = True,
 ) -> Store:
     """Open (creating if needed) the store at ``target``.
 
@@ -92,8 +93,14 @@ def open(  # noqa: A001 - the public name the API promises
             created with a key must be opened with the same key to append or verify.
         clock: returns microseconds since the epoch; stamps events that carry no ``ts``.
         durable: survive power loss (``synchronous=FULL``), not only a process crash.
+        create: make a store where there is none: a missing or 0-byte file, a SQLite
+            database without tables, a PostgreSQL database (or schema) without ours.
+            Pass False to open only an existing store (as a reader or a checker
+            should): anything else is then refused and left untouched.
 
     Raises:
+        NotAStore: no store is there and ``create`` is false; or the target is
+            something else (not a SQLite file, or one holding other tables), whatever ``create``.
         IntegrityError: the key does not match the store's.
         CompactStoreError: the target is not a compactstore store, or is of a newer schema.
     """
@@ -106,7 +113,8 @@ def open(  # noqa: A001 - the public name the API promises
     if clock is not None:
         ev.as_callable("clock", clock)
     ev.as_flag("durable", durable)
-    store = Store(open_backend(target, durable=durable), key=key, clock=clock)
+    ev.as_flag("create", create)
+    store = Store(open_backend(target, durable=durable, create=create), key=key, clock=clock)
     store.target = target
     return store
 
