@@ -22,7 +22,9 @@ from .errors import (
     InvalidArgument,
     InvalidEvent,
     MarkerInvalid,
+    NotAStore,
     ReconstructionUnsoundError,
+    StoreClosed,
 )
 from .events import (
     Binding,
@@ -78,6 +80,8 @@ __all__ = [
     "InvalidArgument",
     "InvalidEvent",
     "MarkerInvalid",
+    "NotAStore",
+    "StoreClosed",
     "CompactionInvariantError",
     "ReconstructionUnsoundError",
 ]

@@ -157,6 +157,40 @@ class KeyRequired(CompactStoreError):
         self.session = session
 
 
+class NotAStore(CompactStoreError):
+    """The target holds no compactstore store, and opening it did not create one; nothing was written.
+
+    Raised when ``open(target, create=False)`` finds no store there (a missing or empty
+    file, an empty database), and always when the target is something else: a file
+    that is not a SQLite database, or a database that holds other tables.
+
+    Attributes:
+        target: the target, as it is fit to print (a URL's password masked).
+        reason: what was found there instead.
+    """
+
+    def __init__(self, target: str, reason: str, *, hint: str | None = None) -> None:
+        super().__init__(f"{target} is not a compactstore store: {reason}", hint=hint)
+        self.target = target
+        self.reason = reason
+
+
+class StoreClosed(CompactStoreError, ValueError):
+    """The store was closed: the call was refused before it touched the database, and nothing was written.
+
+    :meth:`compactstore.Store.close` waits for the calls in flight to finish, then
+    refuses every new one with this error (a ``ValueError``, as an operation on a
+    closed file is).
+
+    Attributes:
+        target: the store that was closed, as it is fit to print (a URL's password masked).
+    """
+
+    def __init__(self, target: str) -> None:
+        super().__init__(f"the store {target} is closed", hint="open it again with cs.open()")
+        self.target = target
+
+
 class ForeignReference(InvalidArgument, ReconstructionUnsoundError):
     """A ``Node``, ``Marker`` or ``Artifact`` passed in is not what this session of this store logged.
 

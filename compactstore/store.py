@@ -85,6 +85,7 @@ def open(  # noqa: A001 - the public name the API promises
     clock: ev.Clock | None = None,
     durable: bool = False,
     witness: str | os.PathLike[str] | witnesses.Witness | None = None,
+    create: bool = True,
 ) -> Store:
     """Open (creating if needed) the store at ``target``.
 
@@ -97,8 +98,14 @@ def open(  # noqa: A001 - the public name the API promises
         witness: a file path outside the store, or a :class:`~compactstore.witness.Witness`:
             each session's latest head is saved there after every commit, and the
             store's trees are held to it on open, on reads and in ``verify()``.
+        create: make a store where there is none: a missing or 0-byte file, a SQLite
+            database without tables, a PostgreSQL database (or schema) without ours.
+            Pass False to open only an existing store (as a reader or a checker
+            should): anything else is then refused and left untouched.
 
     Raises:
+        NotAStore: no store is there and ``create`` is false; or the target is
+            something else (not a SQLite file, or one holding other tables), whatever ``create``.
         IntegrityError: the key does not match the store's.
         WitnessMismatch: a session does not extend the head the witness holds for it.
         CompactStoreError: the target is not a compactstore store, or is of a newer schema.
@@ -112,13 +119,14 @@ def open(  # noqa: A001 - the public name the API promises
     if clock is not None:
         ev.as_callable("clock", clock)
     ev.as_flag("durable", durable)
+    ev.as_flag("create", create)
     if witness is not None:
         witness = witnesses.as_witness(witness)
         if isinstance(witness, witnesses.FileWitness) and "://" not in target and target != ":memory:" and (
             os.path.abspath(witness.path) == os.path.abspath(target)
         ):
             raise InvalidArgument("witness", "must be a file outside the store, not the store itself")
-    store = Store(open_backend(target, durable=durable), key=key, clock=clock, witness=witness)
+    store = Store(open_backend(target, durable=durable, create=create), key=key, clock=clock, witness=witness)
     store.target = target
     return store
 
@@ -242,7 +250,11 @@ class Store:
         self.close()
 
     def close(self) -> None:
-        """Close the store's connections."""
+        """Close the store's connections, once the backend calls in flight have finished.
+
+        Safe from any thread, while others still use the store, and more than once.
+        Every later call that needs the database raises :class:`~compactstore.errors.StoreClosed`.
+        """
         self.backend.close()
 
     def session(self, name: str) -> Session:

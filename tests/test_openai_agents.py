@@ -405,3 +405,19 @@ def test_a_tool_error_is_stored_as_a_failed_result() -> None:
     assert (fine.ok, fine.status) == (True, None)
     custom = event_of({"type": "function_call_output", "call_id": "c", "output": "E: x"}, lambda i: True)
     assert custom.status == "failed"
+
+
+def test_async_with_closes_the_store_it_opened_and_only_that(target: str) -> None:
+    """`async with CompactStoreSession(id, target)` closes the store it opened on exit (aclose); one given open stays open."""
+
+    async def run() -> None:
+        async with CompactStoreSession("s", target) as owned:
+            await owned.add_items(items(2))
+        with pytest.raises(cs.StoreClosed):
+            await owned.get_items()
+        with cs.open(target) as store:
+            async with CompactStoreSession("s", store) as borrowed:
+                assert len(await borrowed.get_items()) == 2
+            assert store.session(borrowed.log.name).size == 2
+
+    asyncio.run(run())

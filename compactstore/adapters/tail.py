@@ -75,7 +75,11 @@ class StoreUser:
             self.store.close()
 
     async def aclose(self) -> None:
-        """Close the store if this object opened it, in a worker thread."""
+        """Close the store if this object opened it, in a worker thread, without blocking the event loop.
+
+        Calls still running in worker threads (those of a cancelled ``await``) finish
+        first; any they start after raise :class:`~compactstore.errors.StoreClosed`.
+        """
         await asyncio.to_thread(self.close)
 
 

@@ -39,14 +39,18 @@ from .protocol import (
 )
 
 
-def open_backend(target: str, *, durable: bool) -> Backend:
+def open_backend(target: str, *, durable: bool, create: bool = True) -> Backend:
     """Return the backend for ``target``: a PostgreSQL URL, or a SQLite path (":memory:" too).
+
+    ``create``: make the schema where there is none (a missing or 0-byte file, an empty
+    database); otherwise such a target is refused and left as it was.
 
     ``postgresql://`` and ``postgres://`` URLs need the ``postgres`` extra (psycopg 3 and
     psycopg-pool), imported only here, so a SQLite-only install never loads them.
 
     Raises:
         CompactStoreError: a PostgreSQL URL was given and the driver is not installed.
+        NotAStore: the target holds no store (and ``create`` is false), or something else.
     """
     if target.startswith(("postgresql://", "postgres://")):
         try:
@@ -57,7 +61,7 @@ def open_backend(target: str, *, durable: bool) -> Backend:
                 f"which is not installed: {exc}",
                 hint="pip install 'compactstore[postgres]'",
             ) from exc
-        return PostgresBackend(target, durable=durable)
+        return PostgresBackend(target, durable=durable, create=create)
     from .sqlite import SQLiteBackend
 
-    return SQLiteBackend(target, durable=durable)
+    return SQLiteBackend(target, durable=durable, create=create)

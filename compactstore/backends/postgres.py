@@ -37,8 +37,9 @@ from psycopg import pq
 from psycopg.types.numeric import Int8BinaryDumper
 from psycopg_pool import ConnectionPool
 
-from ..errors import CompactStoreError, ConflictError, IntegrityError, InvalidEvent, LockTimeout, StaleHead
+from ..errors import CompactStoreError, ConflictError, IntegrityError, InvalidEvent, LockTimeout, NotAStore, StaleHead
 from ..structure import IndexRow
+from .gate import Gate
 from .protocol import SCHEMA_VERSION, HeadRow, Row, keyset
 from . import queries
 from .queries import Reads
@@ -257,7 +258,8 @@ class PostgresBackend(Reads):
 
     gapless_seq = False
 
-    def __init__(self, url: str, *, durable: bool = False, min_size: int = 1, max_size: int = 4) -> None:
+    def __init__(self, url: str, *, durable: bool = False, min_size: int = 1, max_size: int = 4,
+                 create: bool = True) -> None:
         """Connect to ``url``, creating the schema in an empty database.
 
         Args:
@@ -267,12 +269,16 @@ class PostgresBackend(Reads):
                 whatever the server's default; otherwise the server's setting holds.
             min_size: connections the pool keeps open.
             max_size: connections the pool opens at most.
+            create: create the schema in a database (or schema) that has none;
+                otherwise refuse it, creating nothing.
 
         Raises:
             CompactStoreError: the server cannot be reached, or its encoding is not UTF8.
+            NotAStore: the database holds no store and ``create`` is false.
         """
         super().__init__(self._all, queries.POSTGRES)
         self._where = redact_url(url)
+        self._gate = Gate(self._where)
         self._durable = durable
         #: session name -> (id, head) of the append this backend committed last, for speculation
         self._last: dict[str, tuple[int, HeadRow]] = {}
@@ -286,7 +292,9 @@ class PostgresBackend(Reads):
                         f"PostgreSQL store {self._where}: server encoding is {encoding}, want UTF8",
                         hint="create the database with ENCODING 'UTF8'",
                     )
-                _ensure_schema(conn)
+                if not _ensure_schema(conn, create):
+                    raise NotAStore(self._where, "the database holds no compactstore schema",
+                                    hint="open it with create=True to make a store there")
         except psycopg.Error as exc:
             raise _error(exc, f"cannot open {self._where}") from exc
         try:
@@ -309,15 +317,21 @@ class PostgresBackend(Reads):
                      + ("; SET synchronous_commit = on" if self._durable else ""))
 
     def close(self) -> None:
-        self._pool.close()
-        self._cursors.clear()
+        # The pool is closed only once no call is in flight: one closed under a running
+        # call would leave that call with a driver error instead of its answer.
+        if self._gate.close():
+            self._pool.close()
+            self._cursors.clear()
 
     def _run(self, doing: str, fn: Callable[[psycopg.Cursor[tuple[Any, ...]]], _T]) -> _T:
+        self._gate.enter()
         try:
             with self._pool.connection() as conn, conn.cursor(binary=True) as cur:
                 return fn(cur)
         except psycopg.Error as exc:
             raise _error(exc, doing) from exc
+        finally:
+            self._gate.leave()
 
     def _all(self, sql: str, args: Sequence[object] = ()) -> list[tuple[Any, ...]]:
         def go(cur: psycopg.Cursor[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
@@ -354,6 +368,14 @@ class PostgresBackend(Reads):
 
     @contextmanager
     def writer(self, name: str, *, speculate: bool = False) -> Iterator[_PGWriter]:
+        self._gate.enter()
+        try:
+            yield from self._writing(name, speculate)
+        finally:
+            self._gate.leave()
+
+    def _writing(self, name: str, speculate: bool) -> Iterator[_PGWriter]:
+        """Run the body of :meth:`writer`, inside the gate."""
         last = self._last.pop(name, None) if speculate else None
         pool = self._pool
         try:
@@ -441,15 +463,21 @@ class PostgresBackend(Reads):
         return int(n), int(lo), int(hi)
 
 
-def _ensure_schema(conn: psycopg.Connection[tuple[Any, ...]]) -> None:
-    """Create the schema in an empty database, under a lock (a store's version is checked by the store)."""
+def _ensure_schema(conn: psycopg.Connection[tuple[Any, ...]], create: bool = True) -> bool:
+    """Create the schema in an empty database, under a lock (a store's version is checked by the store).
+
+    Returns whether the schema is there now (false only when it was missing and ``create`` false).
+    """
     with conn.transaction(), conn.cursor() as cur:
         cur.execute("SELECT pg_advisory_xact_lock(%s, 0)", (_LOCK_SCHEMA,))
         cur.execute("SELECT to_regclass('meta') IS NOT NULL")
         row = cur.fetchone()
         if not (row and row[0]):
+            if not create:
+                return False
             # One round trip, one transaction.
             cur.execute(";\n".join((*_SCHEMA, *_FUNCTIONS, *queries.POSTGRES_SCHEMA)))
+    return True
 
 
 def _hashes(cur: psycopg.Cursor[tuple[Any, ...]], session_id: int, coords: Sequence[tuple[int, int]]) -> list[bytes]:

@@ -7,6 +7,7 @@ gapless: the position is read and written under the same lock.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 import time
@@ -17,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import sqlite_utils
 
-from ..errors import CompactStoreError, ConflictError, IntegrityError, LockTimeout
+from ..errors import CompactStoreError, ConflictError, IntegrityError, LockTimeout, NotAStore, StoreClosed
 from ..structure import IndexRow
 from .protocol import SCHEMA_VERSION, HeadRow, Row, keyset
 from . import queries
@@ -98,15 +99,30 @@ class SQLiteBackend(Reads):
 
     gapless_seq = True
 
-    def __init__(self, path: str, *, durable: bool = False) -> None:
+    def __init__(self, path: str, *, durable: bool = False, create: bool = True) -> None:
         """Open or create the database at ``path``.
 
         Args:
             path: a file path, or ``":memory:"``.
             durable: ``synchronous=FULL`` (survives power loss) instead of ``NORMAL``
                 (survives a process crash).
+            create: make a store where there is none: a missing file, a 0-byte file
+                or a database without tables. Otherwise those are refused, and a
+                missing file is not created.
+
+        Raises:
+            NotAStore: no store is there (and ``create`` is false), or the file is
+                something else: not a SQLite database, or one holding other tables.
+                Nothing in the file is changed.
+            IntegrityError: the file is a damaged SQLite database.
         """
+        if not create and path != ":memory:" and not os.path.exists(path):
+            raise NotAStore(path, "no such file")
+        # Every use of the connection holds this lock, close() included: closing a
+        # connection under a statement another thread runs crashes the process.
         self._lock = threading.RLock()
+        self._closed = False
+        self._path = path
         # What this connection committed last, valid while PRAGMA data_version shows no
         # other connection has committed since: each session's latest head and the next
         # seq. A session's id never changes once committed (sessions is append-only).
@@ -125,24 +141,47 @@ class SQLiteBackend(Reads):
         self._in_write = Reads(lambda sql, args: conn.execute(sql, args).fetchall(), queries.SQLITE)
         try:
             conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            # Look before writing anything (the switch to WAL writes to the file): what
+            # is not a store, or not yet one when it must not be made, is left as it was.
+            _refuse_foreign(conn, path, create)
             # A redaction erases a body: its bytes must not stay behind in freed space.
             conn.execute("PRAGMA secure_delete = ON")
             if path != ":memory:":
                 _enter_wal(conn)
             conn.execute(f"PRAGMA synchronous = {'FULL' if durable else 'NORMAL'}")
             with self._write():
-                if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'meta'").fetchone() is None:
+                if _refuse_foreign(conn, path, create):
                     _schema(sqlite_utils.Database(conn, execute_plugins=False))
         except (sqlite3.Error, UnicodeDecodeError) as exc:
             conn.close()
+            if getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_NOTADB:
+                raise NotAStore(path, "the file is not a SQLite database") from exc
             raise _error(exc, f"open {path!r} as a compactstore store") from exc
+        except BaseException:
+            conn.close()
+            raise
 
     def close(self) -> None:
-        self._conn.close()
+        # Waits for the call or write transaction in flight (they hold the lock); every
+        # later one finds the flag and raises StoreClosed instead of using the connection.
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self._conn.close()
+
+    def _open(self) -> sqlite3.Connection:
+        """Return the connection; call holding ``_lock``.
+
+        Raises:
+            StoreClosed: :meth:`close` has been called.
+        """
+        if self._closed:
+            raise StoreClosed(self._path)
+        return self._conn
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
-        conn = self._conn
+        conn = self._open()
         conn.execute("BEGIN IMMEDIATE")
         try:
             yield conn
@@ -158,7 +197,7 @@ class SQLiteBackend(Reads):
     def _all(self, sql: str, args: Sequence[object] = ()) -> list[Any]:
         try:
             with self._lock:
-                return self._conn.execute(sql, args).fetchall()
+                return self._open().execute(sql, args).fetchall()
         except (sqlite3.Error, UnicodeDecodeError) as exc:
             raise _error(exc, "read") from exc
 
@@ -172,7 +211,7 @@ class SQLiteBackend(Reads):
 
     def init_meta(self, values: dict[str, str]) -> dict[str, str]:
         try:
-            with self._lock, self._write() as conn:
+            with self._lock, self._write() as conn:  # _write goes through _open
                 if not conn.execute("SELECT 1 FROM meta LIMIT 1").fetchone():
                     conn.executemany(
                         "INSERT INTO meta (name, value) VALUES (?, ?)",
@@ -224,7 +263,7 @@ class SQLiteBackend(Reads):
     def hashes(self, session_id: int, coords: Sequence[tuple[int, int]]) -> list[bytes]:
         try:
             with self._lock:
-                return _hashes(self._conn, session_id, coords)
+                return _hashes(self._open(), session_id, coords)
         except sqlite3.Error as exc:
             raise _error(exc, "read subtree roots") from exc
 
@@ -265,6 +304,29 @@ class SQLiteBackend(Reads):
         return int(n), int(lo), int(hi)
 
 
+def _refuse_foreign(conn: sqlite3.Connection, path: str, create: bool) -> bool:
+    """Return whether the database is empty (a store is to be made in it); raise when it is not a store.
+
+    A store is recognised by its ``meta`` table (its version is the store's to check).
+    A database holding other tables belongs to someone else: no schema is written into it.
+
+    Raises:
+        NotAStore: the database holds other tables, or is empty and ``create`` is false.
+    """
+    names = [str(n) for (n,) in conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")]
+    if "meta" in names:
+        return False
+    if names:
+        shown = ", ".join(sorted(names)[:5]) + (", ..." if len(names) > 5 else "")
+        raise NotAStore(path, f"the database holds other tables ({shown})",
+                        hint="name a new file, or the compactstore store you meant")
+    if not create:
+        empty = path != ":memory:" and os.path.getsize(path) == 0
+        raise NotAStore(path, "the file is empty" if empty else "the database is empty",
+                        hint="open it with create=True to make a store there")
+    return True
+
+
 def _drop_old_pages(conn: sqlite3.Connection) -> None:
     """Copy the write-ahead log into the file and truncate it, so erased bodies leave the disk now.
 
@@ -300,6 +362,8 @@ def _enter_wal(conn: sqlite3.Connection) -> None:
 
 #: Primary result codes (the low byte of an extended one) of a lock held past the busy timeout.
 _BUSY = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
+#: Primary result codes of a file whose pages are not what SQLite wrote (truncated, overwritten).
+_DAMAGED = frozenset({sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB})
 #: Extended result codes of a row whose key is stored already.
 _DUPLICATE = frozenset({sqlite3.SQLITE_CONSTRAINT_UNIQUE, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY})
 #: Hints by primary result code.
@@ -315,6 +379,9 @@ def _error(exc: BaseException, doing: str) -> CompactStoreError:
     code = getattr(exc, "sqlite_errorcode", None)  # absent from a UnicodeDecodeError
     if code is None:
         return CompactStoreError(f"SQLite: {doing}: {type(exc).__name__}: {exc}")
+    if code & 0xFF in _DAMAGED:
+        return IntegrityError(f"SQLite: {doing}: the file is damaged: {exc}",
+                              hint="restore the file from a copy: SQLite cannot read all of it")
     if code & 0xFF in _BUSY:
         return LockTimeout(f"SQLite: {doing}: {exc} (another connection held the lock past the busy timeout)")
     if code in _DUPLICATE:
@@ -405,7 +472,7 @@ class _SQLiteWriter:
     def __init__(self, backend: SQLiteBackend, name: str) -> None:
         self._backend = backend
         self._name = name
-        self._conn = backend._conn
+        self._conn = backend._conn  # used only once __enter__ has checked the store is open
         #: the head this transaction inserted, and the seq after its events
         self.written: HeadRow | None = None
         self.seq_after: int | None = None
@@ -416,6 +483,8 @@ class _SQLiteWriter:
         backend, conn, name = self._backend, self._conn, self._name
         backend._lock.acquire()
         try:
+            if backend._closed:
+                raise StoreClosed(backend._path)
             conn.execute("BEGIN IMMEDIATE")
             try:
                 # Under the write lock: if no other connection has committed since this

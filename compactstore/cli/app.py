@@ -28,6 +28,7 @@ from ..errors import (
     ConflictError,
     IntegrityError,
     MarkerInvalid,
+    NotAStore,
     ReconstructionUnsoundError,
 )
 from ..store import Session, Store
@@ -227,25 +228,44 @@ def read_key(key_env: str | None) -> str | None:
     return key
 
 
+KEY_HINT = "pass --key-env VAR, naming the environment variable that holds the store's key"
+NO_STORE_HINT = "run `compactstore demo` to make one, or name yours with --store or $COMPACTSTORE_STORE"
+
+
 @contextmanager
 def opened(target: str, key_env: str | None, as_json: bool, *, create: bool = False) -> Iterator[Store]:
-    """Open the store at ``target``; unless ``create``, a SQLite file must already exist.
+    """Open the store at ``target``; unless ``create``, only an existing store, and nothing is created.
+
+    A keyed store needs its key here, for every command: without it every seal would
+    look forged, and nothing could be certified, proven against a sealed head or written.
 
     Raises:
-        Failure: exit 2 for a missing file, ``:memory:``, or a target that is no store.
+        Failure: exit 2 for ``:memory:``, a missing or empty file, a target that is no
+            store, or a keyed store without ``--key-env``; exit 1 for a damaged file
+            (it does not verify).
     """
     if target == ":memory:":
         raise Failure("--store :memory: keeps nothing between commands: name a file or a postgresql:// URL",
                       as_json=as_json)
-    if not is_url(target) and not create and not os.path.exists(target):
-        raise Failure(f"no store at {target}", as_json=as_json,
-                      hint="run `compactstore demo` to make one, or name yours with --store or $COMPACTSTORE_STORE")
     key = read_key(key_env)
     ctx = click.get_current_context(silent=True)
     witness = ctx.meta.get(_WITNESS) if ctx is not None else None
-    with reporting(as_json):
-        store = open_store(target, key=key, witness=witness)
     try:
+        store = open_store(target, key=key, create=create, witness=witness)
+    except NotAStore as exc:
+        missing = exc.reason == "no such file"
+        hint = exc.hint if "other tables" in exc.reason else NO_STORE_HINT  # the file is left as it was
+        raise Failure(f"no store at {exc.target}" if missing else str(exc), as_json=as_json, error="NotAStore",
+                      hint=hint) from exc
+    except IntegrityError as exc:
+        raise Failure(f"the store {display(target)} does not verify: {exc}", EXIT_REFUSED, error=type(exc).__name__,
+                      hint=exc.hint, as_json=as_json) from exc
+    except CompactStoreError as exc:
+        raise Failure.of(exc, EXIT_USAGE, as_json) from exc
+    try:
+        if store.keyed and store.mac_key is None:
+            raise Failure(f"this store is keyed; pass --key-env: {display(target)} seals its tree heads with a key",
+                          error="KeyRequired", hint=KEY_HINT, as_json=as_json)
         yield store
     finally:
         store.close()

@@ -8,6 +8,7 @@ import click
 
 from ..compaction import Node
 from ..errors import CompactionInvariantError
+from ..rules import Risk
 from ..events import LossClass
 from .app import emit, main, opened, pick_session, reporting, short, store_options
 
@@ -80,10 +81,25 @@ def compact_command(start: int, stop: int, summary: str | None, loss: str, keep:
         session = pick_session(store, session_name, target, as_json)
         with reporting(as_json, {CompactionInvariantError: GATE_HINT}):
             if dry_run:
-                session.assert_compaction_safe(start, stop, [k for k in keep if ":" not in k])
-                emit(as_json, {"ok": True, "dry_run": True, "start": start, "stop": stop},
-                     f"the gate lets [{start}, {stop}) be compacted lossily: no open obligation needs a "
-                     "non-regenerable binding from it")
+                try:
+                    session.assert_compaction_safe(start, stop, [k for k in keep if ":" not in k])
+                    risks: list[Risk] = []
+                except CompactionInvariantError as exc:
+                    if on_risk == "refuse" or not exc.risks:
+                        raise
+                    # --on-risk says what the compaction does with these: the dry run reports it.
+                    risks = [r for r in exc.risks if isinstance(r, Risk)]
+                data: dict[str, Any] = {"ok": True, "dry_run": True, "start": start, "stop": stop, "on_risk": on_risk}
+                text = (f"the gate lets [{start}, {stop}) be compacted lossily: no open obligation needs a "
+                        "non-regenerable binding from it")
+                if risks:
+                    data["at_risk"] = [{"key": r.key, "binding_pos": r.binding_pos, "obligation": r.obligation,
+                                        "obligation_pos": r.obligation_pos} for r in risks]
+                    doing = "spill" if on_risk == "spill" else "keep verbatim (preserve)"
+                    text = (f"the gate lets [{start}, {stop}) be compacted with --on-risk {on_risk}: it would {doing} "
+                            + ", ".join(f"binding {r.key!r} (bound at pos {r.binding_pos}, needed by obligation "
+                                        f"{r.obligation!r})" for r in risks))
+                emit(as_json, data, text)
                 return
             node = session.compact(start, stop, summary=summary, loss=LossClass(loss), keep=_keep(keep),
                                    on_risk=on_risk)  # type: ignore[arg-type]

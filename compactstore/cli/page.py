@@ -305,6 +305,17 @@ def _node_card(b: Bar) -> str:
     return '<div class="node">' + "".join(rows) + "</div>"
 
 
+def _claim(m: Pin) -> str:
+    """Return what the marker's recorded conditions say, as certified only when resuming certifies them now."""
+    if not m.conditions:
+        return "certifies nothing: a raw checkpoint"
+    listed = ", ".join(m.conditions)
+    if m.state == "certified":
+        return f"certified at emission and again now: {listed}"
+    # The conditions are the marker's own claim: a forged or broken marker may claim anything.
+    return f"claims {listed}, which do not hold now"
+
+
 def _marker_card(m: Pin) -> str:
     color = STATE_COLOR[m.state]
     where = "the raw log" if m.node is None else f"node #{m.node}"
@@ -313,7 +324,7 @@ def _marker_card(m: Pin) -> str:
         f'<div class="marker"><div class="row"><b>⚑ #{m.pos} → {where}</b>'
         f'<span class="small">checkpoint size {m.size} · root <code>{m.root[:16]}…</code></span>'
         f'<span class="verdict" style="color:{color}">{"✓" if m.state == "certified" else "✗"} {m.state}</span></div>'
-        f'<div class="small">certified at emission: {_e(", ".join(m.conditions) or "nothing (raw checkpoint)")}</div>'
+        f'<div class="small">{_e(_claim(m))}</div>'
         + '<ul class="reasons">' + "".join(f"<li>{_e(r)}</li>" for r in m.reasons) + "</ul>" + digest + "</div>"
     )
 

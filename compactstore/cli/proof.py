@@ -10,7 +10,7 @@ import msgspec
 
 from .. import events as ev
 from .. import merkle
-from ..errors import InvalidEvent
+from ..errors import IntegrityError, InvalidEvent
 from .app import (
     EXIT_REFUSED,
     EXIT_USAGE,
@@ -86,9 +86,15 @@ def inclusion_command(pos: int, size: int | None, output: str, target: str, key_
     with opened(target, key_env, as_json) as store:
         session = pick_session(store, session_name, target, as_json)
         with reporting(as_json):
-            head = session.head(size)
+            # Only what the store vouches for is proven: the head as the sealed head
+            # vouches for it, the event's body against its leaf, and the proof itself
+            # against the head, so a proof written out always passes `proof check`.
+            head = session.sealed_head(size)
+            record = session.proven(pos)
             path = session.inclusion_proof(pos, head.size)
-            record = session.read(pos)
+            if merkle.root_from_inclusion(record.leaf, pos, head.size, path, "blake3") != head.root:
+                raise IntegrityError(f"the stored tree gives no proof of pos {pos} in the head at size {head.size}",
+                                     session=session.name, pos=pos)
     doc = InclusionProof(
         "blake3", session.name, head.size, head.root.hex(), pos, record.leaf.hex(), [h.hex() for h in path],
         record.body.decode() if record.body else None, head.mac.hex() if head.mac else None,
@@ -111,9 +117,12 @@ def consistency_command(old_size: int, new_size: int | None, output: str, target
     with opened(target, key_env, as_json) as store:
         session = pick_session(store, session_name, target, as_json)
         with reporting(as_json):
-            new = session.head(new_size)
+            new = session.sealed_head(new_size)
             path = session.consistency_proof(old_size, new.size)
-            old = session.head(old_size)
+            old = session.sealed_head(old_size)
+            if not merkle.verify_consistency(old.size, new.size, old.root, new.root, path, "blake3"):
+                raise IntegrityError(f"the stored tree gives no proof that size {old.size} is a prefix of size {new.size}",
+                                     session=session.name, pos=old.size)
     doc = ConsistencyProof(
         "blake3", session.name, old.size, old.root.hex(), new.size, new.root.hex(), [h.hex() for h in path],
         new.mac.hex() if new.mac else None,

@@ -14,7 +14,8 @@ from rich.text import Text
 
 from ..events import Lost
 from ..picture import NEGATIVE, Bar, Cell, Loaded, Picture, Pin, columns, lost_name, picture, rank
-from .app import emit, main, opened, pick_session, reporting, store_options
+from .app import EXIT_REFUSED, Failure, display, emit, main, opened, pick_session, reporting, store_options
+from .verify import SHOWN
 
 LOSS_STYLE = {"LOSSLESS": "black on green3", "LOSSY_GIST": "black on gold1", "LOSSY_LITERAL": "white on red3"}
 SHORT_LOSS = {"LOSSLESS": "lossless", "LOSSY_GIST": "gist", "LOSSY_LITERAL": "literal"}
@@ -253,29 +254,43 @@ def render(p: Picture, width: int) -> Group:
 @store_options
 @click.option("--html", "html_path", type=click.Path(dir_okay=False, writable=True), metavar="FILE",
               help="Write one self-contained HTML page (inline SVG, no network) to FILE instead.")
+@click.option("--verify/--no-verify", default=True, show_default=True,
+              help="Verify the store first, and refuse (exit 1) to draw a session that does not verify.")
 def show_command(target: str, key_env: str | None, session_name: str | None, as_json: bool,
-                 html_path: str | None) -> None:
+                 html_path: str | None, verify: bool) -> None:
     """Draw a session: the raw positions as a strip, L1 and L2 nodes over the spans they cover,
     their loss classes, negative facts, open items, and each marker with whether it certifies.
 
     In the terminal by default; --html FILE writes a page to open in any browser; --json
-    prints the same picture as data.
+    prints the same picture as data. The store is verified first: a session that does
+    not verify is not drawn (exit 1) unless --no-verify is given.
     """
     with opened(target, key_env, as_json) as store:
         session = pick_session(store, session_name, target, as_json)
         with reporting(as_json):
+            if verify:
+                # A picture of a log that does not verify would draw forgeries as facts.
+                report = store.verify()
+                problems = [p for p in report.problems if p.session in (session.name, None)]
+                if problems:
+                    raise Failure(
+                        f"the store {display(target)} does not verify: {len(problems)} problem"
+                        f"{'s' * (len(problems) != 1)} in session {session.name!r}", EXIT_REFUSED,
+                        error="IntegrityError", as_json=as_json, lines=[str(p) for p in problems[:SHOWN]],
+                        details={"problems": [str(p) for p in problems]},
+                        hint="`compactstore verify` lists them; --no-verify draws the session anyway")
             pic = picture(session)
     if html_path:
         from .page import page
 
         with open(html_path, "w", encoding="utf-8") as out:
             out.write(page(pic))
-        emit(as_json, {"ok": True, "html": html_path, "session": pic.session, "size": pic.size},
+        emit(as_json, {"ok": True, "verified": verify, "html": html_path, "session": pic.session, "size": pic.size},
              f"wrote {html_path}: session {pic.session!r}, {pic.size} events, {len(pic.nodes)} nodes, "
              f"{len(pic.markers)} markers")
         return
     if as_json:
-        click.echo(json.dumps({"ok": True, **msgspec.to_builtins(pic)}))
+        click.echo(json.dumps({"ok": True, "verified": verify, **msgspec.to_builtins(pic)}))
         return
     console = Console(highlight=False)
     console.print(render(pic, min(console.width, 160)))
