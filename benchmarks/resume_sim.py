@@ -635,7 +635,7 @@ def simulate_rolling(drop: float, sessions: int, steps: int, every: int, seed: i
     tmp = path or tempfile.mkdtemp(prefix="cs-bench-rolling-")
     try:
         for k in range(sessions):
-            rng = random.Random(f"{seed}/rolling/{drop}/{k}")
+            rng = random.Random(f"{seed}/rolling/{k}")  # the same sessions at every drop rate: only the texts differ
             policy = cs.CompactionPolicy(every=every, roll_up_every=roll_up_every,
                                          summarizer=DroppingSummarizer(drop, f"{seed}/{k}"))
             with cs.open(f"{tmp}/rolling-{k}.db", clock=cs.events.tick_clock()) as store:
