@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Resume simulation: a naive resumer that trusts summaries against mark + resume.
+"""Resume simulation: a naive resumer that trusts summaries against mark + resume, and against context().
 
-    python benchmarks/resume_sim.py [--sessions N] [--steps N] [--every N] [--drops auto,0,0.05] [--seed S]
+    python benchmarks/resume_sim.py [--mode fixed|rolling|both] [--sessions N] [--steps N] [--every N]
+        [--drops auto,0,0.05] [--rolling-sessions N] [--rolling-drops 0,0.05] [--turn N] [--seed S]
 
 Seeded synthetic long-horizon sessions, written through the public API: user and
 assistant turns, tool calls (some failing, some left open across a boundary), proposed
@@ -27,14 +28,17 @@ twice, by each resumer:
   resolution gives, and a literal it would have to invent goes through
   ``compactstore.reconstruct`` (the invention guard), which refuses it.
 
-The resumed agent must act on the literals its open obligations need and decide which
-proposed approaches are still allowed. Both resumers read a context the same way: a
+The resumed agent must act on the literals its open obligations need, decide which
+proposed approaches are still allowed, and know which tool calls and handles are open. Both resumers read a context the same way: a
 binding's value is the one bound at the latest position the context shows, unless the
 node retains that position as superseded (then the key has no current value); an
-approach is rejected when a raw rejection or a retained one names it. A resume is
-divergent when its two runs disagree, or when it acts on a literal that differs from the
-log or allows an approach the log rejected (or forbids one it did not); a literal it
-refuses to act on is a refusal, not a divergence. Seed 003 reports that checking markers
+approach is rejected when a raw rejection or a retained one names it; an item is open
+when a raw call or handle, or a node's UNRESOLVED list, opens it and no raw result or
+close, nor a node's resolved list, closes it. A resume is divergent when its two runs
+disagree, or when it acts on a literal that differs from the log, allows an approach the
+log rejected (or forbids one it did not), or holds a call or handle open that the log
+closed (or closed that the log holds open); a literal it refuses to act on is a
+refusal, not a divergence. Seed 003 reports that checking markers
 at emission takes divergence to zero at the cost of about 8% more raw-checkpoint
 fallbacks.
 
@@ -49,12 +53,34 @@ drop it: the resumer re-fetches it, exactly, from the tool), a value no open obl
 needs, the truth of the summary's prose, or which proposals were revised (the allowed
 approaches here follow proposals and rejections only).
 
+Rolling mode (``--mode rolling``; ``both``, the default, runs it after the fixed one):
+the same sessions compact themselves. Every ``--turn`` steps the agent calls
+``Session.maintain(cs.CompactionPolicy(every=40, roll_up_every=5, summarizer=...))``,
+which compacts every 40 raw events, grows the session digest every 5 L1 nodes and marks
+the cover. The summarizer (:class:`DroppingSummarizer`) is deterministic and states, by
+position, each binding with its value, rejection, failure, open and resolved item of
+what it summarizes, dropping each line at the drop rate (and again at every roll-up):
+it returns text only, as a policy's summarizer does, and the structure each node
+records is the library's. Some steps after each compaction the agent resumes, twice
+each way:
+
+* naive: the cover's summary texts plus the raw events after them, trusting the texts
+  (a fact a text dropped never happened; a missing literal is re-fetched when
+  regenerable, otherwise invented);
+* compactstore: ``Session.context()``, the latest certifying marker's cover and the raw
+  tail (the raw log when none certifies), read through the same oracle as above.
+
+Fallbacks count contexts no marker certifies (an obligation opened after a compaction
+needs a value that no obligation needed when it was compacted: the policy keeps
+nothing it is not made to). Refusals count resumes that refused to invent a literal.
+
 Writes benchmarks/results/resume_sim.json.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import re
 import shutil
@@ -62,6 +88,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -75,7 +102,8 @@ import compactstore as cs  # noqa: E402
 from compactstore import events as ev  # noqa: E402
 
 APPROACH = re.compile(r"approach (A\d+)")
-Plan = tuple[tuple[tuple[str, Any], ...], tuple[str, ...]]
+Plan = tuple[tuple[tuple[str, Any], ...], tuple[str, ...], tuple[str, ...]]
+"""What a resumed agent acts on: the needed literals, the allowed approaches, the open items."""
 
 
 @dataclass
@@ -102,12 +130,12 @@ class Truth:
                 keys.update(k for k in needs if self.value(k, before) is not None)
         return sorted(keys)
 
-    def plan(self, before: int) -> Plan:
-        """Return the correct action at checkpoint ``before``: the needed literals and the allowed approaches."""
+    def plan(self, before: int, open_items: tuple[str, ...]) -> Plan:
+        """Return the correct action at checkpoint ``before``: the needed literals, the allowed approaches, ``open_items``."""
         literals = tuple((k, self.value(k, before)[0]) for k in self.needed(before))  # type: ignore[index]
         allowed = tuple(sorted(a for a, p in self.proposed.items()
                                if p < before and not (a in self.rejected and self.rejected[a] < before)))
-        return literals, allowed
+        return literals, allowed, open_items
 
     def candidates(self, before: int) -> list[str]:
         """Return the approaches proposed before ``before``: the options the resumed agent weighs."""
@@ -250,6 +278,10 @@ class Agent:
                                     **kw))
             self.undigested = []
 
+    def open_items(self) -> tuple[str, ...]:
+        """Return the tool calls and handles open now, as ``kind:id``, sorted: what the log says is open."""
+        return tuple(sorted([f"tool_call:{c}" for c in self.pending] + [f"handle:{h}" for h in self.handles]))
+
     def top(self) -> cs.Node:
         """Return the newest top-tier node: the L2 over the newest L1, or that L1."""
         if self.l2 and self.l2[-1].stop == self.l1[-1].stop:
@@ -257,22 +289,26 @@ class Agent:
         return self.l1[-1]
 
 
-def _literal_sources(s: cs.Session, node: cs.Node | None, raw: list[tuple[int, cs.Event]]) -> dict[str, Any]:
-    """Return the binding values a context shows: raw bindings, the node's kept excerpts and spills.
+NodeLike = cs.Node | cs.resolver.SummaryItem
+"""A summary node as a context holds it: read back from the log, or as a resolution returns it."""
 
-    Where a key shows more than once, the value bound at the latest position wins. When the
+
+def _literal_sources(s: cs.Session, nodes: list[NodeLike], raw: list[tuple[int, cs.Event]]) -> dict[str, Any]:
+    """Return the binding values a context shows: raw bindings, the nodes' kept excerpts and spills.
+
+    Where a key shows more than once, the value bound at the latest position wins. When a
     node says that latest value is superseded (re-bound inside its span, the new value
     neither kept nor spilled), the key has no current value in the context: an older
     value is staler still, so the resumer re-fetches the key or must not act on it.
     """
     found: dict[str, tuple[int, Any]] = {}
-    superseded = set() if node is None else {f.pos for f in node.negative_facts if f.status == "superseded"}
+    superseded = {f.pos for node in nodes for f in node.negative_facts if f.status == "superseded"}
 
     def see(pos: int, key: str, value: Any) -> None:
         if key not in found or found[key][0] < pos:
             found[key] = (pos, value)
 
-    if node is not None:
+    for node in nodes:
         for e in node.kept:
             if e.path == "value":
                 bound = s.read(e.pos).event  # only for the key's name: the value is the excerpt's
@@ -286,12 +322,13 @@ def _literal_sources(s: cs.Session, node: cs.Node | None, raw: list[tuple[int, c
     return {k: v for k, (p, v) in found.items() if p not in superseded}
 
 
-def _rejections(node: cs.Node | None, raw: list[tuple[int, cs.Event]]) -> set[str]:
+def _rejections(nodes: list[NodeLike], raw: list[tuple[int, cs.Event]]) -> set[str]:
+    """Return the approaches a context shows rejected: raw rejections and those the nodes retain."""
     out = set()
     for _, e in raw:
         if e.status == "rejected" and e.meta and "approach" in e.meta:
             out.add(e.meta["approach"])
-    if node is not None:
+    for node in nodes:
         for f in node.negative_facts:
             m = APPROACH.search(f.text)
             if f.status == "rejected" and m:
@@ -299,12 +336,36 @@ def _rejections(node: cs.Node | None, raw: list[tuple[int, cs.Event]]) -> set[st
     return out
 
 
+def _open_items(nodes: list[NodeLike], raw: list[tuple[int, cs.Event]]) -> tuple[str, ...]:
+    """Return the tool calls and handles a context shows open, as ``kind:id``, sorted.
+
+    Opened by a raw call or handle, or listed UNRESOLVED by a node; closed by a raw result
+    or handle close, or listed as resolved by a node. Ids are never reused, so the order
+    does not matter.
+    """
+    opened: set[str] = set()
+    closed: set[str] = set()
+    for _, e in raw:
+        if isinstance(e, cs.ToolCall):
+            opened.add(f"tool_call:{e.call_id}")
+        elif isinstance(e, cs.ToolResult):
+            closed.add(f"tool_call:{e.call_id}")
+        elif isinstance(e, ev.HandleOpened):
+            opened.add(f"handle:{e.handle}")
+        elif isinstance(e, ev.HandleClosed):
+            closed.add(f"handle:{e.handle}")
+    for node in nodes:
+        opened.update(f"{i.kind}:{i.id}" for i in node.unresolved if i.kind != "obligation")
+        closed.update(f"{i.kind}:{i.id}" for i in node.resolved if i.kind != "obligation")
+    return tuple(sorted(opened - closed))
+
+
 def naive_resume(agent: Agent, node: cs.Node, size: int, nonce: random.Random) -> Plan:
     """Resume trusting the node: raw outside its span plus the node as it is; invent what is missing."""
     s, t = agent.s, agent.truth
     raw = [(r.pos, r.event) for r in s.scan(0, size)
            if r.kind not in ev.DERIVED_KINDS and not node.start <= r.pos < node.stop]
-    found = _literal_sources(s, node, raw)
+    found = _literal_sources(s, [node], raw)
     literals = []
     for key in t.needed(size):
         if key in found:
@@ -315,8 +376,8 @@ def naive_resume(agent: Agent, node: cs.Node, size: int, nonce: random.Random) -
             literals.append((key, value))  # re-fetched from the tool: exact
         else:  # a plausible invention: the right shape, often the wrong value
             literals.append((key, nonce.choice([value, _mutate(value, nonce), _mutate(value, nonce)])))
-    rejected = _rejections(node, raw)  # trusted: a rejection the summary dropped never happened
-    return tuple(literals), tuple(a for a in t.candidates(size) if a not in rejected)
+    rejected = _rejections([node], raw)  # trusted: a rejection the summary dropped never happened
+    return tuple(literals), tuple(a for a in t.candidates(size) if a not in rejected), _open_items([node], raw)
 
 
 def _mutate(value: str, rng: random.Random) -> str:
@@ -337,16 +398,21 @@ class Outcome:
     digest: bytes
 
 
-def store_resume(agent: Agent, marker: cs.Marker, size: int) -> Outcome:
-    """Resume through Session.resume and act only on what the resolution holds."""
+def store_resume(agent: Agent, marker: cs.Marker | None, size: int) -> Outcome:
+    """Resume through Session.resume (or, without a marker, Session.context) and act only on what it gives."""
+    res = agent.s.resume(marker) if marker is not None else agent.s.context()
+    return act(agent, res, size)
+
+
+def act(agent: Agent, res: cs.Resolution, size: int) -> Outcome:
+    """Return what an agent resumed on ``res`` acts on: it reads only the resolution's nodes and raw events."""
     s, t = agent.s, agent.truth
-    res = s.resume(marker)
-    summary = next((i for i in res.context if isinstance(i, cs.resolver.SummaryItem)), None)
-    node = s.node(summary.pos) if summary is not None else None
+    nodes: list[NodeLike] = [i for i in res.context if isinstance(i, cs.resolver.SummaryItem)]
     raw = [(i.pos, i.event) for i in res.context if isinstance(i, cs.resolver.RawItem)]
-    found = _literal_sources(s, node, raw)
+    found = _literal_sources(s, nodes, raw)
     literals, refused = [], 0
-    artifact = s.artifact(node) if node is not None else cs.Artifact(cs.LossClass.LOSSLESS, {"literals": {}}, None)
+    artifact = (s.artifact(nodes[-1].pos) if nodes
+                else cs.Artifact(cs.LossClass.LOSSLESS, {"literals": {}}, None))
     for key in t.needed(size):
         if key in found:
             literals.append((key, found[key]))
@@ -359,9 +425,9 @@ def store_resume(agent: Agent, marker: cs.Marker, size: int) -> Outcome:
             literals.append((key, value))
         except cs.ReconstructionUnsoundError:
             refused += 1
-    rejected = _rejections(node, raw)
+    rejected = _rejections(nodes, raw)
     allowed = tuple(a for a in t.candidates(size) if a not in rejected)
-    return Outcome((tuple(literals), allowed), res.mode, refused, res.digest)
+    return Outcome((tuple(literals), allowed, _open_items(nodes, raw)), res.mode, refused, res.digest)
 
 
 @dataclass
@@ -382,8 +448,8 @@ def _check(plans: list[Plan], truth: Plan) -> tuple[bool, bool]:
     disagree = len(set(plans)) > 1
     lits = dict(truth[0])
     wrong = False
-    for literals, allowed in plans:
-        if any(lits.get(k, v) != v for k, v in literals) or set(allowed) != set(truth[1]):
+    for literals, allowed, open_items in plans:
+        if any(lits.get(k, v) != v for k, v in literals) or set(allowed) != set(truth[1]) or open_items != truth[2]:
             wrong = True
     return disagree, wrong
 
@@ -420,18 +486,14 @@ def _resume_point(agent: Agent, naive: Tally, ours: Tally, extra: dict[str, Any]
     s = agent.s
     node = agent.top()
     size = s.size
-    truth = agent.truth.plan(size)
+    truth = agent.truth.plan(size, agent.open_items())
     # naive: two runs of the same resume, each with its own plausible inventions
     plans = []
     for run in range(2):
         t0 = time.perf_counter()
         plans.append(naive_resume(agent, node, size, random.Random(f"{rng.random()}/{run}")))
         naive.costs.append(time.perf_counter() - t0)
-    disagree, wrong = _check(plans, truth)
-    naive.resumes += 1
-    naive.divergent += disagree or wrong
-    naive.disagree += disagree
-    naive.wrong += wrong
+    _tally(naive, plans, truth)
     # compactstore: emission checks, raw fallback when they fail, then resume twice
     t0 = time.perf_counter()
     try:
@@ -444,14 +506,226 @@ def _resume_point(agent: Agent, naive: Tally, ours: Tally, extra: dict[str, Any]
     outcomes = [store_resume(agent, marker, size)]
     ours.costs.append(time.perf_counter() - t0)
     outcomes.append(store_resume(agent, marker, size))
-    disagree, wrong = _check([o.plan for o in outcomes], truth)
-    disagree = disagree or outcomes[0].digest != outcomes[1].digest
-    ours.resumes += 1
-    ours.divergent += disagree or wrong
-    ours.disagree += disagree
-    ours.wrong += wrong
-    ours.fallbacks += outcomes[0].mode == "fallback"
-    ours.refusals += outcomes[0].refused > 0
+    _tally(ours, [o.plan for o in outcomes], truth, outcomes)
+
+
+# --- rolling compaction: CompactionPolicy + Session.maintain, resumed by Session.context ---------
+
+LINE = re.compile(r"^(\d+): (BOUND|REJECTED|FAILED|UNRESOLVED|RESOLVED) (.*)$")
+
+
+class DroppingSummarizer:
+    """A deterministic summarizer that states each fact of what it summarizes, dropping each at rate ``drop``.
+
+    An L1 summary states, one line each, by position: every binding with its value, every
+    rejection, every failed call, every call or handle left open at the span's end
+    (UNRESOLVED) and every one opened before it and closed in it (RESOLVED). A roll-up
+    restates its children's lines, dropping each again at the same rate, as a model
+    summarizing summaries would. Whether a line is dropped depends only on the salt,
+    the summary's first position and the line, so the same records give the same text.
+    """
+
+    def __init__(self, drop: float, salt: str) -> None:
+        """Drop each line with probability ``drop``; ``salt`` seeds the choice."""
+        self.drop, self.salt = drop, salt
+
+    def _kept(self, first: int, line: str) -> bool:
+        return random.Random(f"{self.salt}/{first}/{line}").random() >= self.drop
+
+    def __call__(self, records: Sequence[cs.Record]) -> str:
+        """Return the summary text of ``records``: a span's raw events, or the nodes a roll-up digests."""
+        first = records[0].pos
+        digested = [r.event for r in records if isinstance(r.event, ev.Summary)]
+        if len(digested) == len(records):
+            lines = [line for n in digested for line in n.summary.splitlines()[1:]]
+            head = f"digest of {len(records)} summaries"
+        else:
+            lines = self._lines([r for r in records if r.kind not in ev.DERIVED_KINDS])
+            head = f"{len(records)} events: the agent worked on the migration and explored approaches"
+        return "\n".join([head, *(line for line in lines if self._kept(first, line))])
+
+    @staticmethod
+    def _lines(records: list[cs.Record]) -> list[str]:
+        opened: dict[str, int] = {}
+        lines = []
+        for r in records:
+            e, p = r.event, r.pos
+            if isinstance(e, cs.Binding):
+                lines.append(f"{p}: BOUND {e.key} = {json.dumps(e.value)}")
+            elif e.status == "rejected" and isinstance(e, cs.Turn):
+                lines.append(f"{p}: REJECTED {e.content}")
+            elif isinstance(e, cs.ToolCall):
+                opened[f"tool_call:{e.call_id}"] = p
+            elif isinstance(e, ev.HandleOpened):
+                opened[f"handle:{e.handle}"] = p
+            elif isinstance(e, cs.ToolResult | ev.HandleClosed):
+                item = f"tool_call:{e.call_id}" if isinstance(e, cs.ToolResult) else f"handle:{e.handle}"
+                if opened.pop(item, None) is None:
+                    lines.append(f"{p}: RESOLVED {item}")
+                if isinstance(e, cs.ToolResult) and e.status == "failed":
+                    lines.append(f"{p}: FAILED {e.call_id}")
+        lines += [f"{p}: UNRESOLVED {item}" for item, p in opened.items()]
+        return sorted(lines, key=lambda line: int(line.split(":", 1)[0]))
+
+
+def naive_context(agent: Agent, size: int, nonce: random.Random) -> Plan:
+    """Resume a rolling-compacted session trusting the summary texts: the cover's texts plus the raw events outside them.
+
+    The naive agent reads what the texts say (bindings with values, rejections, open and
+    resolved items), re-fetches a missing regenerable literal and invents a missing
+    non-regenerable one.
+    """
+    s, t = agent.s, agent.truth
+    cover = s.cover(size)
+    spans = [(n.start, n.stop) for n in cover]
+    raw = [(r.pos, r.event) for r in s.scan(0, size)
+           if r.kind not in ev.DERIVED_KINDS and not any(a <= r.pos < b for a, b in spans)]
+    found: dict[str, tuple[int, Any]] = {}
+    rejected: set[str] = set()
+    opened: set[str] = set()
+    closed: set[str] = set()
+    for n in cover:
+        for line in n.summary.splitlines():
+            m = LINE.match(line)
+            if m is None:
+                continue
+            pos, what, rest = int(m.group(1)), m.group(2), m.group(3)
+            if what == "BOUND":
+                key, _, value = rest.partition(" = ")
+                if key not in found or found[key][0] < pos:
+                    found[key] = (pos, json.loads(value))
+            elif what == "REJECTED" and (a := APPROACH.search(rest)):
+                rejected.add(a.group(1))
+            elif what == "UNRESOLVED":
+                opened.add(rest)
+            elif what == "RESOLVED":
+                closed.add(rest)
+    for pos, e in raw:
+        if isinstance(e, cs.Binding) and (e.key not in found or found[e.key][0] < pos):
+            found[e.key] = (pos, e.value)
+    rejected |= _rejections([], raw)
+    raw_open = _open_items([], raw)  # raw calls minus raw results, by id
+    raw_closed = {f"tool_call:{e.call_id}" for _, e in raw if isinstance(e, cs.ToolResult)}
+    raw_closed |= {f"handle:{e.handle}" for _, e in raw if isinstance(e, ev.HandleClosed)}
+    open_items = tuple(sorted((opened - closed - raw_closed) | set(raw_open)))
+    literals = []
+    for key in t.needed(size):
+        if key in found:
+            literals.append((key, found[key][1]))
+            continue
+        value, regenerable = t.value(key, size)  # type: ignore[misc]
+        literals.append((key, value if regenerable else nonce.choice([value, _mutate(value, nonce),
+                                                                      _mutate(value, nonce)])))
+    return tuple(literals), tuple(a for a in t.candidates(size) if a not in rejected), open_items
+
+
+def simulate_rolling(drop: float, sessions: int, steps: int, every: int, seed: int, *, turn: int = 3,
+                     roll_up_every: int = 5, path: str | None = None) -> tuple[Tally, Tally, dict[str, Any]]:
+    """Run ``sessions`` seeded sessions compacted by ``Session.maintain``; return the naive and compactstore tallies.
+
+    Each session is maintained after every ``turn`` steps (an agent's turn: three steps
+    are about four events) under ``CompactionPolicy(every=every, roll_up_every=roll_up_every)``
+    with a :class:`DroppingSummarizer` at ``drop``. Some steps after each compaction the
+    agent is resumed, twice by each resumer: naive from the cover's texts, compactstore
+    from ``Session.context()``. ``path``: a folder for the stores (default: a temporary
+    one, removed after).
+    """
+    naive, ours = Tally(), Tally()
+    extra: dict[str, Any] = {"events": 0, "l1": 0, "l2": 0, "markers": 0, "maintenance_refused": 0}
+    tmp = path or tempfile.mkdtemp(prefix="cs-bench-rolling-")
+    try:
+        for k in range(sessions):
+            rng = random.Random(f"{seed}/rolling/{k}")  # the same sessions at every drop rate: only the texts differ
+            policy = cs.CompactionPolicy(every=every, roll_up_every=roll_up_every,
+                                         summarizer=DroppingSummarizer(drop, f"{seed}/{k}"))
+            with cs.open(f"{tmp}/rolling-{k}.db", clock=cs.events.tick_clock()) as store:
+                agent = Agent(store.session(f"run-{k}"), rng, drop, every)
+                crash_at = None
+                while agent.steps < steps:
+                    agent.step()
+                    if agent.steps % turn:
+                        done = cs.policy.Maintenance()
+                    else:
+                        done = agent.s.maintain(policy)
+                    extra["l1"] += len(done.compacted)
+                    extra["l2"] += len(done.rolled_up)
+                    extra["markers"] += done.marker is not None
+                    extra["maintenance_refused"] += len(done.refused)
+                    if done.compacted:
+                        crash_at = agent.steps + rng.randint(0, every - 1)
+                    if crash_at is not None and agent.steps == crash_at:
+                        crash_at = None
+                        _rolling_point(agent, naive, ours, rng)
+                extra["events"] += agent.s.size
+    finally:
+        if path is None:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return naive, ours, extra
+
+
+def _rolling_point(agent: Agent, naive: Tally, ours: Tally, rng: random.Random) -> None:
+    size = agent.s.size
+    truth = agent.truth.plan(size, agent.open_items())
+    plans = []
+    for run in range(2):
+        t0 = time.perf_counter()
+        plans.append(naive_context(agent, size, random.Random(f"{rng.random()}/{run}")))
+        naive.costs.append(time.perf_counter() - t0)
+    _tally(naive, plans, truth)
+    t0 = time.perf_counter()
+    outcomes = [store_resume(agent, None, size)]
+    ours.costs.append(time.perf_counter() - t0)
+    outcomes.append(store_resume(agent, None, size))
+    _tally(ours, [o.plan for o in outcomes], truth, outcomes)
+
+
+def _tally(tally: Tally, plans: list[Plan], truth: Plan, outcomes: list[Outcome] | None = None) -> None:
+    """Count one resume point, resumed twice, into ``tally``."""
+    disagree, wrong = _check(plans, truth)
+    if outcomes is not None:
+        disagree = disagree or outcomes[0].digest != outcomes[1].digest
+        tally.fallbacks += outcomes[0].mode == "fallback"
+        tally.refusals += outcomes[0].refused > 0
+    tally.resumes += 1
+    tally.divergent += disagree or wrong
+    tally.disagree += disagree
+    tally.wrong += wrong
+
+
+def rolling_rows(drops: list[float], sessions: int, steps: int, every: int, seed: int, turn: int = 3) -> Section:
+    """Run the rolling simulation at every drop rate and tabulate both resumers."""
+    section = Section(
+        "Rolling compaction: naive resumer vs Session.maintain + Session.context",
+        ("summarizer", "resumer", "resumes", "divergent", "runs disagree", "contradicts log", "fallbacks",
+         "refusals", "median cost"),
+    )
+    for drop in drops:
+        naive, ours, extra = simulate_rolling(drop, sessions, steps, every, seed, turn=turn)
+        label = f"{_label(drop)} (maintenance refusals {extra['maintenance_refused']})"
+        for name, tally in (("naive, trusts the texts", naive), ("compactstore context()", ours)):
+            _row(section, label, name, drop, tally, extra if name.startswith("compactstore") else None)
+        section.notes.append(
+            f"rolling, {_label(drop)}: {extra['events']:,} events, {extra['l1']} L1 nodes, {extra['l2']} digests "
+            f"grown, {extra['markers']} markers; divergence {naive.divergent / max(naive.resumes, 1):.1%} -> "
+            f"{ours.divergent / max(ours.resumes, 1):.1%}")
+        section.goals.append(Goal(f"compactstore divergent resumes, rolling, {_label(drop)}", ours.divergent, 0,
+                                  higher_is_better=False))
+    return section
+
+
+def _row(section: Section, label: str, name: str, drop: float | None, tally: Tally, extra: dict[str, Any] | None) -> None:
+    n = max(tally.resumes, 1)
+    section.rows.append((
+        label, name, f"{tally.resumes}", f"{tally.divergent} ({tally.divergent / n:.1%})",
+        f"{tally.disagree}", f"{tally.wrong}",
+        f"{tally.fallbacks} ({tally.fallbacks / n:.1%})", f"{tally.refusals}",
+        seconds(statistics.median(tally.costs)) if tally.costs else "",
+    ))
+    section.data.append({"drop": drop, "resumer": name, "resumes": tally.resumes,
+                         "divergent": tally.divergent, "disagree": tally.disagree, "wrong": tally.wrong,
+                         "fallbacks": tally.fallbacks, "refusals": tally.refusals,
+                         "median_cost_s": statistics.median(tally.costs) if tally.costs else None,
+                         **({"extra": extra} if extra is not None else {})})
 
 
 def _label(drop: float | None) -> str:
@@ -469,18 +743,7 @@ def sim_rows(drops: list[float | None], sessions: int, steps: int, every: int, s
         naive, ours, extra = simulate(drop, sessions, steps, every, seed)
         label = f"{_label(drop)} (gate refusals {extra['gate_refusals']})"
         for name, tally in (("naive, trusts the summary", naive), ("compactstore mark + resume", ours)):
-            n = max(tally.resumes, 1)
-            section.rows.append((
-                label, name, f"{tally.resumes}", f"{tally.divergent} ({tally.divergent / n:.1%})",
-                f"{tally.disagree}", f"{tally.wrong}",
-                f"{tally.fallbacks} ({tally.fallbacks / n:.1%})", f"{tally.refusals}",
-                seconds(statistics.median(tally.costs)) if tally.costs else "",
-            ))
-            section.data.append({"drop": drop, "resumer": name, "resumes": tally.resumes,
-                                 "divergent": tally.divergent, "disagree": tally.disagree, "wrong": tally.wrong,
-                                 "fallbacks": tally.fallbacks, "refusals": tally.refusals,
-                                 "median_cost_s": statistics.median(tally.costs) if tally.costs else None,
-                                 **({"extra": extra} if name.startswith("compactstore") else {})})
+            _row(section, label, name, drop, tally, extra if name.startswith("compactstore") else None)
         fallback_pp = (ours.fallbacks - naive.fallbacks) / max(ours.resumes, 1)
         section.notes.append(
             f"{_label(drop)}: {extra['events']:,} events, {extra['l1']} L1 and {extra['l2']} L2 nodes; "
@@ -503,15 +766,31 @@ def main(argv: list[str] | None = None) -> int:
                         help="summarizer drop rates; 'auto' lets the library fill the lists "
                              "(default auto,0,0.01,0.02,0.05,0.15,0.3)")
     parser.add_argument("--seed", type=int, default=3, help="random seed (default 3)")
+    parser.add_argument("--mode", choices=("fixed", "rolling", "both"), default="both",
+                        help="fixed: compact and mark by hand; rolling: CompactionPolicy + maintain + context(); "
+                             "both (default)")
+    parser.add_argument("--rolling-sessions", type=int, default=6, help="sessions per drop rate, rolling (default 6)")
+    parser.add_argument("--rolling-drops", default="0,0.01,0.02,0.05,0.15,0.3",
+                        help="summarizer drop rates, rolling (default 0,0.01,0.02,0.05,0.15,0.3)")
+    parser.add_argument("--turn", type=int, default=3, help="rolling: maintain every N steps (default 3)")
     args = parser.parse_args(argv)
     drops = [None if x == "auto" else float(x) for x in args.drops.split(",")]
     info = harness.machine()
     harness.print_machine(info)
-    print(f"sim:      {args.sessions} sessions x {args.steps} steps per drop rate, compaction every {args.every} "
-          f"steps, L2 every 3 L1, seed {args.seed}; each resume point resumed twice by each resumer")
-    section = sim_rows(drops, args.sessions, args.steps, args.every, args.seed)
-    section.print()
-    path = harness.write_json("resume_sim", info, [section], params=vars(args))
+    sections = []
+    if args.mode in ("fixed", "both"):
+        print(f"fixed:    {args.sessions} sessions x {args.steps} steps per drop rate, compaction every {args.every} "
+              f"steps, L2 every 3 L1, seed {args.seed}; each resume point resumed twice by each resumer")
+        sections.append(sim_rows(drops, args.sessions, args.steps, args.every, args.seed))
+        sections[-1].print()
+    if args.mode in ("rolling", "both"):
+        print(f"rolling:  {args.rolling_sessions} sessions x {args.steps} steps per drop rate, maintained every "
+              f"{args.turn} steps by CompactionPolicy(every={args.every}, roll_up_every=5), seed {args.seed}; "
+              f"each resume point resumed twice by each resumer")
+        sections.append(rolling_rows([float(x) for x in args.rolling_drops.split(",")], args.rolling_sessions,
+                                     args.steps, args.every, args.seed, args.turn))
+        sections[-1].print()
+    path = harness.write_json("resume_sim", info, sections, params=vars(args))
     print(f"\nwrote {path}")
     return 0
 
