@@ -1399,10 +1399,9 @@ class Session:
                 raise IntegrityError(f"position {pos} is missing under the sealed head of size {check.size}",
                                      session=self.name, pos=pos)
             raise InvalidArgument("pos", f"no event at {pos} in session {self.name!r} (size {self.size})")
-        record = self._record(row)
         if check is not None:
-            check.run([row])
-        return record
+            check.run([row])  # before the body is decoded: a forged body is an IntegrityError first
+        return self._record(row)
 
     def scan(self, start: int = 0, stop: int | None = None, *, verify: bool = True) -> Iterator[Record]:
         """Yield the records at positions ``[start, stop)`` in order, streaming, each checked as :meth:`read` checks it.
@@ -1438,14 +1437,12 @@ class Session:
             pos += 1
             chunk.append(row)
             if len(chunk) == _CHUNK:
-                records = [self._record(r, erasures) for r in chunk]
                 check.run(chunk)
-                yield from records
+                yield from [self._record(r, erasures) for r in chunk]
                 chunk = []
         if chunk:
-            records = [self._record(r, erasures) for r in chunk]
             check.run(chunk)
-            yield from records
+            yield from [self._record(r, erasures) for r in chunk]
         want = check.size if stop is None else min(stop, check.size)
         if pos < want:
             raise IntegrityError(f"position {pos} is missing under the sealed head of size {check.size}",
