@@ -13,6 +13,8 @@ import asyncio
 import os
 import re
 import threading
+from functools import partial
+from itertools import islice
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Literal
@@ -1430,19 +1432,19 @@ class Session:
                 yield self._record(row, erasures)
             return
         check = _ReadCheck(self, sid)
-        pos, chunk = start, []
-        for row in self.store.backend.rows(sid, start, stop, _CHUNK):
-            if row.pos != pos:
-                break
-            pos += 1
-            chunk.append(row)
-            if len(chunk) == _CHUNK:
-                check.run(chunk)
-                yield from [self._record(r, erasures) for r in chunk]
-                chunk = []
-        if chunk:
+        rows, pos = self.store.backend.rows(sid, start, stop, _CHUNK), start
+        while chunk := list(islice(rows, _CHUNK)):
+            # Positions come in increasing order, each once: the chunk is gapless when its ends are.
+            gap = chunk[0].pos != pos or chunk[-1].pos != pos + len(chunk) - 1
+            if gap:
+                chunk = chunk[: next(i for i, r in enumerate(chunk) if r.pos != pos + i)]
+                if not chunk:
+                    break
             check.run(chunk)
-            yield from [self._record(r, erasures) for r in chunk]
+            yield from map(partial(self._record, erasures=erasures), chunk)
+            pos += len(chunk)
+            if gap:
+                break
         want = check.size if stop is None else min(stop, check.size)
         if pos < want:
             raise IntegrityError(f"position {pos} is missing under the sealed head of size {check.size}",
@@ -1671,14 +1673,19 @@ class _EventReader:
         self.events[record.pos] = record.event
 
 
+_EMPTY_ROOT = merkle.empty_root(HASH)
+
+
 class _Prefix:
     """Leaves ``[0, len(leaves) // 32)`` of a session, proven in its sealed head ``(size, root)`` by earlier reads."""
 
-    __slots__ = ("name", "size", "root", "leaves")
+    __slots__ = ("name", "size", "root", "leaves", "sealed")
 
     def __init__(self, name: str, size: int, root: bytes) -> None:
         self.name, self.size, self.root = name, size, root
         self.leaves = bytearray()
+        #: the latest head row whose seal was checked: the same row read again needs no new MAC
+        self.sealed: HeadRow | None = None
 
 
 class _ReadCheck:
@@ -1694,7 +1701,7 @@ class _ReadCheck:
 
     def __init__(self, session: Session, sid: int | None) -> None:
         self.session, self.sid = session, sid
-        self.size, self.root = 0, merkle.empty_root(HASH)
+        self.size, self.root = 0, _EMPTY_ROOT
         self.prefix = _Prefix(session.name, 0, self.root)
         if sid is not None:
             self._head(sid)
@@ -1735,10 +1742,16 @@ class _ReadCheck:
         """Return the latest stored head, its seal checked."""
         store, name = self.session.store, self.session.name
         row = store.backend.head(sid)
-        if row is not None and not (store.keyed and store.mac_key is None) and (
-            row.seal != store.seal_head(name, row.size, row.root, row.prev)
-        ):
+        if row is None or (store.keyed and store.mac_key is None):
+            return row
+        with store._cache_lock:
+            prefix = store._verified.get(sid)
+            if prefix is not None and prefix.name == name and prefix.sealed == row:
+                return row
+        if row.seal != store.seal_head(name, row.size, row.root, row.prev):
             raise self._fail(f"the latest tree head (size {row.size}) has a seal that does not verify", row.size)
+        if prefix is not None and prefix.name == name:
+            prefix.sealed = row
         return row
 
     def _known(self, sid: int, row: HeadRow) -> tuple[_Prefix, int, bytes]:
