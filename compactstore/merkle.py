@@ -191,6 +191,56 @@ def consistency_proof(entries: Sequence[bytes], old_size: int, algo: str = "blak
     return _pure.consistency_proof(entries, old_size, algo)
 
 
+def run_root_with(
+    start: int,
+    leaves: Sequence[bytes],
+    size: int,
+    fetch: Callable[[list[Coord]], list[bytes]],
+    algo: str = "blake3",
+) -> bytes:
+    """Return the root of ``[0, size)`` from the leaf hashes of the run ``[start, start + len(leaves))`` and stored roots for the rest.
+
+    The same as :func:`root_with` over those leaves, for a contiguous run: each aligned
+    subtree inside the run is hashed from its leaves in one call (natively for BLAKE3),
+    so the Python work is O(log n) nodes however long the run; each subtree outside it
+    comes from one ``fetch`` call, as :func:`resolve` serves it. The root equals a
+    tree's root only if every leaf of the run is the tree's leaf at its position.
+
+    Requires ``0 <= start`` and ``start + len(leaves) <= size``.
+
+    Raises:
+        InvalidArgument: the run does not lie in ``[0, size)``.
+    """
+    stop = start + len(leaves)
+    check_size("start", start, 0, size)
+    check_size("size", size, stop, size)
+    need: list[Coord] = []
+
+    def plan(level: int, idx: int) -> None:
+        lo, hi = idx << level, (idx + 1) << level
+        if hi <= start or lo >= stop:
+            need.append((level, idx))
+        elif not (start <= lo and hi <= stop):
+            plan(level - 1, 2 * idx)
+            plan(level - 1, 2 * idx + 1)
+
+    tops = cover(0, size)
+    for level, idx in tops:
+        plan(level, idx)
+    stored = resolve(need, fetch, algo) if need else {}
+
+    def root(level: int, idx: int) -> bytes:
+        lo, hi = idx << level, (idx + 1) << level
+        if hi <= start or lo >= stop:
+            return stored[(level, idx)]
+        if start <= lo and hi <= stop:
+            # A complete power-of-two subtree: its root is the tree root of its leaves.
+            return root_of_leaves(leaves[lo - start : hi - start], algo)
+        return node_hash(root(level - 1, 2 * idx), root(level - 1, 2 * idx + 1), algo)
+
+    return fold([root(level, idx) for level, idx in tops], algo)
+
+
 # --- verification: needs no store -----------------------------------------------
 
 

@@ -13,6 +13,8 @@ import asyncio
 import os
 import re
 import threading
+from functools import partial
+from itertools import islice
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Literal
@@ -204,6 +206,8 @@ class Store:
         self._spans: dict[tuple[int, int, int], tuple[int, SpanRead]] = {}
         #: markers' certified resolutions per session: ``sid -> (redactions, kept)``
         self._certified: dict[int, tuple[int, resolver.Certified]] = {}
+        #: leaves proven in a session's latest sealed head by earlier reads: ``sid -> prefix``
+        self._verified: dict[int, _Prefix] = {}
         self._cache_lock = threading.Lock()
         #: the witness this store's heads are held to, if any
         self.watch: witnesses.Watch | None = None
@@ -1383,34 +1387,80 @@ class Session:
         except KeyError as exc:
             raise IntegrityError(f"a stored subtree root is missing: {exc}", session=self.name) from None
 
-    def read(self, pos: int) -> Record:
-        """Return the record at ``pos``.
+    def read(self, pos: int, *, verify: bool = True) -> Record:
+        """Return the record at ``pos``, its body checked against its leaf and the leaf against the latest sealed head.
+
+        ``verify=False`` skips the second check (the body is still checked against its
+        leaf): one query fewer, but a body rewritten with its leaf, a row of another
+        session or a row beyond the sealed head is then returned as it is.
 
         Raises:
             InvalidArgument: no event at ``pos``.
+            IntegrityError: naming the position: the body does not match its leaf, the
+                leaf is not in the tree of the latest sealed head, the head's seal does not
+                verify, or the position is missing under the head.
         """
         _position("pos", pos)
+        ev.as_flag("verify", verify)
         if self.store.watch is not None:
             self.store.watch.check(self.name)
         sid = self._sid()
         row = self.store.backend.row(sid, pos) if sid is not None else None
+        # The head is read after the row: a row committed before it is under it.
+        check = _ReadCheck(self, sid) if verify else None
         if row is None:
+            if check is not None and pos < check.size:
+                raise IntegrityError(f"position {pos} is missing under the sealed head of size {check.size}",
+                                     session=self.name, pos=pos)
             raise InvalidArgument("pos", f"no event at {pos} in session {self.name!r} (size {self.size})")
+        if check is not None:
+            check.run([row])  # before the body is decoded: a forged body is an IntegrityError first
         return self._record(row)
 
-    def scan(self, start: int = 0, stop: int | None = None) -> Iterator[Record]:
-        """Yield the records at positions ``[start, stop)`` in order, streaming."""
+    def scan(self, start: int = 0, stop: int | None = None, *, verify: bool = True) -> Iterator[Record]:
+        """Yield the records at positions ``[start, stop)`` in order, streaming, each checked as :meth:`read` checks it.
+
+        Each chunk of rows is held against the latest sealed head at once (its leaves
+        hashed up and joined with stored roots of the rest, one query per chunk), before
+        any of it is yielded; leaves proven once are kept per store handle, so reading
+        them again costs a comparison. ``verify=False`` skips the check against the head,
+        as in :meth:`read`, and does not notice missing positions.
+
+        Raises:
+            IntegrityError: as :meth:`read`; also when a position under the head is missing.
+        """
         _position("start", start)
         if stop is not None:
             _position("stop", stop)
+        ev.as_flag("verify", verify)
         if self.store.watch is not None:
             self.store.watch.check(self.name)
         sid = self._sid()
         if sid is None:
             return
         erasures = _Erasures(self, sid)  # read once, and only if a redacted row comes up
-        for row in self.store.backend.rows(sid, start, stop, _CHUNK):
-            yield self._record(row, erasures)
+        if not verify:
+            for row in self.store.backend.rows(sid, start, stop, _CHUNK):
+                yield self._record(row, erasures)
+            return
+        check = _ReadCheck(self, sid)
+        rows, pos = self.store.backend.rows(sid, start, stop, _CHUNK), start
+        while chunk := list(islice(rows, _CHUNK)):
+            # Positions come in increasing order, each once: the chunk is gapless when its ends are.
+            gap = chunk[0].pos != pos or chunk[-1].pos != pos + len(chunk) - 1
+            if gap:
+                chunk = chunk[: next(i for i, r in enumerate(chunk) if r.pos != pos + i)]
+                if not chunk:
+                    break
+            check.run(chunk)
+            yield from map(partial(self._record, erasures=erasures), chunk)
+            pos += len(chunk)
+            if gap:
+                break
+        want = check.size if stop is None else min(stop, check.size)
+        if pos < want:
+            raise IntegrityError(f"position {pos} is missing under the sealed head of size {check.size}",
+                                 session=self.name, pos=pos)
 
     def _bounded(self, name: str, value: int | None, lo: int) -> tuple[int, int | None]:
         """Return ``(value or size, session id)`` after checking ``lo <= value <= size``.
@@ -1633,6 +1683,144 @@ class _EventReader:
             )
         self.leaves[record.pos] = leaf
         self.events[record.pos] = record.event
+
+
+_EMPTY_ROOT = merkle.empty_root(HASH)
+
+
+class _Prefix:
+    """Leaves ``[0, len(leaves) // 32)`` of a session, proven in its sealed head ``(size, root)`` by earlier reads."""
+
+    __slots__ = ("name", "size", "root", "leaves", "sealed")
+
+    def __init__(self, name: str, size: int, root: bytes) -> None:
+        self.name, self.size, self.root = name, size, root
+        self.leaves = bytearray()
+        #: the latest head row whose seal was checked: the same row read again needs no new MAC
+        self.sealed: HeadRow | None = None
+
+
+class _ReadCheck:
+    """Holds the rows one read returns to the session's latest sealed head.
+
+    The head's seal is checked (a keyed MAC when the store has its key; a keyed store
+    opened without its key can only hold the rows to the stored head's root). The
+    handle's proven prefix is carried to the head by a consistency proof, so a leaf
+    proven before is checked by one comparison; the rest of a run of rows is hashed up
+    and joined with stored roots (:func:`merkle.run_root_with`), which must give the
+    head's root: an edited stored root does not pass.
+    """
+
+    def __init__(self, session: Session, sid: int | None) -> None:
+        self.session, self.sid = session, sid
+        self.size, self.root = 0, _EMPTY_ROOT
+        self.prefix = _Prefix(session.name, 0, self.root)
+        if sid is not None:
+            self._head(sid)
+
+    def _fail(self, message: str, pos: int | None) -> IntegrityError:
+        return IntegrityError(message, session=self.session.name, pos=pos)
+
+    def _head(self, sid: int) -> None:
+        """Read the latest sealed head, check its seal and carry the handle's proven prefix to it."""
+        session = self.session
+        store = session.store
+        row = self._sealed(sid)
+        if row is None:
+            return
+        prefix, known, known_root = self._known(sid, row)
+        if known > row.size:
+            # Another thread of this handle may have read a newer head meanwhile: read it again once.
+            row = self._sealed(sid)
+            if row is None:
+                raise self._fail(f"the sealed heads are gone, though this handle proved size {known}", 0)
+            prefix, known, known_root = self._known(sid, row)
+        self.size, self.root, self.prefix = row.size, row.root, prefix
+        if known > row.size:
+            raise self._fail(f"the latest sealed head is at size {row.size}, below the size {known} this handle proved", row.size)
+        if known == row.size:
+            if known_root != row.root:
+                raise self._fail(f"the sealed head of size {known} changed its root", known)
+            return
+        proof = session._roots(merkle.consistency_spans(known, row.size), sid)
+        if known and not merkle.verify_consistency(known, row.size, known_root, row.root, proof, HASH):
+            raise self._fail(f"the tree of size {known} this handle proved is not a prefix of the latest sealed head "
+                             f"(size {row.size})", known)
+        with store._cache_lock:
+            if prefix.size < row.size:
+                prefix.size, prefix.root = row.size, row.root
+
+    def _sealed(self, sid: int) -> HeadRow | None:
+        """Return the latest stored head, its seal checked."""
+        store, name = self.session.store, self.session.name
+        row = store.backend.head(sid)
+        if row is None or (store.keyed and store.mac_key is None):
+            return row
+        with store._cache_lock:
+            prefix = store._verified.get(sid)
+            if prefix is not None and prefix.name == name and prefix.sealed == row:
+                return row
+        if row.seal != store.seal_head(name, row.size, row.root, row.prev):
+            raise self._fail(f"the latest tree head (size {row.size}) has a seal that does not verify", row.size)
+        if prefix is not None and prefix.name == name:
+            prefix.sealed = row
+        return row
+
+    def _known(self, sid: int, row: HeadRow) -> tuple[_Prefix, int, bytes]:
+        """Return the handle's proven prefix of the session (a new one at ``row``), its head size and root."""
+        store = self.session.store
+        with store._cache_lock:
+            prefix = store._verified.get(sid)
+            if prefix is None or prefix.name != self.session.name:
+                prefix = store._verified[sid] = _Prefix(self.session.name, row.size, row.root)
+            return prefix, prefix.size, prefix.root
+
+    def run(self, rows: Sequence[Row]) -> None:
+        """Check a run of rows at consecutive positions (each body already checked against its leaf).
+
+        Raises:
+            IntegrityError: naming the first position whose leaf is not the one the sealed head holds.
+        """
+        first, stop = rows[0].pos, rows[-1].pos + 1
+        if stop > self.size and self.sid is not None:
+            self._head(self.sid)  # a writer may have committed since the head was read
+        if stop > self.size:
+            raise self._fail(f"the event at pos {max(first, self.size)} is not under the latest sealed head "
+                             f"(size {self.size})", max(first, self.size))
+        leaves = [r.leaf for r in rows]
+        prefix, lock = self.prefix, self.session.store._cache_lock
+        with lock:
+            known = len(prefix.leaves) // 32
+            inside = min(stop, known) - first
+            proven = bytes(prefix.leaves[32 * first : 32 * (first + inside)]) if inside > 0 else b""
+        if inside > 0 and b"".join(leaves[:inside]) != proven:
+            bad = next(first + i for i in range(inside) if leaves[i] != proven[32 * i : 32 * i + 32])
+            raise self._fail(f"the event at pos {bad} is not the one the sealed head holds", bad)
+        rest = max(first, known)
+        if rest >= stop:
+            return
+        tail = leaves[rest - first :]
+        sid, backend = self.sid, self.session.store.backend
+        assert sid is not None
+        if merkle.run_root_with(rest, tail, self.size, lambda c: backend.hashes(sid, c), HASH) != self.root:
+            bad = self._first_bad(rest, tail)
+            raise self._fail(f"the event at pos {bad} is not in the tree of the latest sealed head (size {self.size})", bad)
+        with lock:
+            if len(prefix.leaves) == 32 * rest:
+                prefix.leaves += b"".join(tail)
+
+    def _first_bad(self, start: int, leaves: Sequence[bytes]) -> int:
+        """Return the first of ``leaves`` (from ``start``) whose inclusion proof from stored roots fails."""
+        sid = self.sid
+        assert sid is not None
+        spans = [merkle.inclusion_spans(start + i, self.size) for i in range(len(leaves))]
+        roots = self.session._roots([s for path in spans for s in path], sid)
+        k = 0
+        for i, path in enumerate(spans):
+            proof, k = roots[k : k + len(path)], k + len(path)
+            if merkle.root_from_inclusion(leaves[i], start + i, self.size, proof, HASH) != self.root:
+                return start + i
+        return start
 
 
 class _Erasures:

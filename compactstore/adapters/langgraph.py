@@ -116,15 +116,21 @@ class CompactStoreSaver(StoreUser, BaseCheckpointSaver[str]):
             which an ``async def`` summarizer needs: run the graph with ``ainvoke``).
         messages_channel: the channel whose messages are recorded as turns, tool calls,
             tool results (:mod:`.langgraph_messages`); None records none.
+        verify: hold every row ``get_tuple`` and ``list`` read to the thread's latest sealed
+            head (see :meth:`compactstore.Session.scan`). ``False`` saves a head read and a
+            seal check per call and the proof of rows not read before, and gives up noticing
+            a checkpoint rewritten with its leaf, copied from another thread, or cut off
+            with the tail: only bodies against their own leaves are checked then.
     """
 
     def __init__(self, store: Store | str, *, serde: SerializerProtocol | None = None, prefix: str = PREFIX,
-                 witness: str | os.PathLike[str] | Witness | None = None,
+                 witness: str | os.PathLike[str] | Witness | None = None, verify: bool = True,
                  compaction: CompactionPolicy | None = None, messages_channel: str | None = MESSAGES) -> None:
         if compaction is not None and not isinstance(compaction, CompactionPolicy):
             raise TypeError(f"compaction: want a CompactionPolicy or None, got {type(compaction).__name__}")
         super().__init__(serde=serde)
         self._use(store, witness)
+        self.verify = ev.as_flag("verify", verify)
         self.prefix = prefix
         self.compaction = compaction
         self.messages_channel = messages_channel
@@ -170,7 +176,7 @@ class CompactStoreSaver(StoreUser, BaseCheckpointSaver[str]):
             found = thread.current(conf.get("checkpoint_ns", ""), get_checkpoint_id(config))
         if found is None:
             return None
-        record = thread.session.read(found[1])
+        record = thread.session.read(found[1], verify=self.verify)
         return record if isinstance(record.event, ev.GraphState) else None
 
     # --- the conversation, as model input -------------------------------------------------
@@ -251,7 +257,7 @@ class CompactStoreSaver(StoreUser, BaseCheckpointSaver[str]):
                 session = self.store.session(name)
                 if not create and session.size == 0:
                     return None
-                thread = self._threads[name] = ThreadIndex(session, self._codec)
+                thread = self._threads[name] = ThreadIndex(session, self._codec, verify=self.verify)
             self._by_id[thread_id] = thread
         return thread
 
@@ -262,7 +268,7 @@ class CompactStoreSaver(StoreUser, BaseCheckpointSaver[str]):
                 with self._lock:
                     thread = self._threads.get(name)
                     if thread is None:
-                        thread = self._threads[name] = ThreadIndex(self.store.session(name), self._codec)
+                        thread = self._threads[name] = ThreadIndex(self.store.session(name), self._codec, verify=self.verify)
                 threads.append(thread)
         return threads
 
@@ -294,7 +300,7 @@ class CompactStoreSaver(StoreUser, BaseCheckpointSaver[str]):
         """Build the tuple of checkpoint ``cid`` stored at ``pos`` (call under the thread's lock)."""
         records = records if records is not None else {}
         if pos not in records:
-            records.update(read_many(thread.session, [pos]))
+            records.update(read_many(thread.session, [pos], verify=self.verify))
         event = records[pos].event
         if not isinstance(event, ev.GraphState):  # redacted by another process meanwhile
             return None
@@ -305,7 +311,7 @@ class CompactStoreSaver(StoreUser, BaseCheckpointSaver[str]):
         # One read for every row the tuple needs: values, the parts lists are spread over, writes.
         wanted = [p for p in holders.values() if p not in records] + writes
         wanted += [p for p in thread.spread(holders.values()) if p not in records]
-        records.update(read_many(thread.session, wanted))
+        records.update(read_many(thread.session, wanted, verify=self.verify))
         channel_values = codec.channels(thread.session, records, holders)
         pending = _pending(codec, records, writes)
         conf = {"thread_id": thread_id, "checkpoint_ns": ns}
@@ -347,7 +353,7 @@ class CompactStoreSaver(StoreUser, BaseCheckpointSaver[str]):
             found = thread.current(ns, cid)
             if found is None:
                 return None
-            records = read_many(thread.session, [found[1]])
+            records = read_many(thread.session, [found[1]], verify=self.verify)
             event = records[found[1]].event
             if not isinstance(event, ev.GraphState):
                 return None

@@ -52,8 +52,8 @@ class ThreadIndex(Tail):
         codec: reads the run id from metadata JSON could not carry.
     """
 
-    def __init__(self, session: Session, codec: StateCodec) -> None:
-        super().__init__(session)
+    def __init__(self, session: Session, codec: StateCodec, *, verify: bool = True) -> None:
+        super().__init__(session, verify=verify)
         self.codec = codec
         self.namespaces: dict[str, Namespace] = {}
         #: position -> what it holds: ("c", ns, id, blob keys) or ("w", ns, id, (task, idx))

@@ -116,8 +116,8 @@ def tool_failed(item: Item) -> bool:
 class _Items(Tail):
     """The live item positions of one session, in order."""
 
-    def __init__(self, session: Session) -> None:
-        super().__init__(session)
+    def __init__(self, session: Session, *, verify: bool = True) -> None:
+        super().__init__(session, verify=verify)
         self.items: list[int] = []
         #: positions withdrawn by ``pop_item`` under a policy, and the events withdrawing them
         self.hidden: set[int] = set()
@@ -231,6 +231,10 @@ class CompactStoreSession(StoreUser):
             context (see the module's docstring).
         tool_failed: which tool output items report an error (default :func:`tool_failed`).
         witness: for a store opened here, as :func:`compactstore.open` takes it.
+        verify: hold every row ``get_items`` reads to the session's latest sealed head (see
+            :meth:`compactstore.Session.scan`). ``False`` saves a head read and a seal check
+            per call and the proof of rows not read before, and gives up noticing an item
+            rewritten with its leaf, copied from another session, or cut off with the tail.
     """
 
     session_settings: SessionSettings | None = None
@@ -245,6 +249,7 @@ class CompactStoreSession(StoreUser):
         compaction: CompactionPolicy | None = None,
         tool_failed: Callable[[Item], bool] = tool_failed,
         witness: str | os.PathLike[str] | Witness | None = None,
+        verify: bool = True,
     ) -> None:
         if compaction is not None and not isinstance(compaction, CompactionPolicy):
             raise TypeError(f"compaction: want a CompactionPolicy or None, got {type(compaction).__name__}")
@@ -257,7 +262,9 @@ class CompactStoreSession(StoreUser):
         self._use(store, witness)
         #: the compactstore session holding the items: compact, mark and resume it like any other
         self.log: Session = self.store.session(session_name(prefix, str(session_id)))
-        self._items = _Items(self.log)
+        #: whether ``get_items`` holds every row it reads to the latest sealed head
+        self.verify = ev.as_flag("verify", verify)
+        self._items = _Items(self.log, verify=self.verify)
 
     async def get_items(self, limit: int | None = None) -> list[Item]:
         """Return the session's items, oldest first: all of them, or the latest ``limit``.
@@ -281,7 +288,7 @@ class CompactStoreSession(StoreUser):
             for _ in range(RETRIES):
                 index.refresh()
                 positions = index.items if limit is None or limit < 0 else index.items[-limit:] if limit else []
-                records = read_many(self.log, positions)
+                records = read_many(self.log, positions, verify=self.verify)
                 items = [_item_of(records.get(p)) for p in positions]
                 if all(i is not None for i in items):
                     return [i for i in items if i is not None]

@@ -110,8 +110,11 @@ def _quoted(part: str) -> str:
     return quote(part, safe=":|") if _UNSAFE.search(part) else part
 
 
-def read_many(session: Session, positions: Iterable[int]) -> dict[int, Record]:
-    """Return the records at ``positions``, reading runs of nearby positions as one range."""
+def read_many(session: Session, positions: Iterable[int], *, verify: bool = True) -> dict[int, Record]:
+    """Return the records at ``positions``, reading runs of nearby positions as one range.
+
+    ``verify``: hold each run to the latest sealed head, as :meth:`Session.scan` does.
+    """
     wanted = sorted(set(positions))
     out: dict[int, Record] = {}
     i = 0
@@ -120,7 +123,7 @@ def read_many(session: Session, positions: Iterable[int]) -> dict[int, Record]:
         while j + 1 < len(wanted) and wanted[j + 1] - wanted[j] <= READ_GAP:
             j += 1
         keep = set(wanted[i : j + 1])
-        for record in session.scan(wanted[i], wanted[j] + 1):
+        for record in session.scan(wanted[i], wanted[j] + 1, verify=verify):
             if record.pos in keep:
                 out[record.pos] = record
         i = j + 1
@@ -134,9 +137,11 @@ class Tail:
     a redaction erased). ``lock`` serializes the index and the writes that depend on it.
     """
 
-    def __init__(self, session: Session) -> None:
-        """Follow ``session`` from its first position."""
+    def __init__(self, session: Session, *, verify: bool = True) -> None:
+        """Follow ``session`` from its first position; ``verify``: read it as :meth:`Session.scan` reads by default."""
         self.session = session
+        #: whether reads hold the rows to the latest sealed head (see :meth:`Session.scan`)
+        self.verify = verify
         self.size = 0
         self.lock = threading.RLock()
         #: live positions holding something other than a redaction
@@ -145,7 +150,7 @@ class Tail:
     def refresh(self) -> None:
         """Read what was appended since the last refresh and apply it."""
         with self.lock:
-            for record in self.session.scan(self.size):
+            for record in self.session.scan(self.size, verify=self.verify):
                 self._take(record)
 
     def own(self, records: Sequence[Record]) -> None:
