@@ -41,6 +41,10 @@ class Facts(Protocol):
         """Return the event at ``pos``, or None when ``pos`` is not in ``[0, size)``."""
         ...
 
+    def read(self, positions: Iterable[int]) -> None:
+        """Read ahead the events at ``positions`` that :meth:`event` will be asked for, in one batch where the source can."""
+        ...
+
     def span_root(self, start: int, stop: int) -> bytes:
         """Return the root the log gives for ``[start, stop)`` (``0 <= start < stop <= size``)."""
         ...
@@ -115,6 +119,9 @@ class FullFacts:
 
     def event(self, pos: int) -> ev.Event | None:
         return self.events[pos] if 0 <= pos < self.size else None
+
+    def read(self, positions: Iterable[int]) -> None:
+        pass  # every event is in memory
 
     def span_root(self, start: int, stop: int) -> bytes:
         return self._span_root(start, stop)
@@ -260,6 +267,9 @@ class IndexedFacts:
 
     def event(self, pos: int) -> ev.Event | None:
         return self._get(pos) if 0 <= pos < self.readable else None
+
+    def read(self, positions: Iterable[int]) -> None:
+        self._read(positions)
 
     def span_root(self, start: int, stop: int) -> bytes:
         return self._span_root(start, stop)

@@ -21,7 +21,8 @@ and hashes that are not 32 bytes where hashes are expected, always take the refe
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Sequence
+from bisect import bisect_left
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from . import merkle_pure as _pure
 from .merkle_pure import ALGOS as ALGOS
@@ -38,7 +39,6 @@ from .merkle_pure import empty_root as empty_root
 from .merkle_pure import inclusion_spans as inclusion_spans
 from .merkle_pure import is_stored as is_stored
 from .merkle_pure import resolve as resolve
-from .merkle_pure import root_with as root_with
 from .merkle_pure import serve as serve
 from .merkle_pure import spans_root as spans_root
 
@@ -237,6 +237,67 @@ def run_root_with(
             # A complete power-of-two subtree: its root is the tree root of its leaves.
             return root_of_leaves(leaves[lo - start : hi - start], algo)
         return node_hash(root(level - 1, 2 * idx), root(level - 1, 2 * idx + 1), algo)
+
+    return fold([root(level, idx) for level, idx in tops], algo)
+
+
+def root_with(
+    leaves: Mapping[int, bytes], size: int, fetch: Callable[[list[Coord]], list[bytes]], algo: str = "blake3"
+) -> bytes:
+    """Return the root of ``[0, size)`` from the leaf hashes given and stored subtree roots for the rest.
+
+    The same answer, contract and single ``fetch`` call as the reference
+    :func:`compactstore.merkle_pure.root_with`. Levels between stored ones are not
+    stored, so a stored tile (a subtree of ``TILE_HEIGHT`` levels) that holds a given
+    position needs all its leaves anyway: here each such tile is hashed from its
+    leaves in one native call, and only the levels above the tiles are walked in Python.
+
+    Requires ``size >= 0`` and ``0 <= pos < size`` for each given position.
+
+    Raises:
+        InvalidArgument: ``size`` is negative, a given position lies outside
+            ``[0, size)``, or ``algo`` is unknown.
+    """
+    if algo != "blake3" or _native is None or size < 0 or not leaves:
+        return _pure.root_with(leaves, size, fetch, algo)
+    known = sorted(leaves)
+    if not (0 <= known[0] and known[-1] < size):
+        return _pure.root_with(leaves, size, fetch, algo)  # raises, naming the position
+
+    def holds_given(level: int, idx: int) -> bool:
+        k = bisect_left(known, idx << level)
+        return k < len(known) and known[k] < (idx + 1) << level
+
+    # As the reference plans, except that a tile holding a given position is not split:
+    # its leaves that are not given come from the store, all in the same fetch.
+    need: list[Coord] = []
+    tiles: list[int] = []
+
+    def plan(level: int, idx: int) -> None:
+        if not holds_given(level, idx):
+            need.append((level, idx))
+        elif level == TILE_HEIGHT:
+            tiles.append(idx)
+            need.extend((0, j) for j in range(idx << level, (idx + 1) << level) if j not in leaves)
+        elif level:
+            plan(level - 1, 2 * idx)
+            plan(level - 1, 2 * idx + 1)
+
+    tops = cover(0, size)
+    for level, idx in tops:
+        plan(level, idx)
+    stored = resolve(need, fetch, algo)
+    for t in tiles:
+        row = [leaves.get(j) or stored[(0, j)] for j in range(t << TILE_HEIGHT, (t + 1) << TILE_HEIGHT)]
+        stored[(TILE_HEIGHT, t)] = _native.root_of_leaves(row)
+
+    def root(level: int, idx: int) -> bytes:
+        got = stored.get((level, idx))
+        if got is not None:
+            return got
+        if level == 0:
+            return leaves[idx]
+        return _native.node_hash(root(level - 1, 2 * idx), root(level - 1, 2 * idx + 1))
 
     return fold([root(level, idx) for level, idx in tops], algo)
 

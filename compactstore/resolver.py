@@ -193,6 +193,9 @@ def _resume_certified(view: SessionView, record: ev.Record, m: Marker) -> Resolu
     reader.prefetch(cover)
     violations, path = rules.check_cover(f, cover)
     if violations:
+        # The rules decided on bodies read in batches and not yet proven: prove them before
+        # a violation sends the caller to the fallback, so a forged body is an IntegrityError.
+        _prove_read(view, reader.leaves, m)
         return [str(v) for v in violations]
     tops = [reader(c) for c in cover]
     nodes = [t for t in tops if isinstance(t, ev.Summary)]
@@ -206,18 +209,23 @@ def _resume_certified(view: SessionView, record: ev.Record, m: Marker) -> Resolu
             raw.append(r)
     if len(raw) != sum(b - a for a, b in gaps):
         raise IntegrityError(f"positions missing before pos {size}", session=view.name)
-    if view.root_with(reader.leaves, size) != m.root:
-        raise IntegrityError(
-            f"events read under marker at pos {pos} do not give the stored tree's root at its checkpoint (size {size})",
-            session=view.name,
-            pos=pos,
-        )
+    _prove_read(view, reader.leaves, m)
     if view.root_with({pos: marker_leaf}, pos + 1) != view.head(pos + 1).root:
         raise IntegrityError(f"marker at pos {pos} does not give the stored tree's root", session=view.name, pos=pos)
     reasons = [f"every condition holds and every digest on path {path} matches the log"]
     events = {r.pos: r.event for r in raw}
     context = _context(events.get, list(zip(cover, nodes)), size)
     return _resolution(view, pos, "certified", size, head.root, context, reasons, _tier(f, list(zip(cover, nodes))))
+
+
+def _prove_read(view: SessionView, leaves: dict[int, bytes], m: Marker) -> None:
+    """Raise IntegrityError unless the ``leaves`` read under marker ``m`` give its checkpoint root: one multi-proof for all."""
+    if leaves and view.root_with(leaves, m.size) != m.root:
+        raise IntegrityError(
+            f"events read under marker at pos {m.pos} do not give the stored tree's root at its checkpoint (size {m.size})",
+            session=view.name,
+            pos=m.pos,
+        )
 
 
 def _check_checkpoint(view: SessionView, m: Marker, root: bytes, mac: bytes | None) -> None:

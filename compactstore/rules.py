@@ -587,6 +587,10 @@ def node_anchoring(f: Facts, node: ev.Summary, pos: int, found: list[Violation])
     if not 0 <= node.start < node.stop <= pos:
         found.append(Violation("anchoring", pos, f"span [{node.start}, {node.stop}) is not before the node"))
         return False
+    # Every event read below, in one batch: its children, its excerpts' and spills' sources.
+    reads = [*(node.children if node.tier == 2 else ()), *(e.pos for e in node.kept), *(r.source for r in node.spills),
+             *(p for r in node.spills if (p := spill_position(r.handle)) is not None)]
+    f.read(p for p in reads if 0 <= p < pos)
     root = f.span_root(node.start, node.stop).hex()
     if node.span_root != root:
         found.append(Violation(

@@ -44,3 +44,41 @@ def test_a_redaction_decides_the_context_afresh(store: cs.Store) -> None:
     r = s.context()
     assert r.mode == "fallback" and r.marker == -1 and r.reasons
     assert not any(isinstance(i, SummaryItem) for i in r.context)
+
+
+def _spilling(s: cs.Session, turns: int) -> None:
+    """Play ``turns`` turns that re-bind keys an open obligation needs, so that compaction spills them."""
+    policy = cs.CompactionPolicy(every=12, roll_up_every=3, summarizer=lambda records: f"{len(records)} events")
+    for t in range(turns):
+        s.extend([cs.Turn("user", f"turn {t}"),
+                  cs.ToolResult(f"c{t}", f"ERROR {t}", ok=False, status="failed") if t % 3 == 0 else cs.Turn("assistant", "ok"),
+                  cs.Binding(key=f"k{t % 4}", value=f"v-{t}")])
+        if t == 2:
+            s.extend([cs.Obligation(name="restore", needs=["k0", "k1", "k2", "k3"])])
+        s.maintain(policy)
+
+
+def test_a_cold_context_proves_what_its_rules_read_in_one_batch_however_many_spills(tmp_path: Path) -> None:
+    """A fresh store's context() reads a digest's spill sources in batches: its subtree-root reads do not grow with them."""
+    path = tmp_path / "cold.db"
+    calls = []
+    for turns in (40, 120):
+        with cs.open(str(path)) as store:
+            _spilling(store.session(f"s{turns}"), turns)
+        with cs.open(str(path)) as store:
+            s = store.session(f"s{turns}")
+            backend = store.backend
+            hashes = backend.hashes
+            counted: list[int] = []
+
+            def spy(sid: int, coords: list[tuple[int, int]]) -> list[bytes]:
+                counted.append(len(coords))
+                return hashes(sid, coords)
+
+            backend.hashes = spy  # type: ignore[method-assign]
+            got = s.context()
+            assert got.mode == "certified" and any(i.spills for i in got.context if isinstance(i, SummaryItem))
+            spills = sum(len(i.spills) for i in got.context if isinstance(i, SummaryItem))
+            calls.append((spills, len(counted)))
+    (few, before), (many, after) = calls
+    assert many > few and after <= before + 2, calls
