@@ -171,12 +171,12 @@ class CompactStoreSaver(StoreUser, BaseCheckpointSaver[str]):
         thread = self._thread(str(conf["thread_id"]), create=False)
         if thread is None:
             return None
-        with thread.lock:
+        with thread.lock, thread.session.reading():
             thread.refresh()
             found = thread.current(conf.get("checkpoint_ns", ""), get_checkpoint_id(config))
-        if found is None:
-            return None
-        record = thread.session.read(found[1], verify=self.verify)
+            if found is None:
+                return None
+            record = thread.session.read(found[1], verify=self.verify)
         return record if isinstance(record.event, ev.GraphState) else None
 
     # --- the conversation, as model input -------------------------------------------------
@@ -288,7 +288,7 @@ class CompactStoreSaver(StoreUser, BaseCheckpointSaver[str]):
         thread = self._thread(str(thread_id), create=False)
         if thread is None:
             return None
-        with thread.lock:
+        with thread.lock, thread.session.reading():  # one head check for every read of the call
             thread.refresh()
             found = thread.current(ns, get_checkpoint_id(config))
             if found is None:
@@ -349,7 +349,7 @@ class CompactStoreSaver(StoreUser, BaseCheckpointSaver[str]):
     def _listed(self, thread: ThreadIndex, thread_id: Any, ns: str, cid: str,
                 wanted: dict[str, Any] | None) -> CheckpointTuple | None:
         """Return the tuple of checkpoint ``cid`` if it is still live and its metadata matches ``wanted``."""
-        with thread.lock:
+        with thread.lock, thread.session.reading():
             found = thread.current(ns, cid)
             if found is None:
                 return None

@@ -278,7 +278,7 @@ class CompactStoreSession(StoreUser):
 
     def _get(self, limit: int | None) -> list[Item]:
         index = self._items
-        with index.lock:
+        with index.lock, self.log.reading():  # one head check for every read of the call
             if self.compaction is not None:
                 index.refresh()
                 if index.marked:
