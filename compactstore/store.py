@@ -13,8 +13,8 @@ import asyncio
 import os
 import re
 import threading
-from contextlib import contextmanager
-from contextvars import ContextVar
+from contextlib import AbstractContextManager
+from contextvars import ContextVar, Token
 from functools import partial
 from itertools import islice
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -1389,8 +1389,7 @@ class Session:
         except KeyError as exc:
             raise IntegrityError(f"a stored subtree root is missing: {exc}", session=self.name) from None
 
-    @contextmanager
-    def reading(self) -> Iterator[None]:
+    def reading(self) -> AbstractContextManager[None]:
         """Return a context in which this session's verified reads check the latest sealed head once.
 
         The first verified read inside reads the head and checks its seal and the handle's
@@ -1400,22 +1399,7 @@ class Session:
         which reads a session several times; nested contexts share the outermost's head.
         Not for sharing across threads: the context is this thread's (or task's).
         """
-        group = _READING.get()
-        token = None
-        if group is None:
-            group = {}
-            token = _READING.set(group)
-        key = (id(self.store), self.name)
-        if key in group:
-            yield
-            return
-        group[key] = None
-        try:
-            yield
-        finally:
-            del group[key]
-            if token is not None:
-                _READING.reset(token)
+        return _Reading((id(self.store), self.name))
 
     def _check(self, sid: int | None) -> _ReadCheck:
         """Return the check of an open :meth:`reading` context, else a new one (which reads the head)."""
@@ -1744,6 +1728,32 @@ class _EventReader:
 _EMPTY_ROOT = merkle.empty_root(HASH)
 #: the checks of the :meth:`Session.reading` contexts open here, by (store handle, session name)
 _READING: ContextVar[dict[tuple[int, str], _ReadCheck | None] | None] = ContextVar("_READING", default=None)
+
+
+class _Reading:
+    """The context :meth:`Session.reading` returns: it opens the slot of one session's check in this context's group."""
+
+    __slots__ = ("key", "token", "opened")
+    token: Token[dict[tuple[int, str], _ReadCheck | None] | None] | None
+
+    def __init__(self, key: tuple[int, str]) -> None:
+        self.key, self.token, self.opened = key, None, False
+
+    def __enter__(self) -> None:
+        group = _READING.get()
+        if group is None:
+            group = {}
+            self.token = _READING.set(group)
+        if self.key not in group:  # else an outer context of this session serves
+            group[self.key] = None
+            self.opened = True
+
+    def __exit__(self, *exc: object) -> None:
+        group = _READING.get()
+        if self.opened and group is not None:
+            group.pop(self.key, None)
+        if self.token is not None:
+            _READING.reset(self.token)
 
 
 class _Prefix:
