@@ -13,6 +13,8 @@ import asyncio
 import os
 import re
 import threading
+from contextlib import AbstractContextManager
+from contextvars import ContextVar, Token
 from functools import partial
 from itertools import islice
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -1387,6 +1389,29 @@ class Session:
         except KeyError as exc:
             raise IntegrityError(f"a stored subtree root is missing: {exc}", session=self.name) from None
 
+    def reading(self) -> AbstractContextManager[None]:
+        """Return a context in which this session's verified reads check the latest sealed head once.
+
+        The first verified read inside reads the head and checks its seal and the handle's
+        proven prefix against it; later reads inside hold their rows to that same head (one
+        reaching past it reads the head again, as any read does). A head changed meanwhile
+        is caught by the first read after the context. Meant for one call of an adapter,
+        which reads a session several times; nested contexts share the outermost's head.
+        Not for sharing across threads: the context is this thread's (or task's).
+        """
+        return _Reading((id(self.store), self.name))
+
+    def _check(self, sid: int | None) -> _ReadCheck:
+        """Return the check of an open :meth:`reading` context, else a new one (which reads the head)."""
+        group = _READING.get()
+        key = (id(self.store), self.name)
+        if group is None or key not in group:
+            return _ReadCheck(self, sid)
+        check = group[key]
+        if check is None or check.sid != sid:
+            check = group[key] = _ReadCheck(self, sid)
+        return check
+
     def read(self, pos: int, *, verify: bool = True) -> Record:
         """Return the record at ``pos``, its body checked against its leaf and the leaf against the latest sealed head.
 
@@ -1407,7 +1432,7 @@ class Session:
         sid = self._sid()
         row = self.store.backend.row(sid, pos) if sid is not None else None
         # The head is read after the row: a row committed before it is under it.
-        check = _ReadCheck(self, sid) if verify else None
+        check = self._check(sid) if verify else None
         if row is None:
             if check is not None and pos < check.size:
                 raise IntegrityError(f"position {pos} is missing under the sealed head of size {check.size}",
@@ -1443,7 +1468,7 @@ class Session:
             for row in self.store.backend.rows(sid, start, stop, _CHUNK):
                 yield self._record(row, erasures)
             return
-        check = _ReadCheck(self, sid)
+        check = self._check(sid)
         rows, pos = self.store.backend.rows(sid, start, stop, _CHUNK), start
         while chunk := list(islice(rows, _CHUNK)):
             # Positions come in increasing order, each once: the chunk is gapless when its ends are.
@@ -1660,14 +1685,29 @@ class _EventReader:
         return self.events[pos]
 
     def prefetch(self, positions: Iterable[int]) -> None:
-        """Read the events at ``positions`` (those before the checkpoint and not read yet) in one query."""
+        """Read the events at ``positions`` (those before the checkpoint and not read yet) in one query.
+
+        Their leaves are held to the latest sealed head as :meth:`Session.read` holds one.
+
+        Raises:
+            IntegrityError: a body does not match its leaf, or a leaf is not the one the head holds.
+        """
         session = self.session
         sid = session._sid()
         wanted = sorted({p for p in positions if 0 <= p < self.size and p not in self.events})
         if sid is None or not wanted:
             return
         erasures = _Erasures(session, sid)
-        for row in session.store.backend.rows_at(sid, wanted):
+        rows = sorted(session.store.backend.rows_at(sid, wanted), key=lambda r: r.pos)
+        check = session._check(sid)
+        i = 0
+        while i < len(rows):  # each run of consecutive positions held to the head at once, as scan holds a chunk
+            j = i + 1
+            while j < len(rows) and rows[j].pos == rows[j - 1].pos + 1:
+                j += 1
+            check.run(rows[i:j])
+            i = j
+        for row in rows:
             self.add(session._record(row, erasures))
 
     def add(self, record: Record) -> None:
@@ -1686,6 +1726,34 @@ class _EventReader:
 
 
 _EMPTY_ROOT = merkle.empty_root(HASH)
+#: the checks of the :meth:`Session.reading` contexts open here, by (store handle, session name)
+_READING: ContextVar[dict[tuple[int, str], _ReadCheck | None] | None] = ContextVar("_READING", default=None)
+
+
+class _Reading:
+    """The context :meth:`Session.reading` returns: it opens the slot of one session's check in this context's group."""
+
+    __slots__ = ("key", "token", "opened")
+    token: Token[dict[tuple[int, str], _ReadCheck | None] | None] | None
+
+    def __init__(self, key: tuple[int, str]) -> None:
+        self.key, self.token, self.opened = key, None, False
+
+    def __enter__(self) -> None:
+        group = _READING.get()
+        if group is None:
+            group = {}
+            self.token = _READING.set(group)
+        if self.key not in group:  # else an outer context of this session serves
+            group[self.key] = None
+            self.opened = True
+
+    def __exit__(self, *exc: object) -> None:
+        group = _READING.get()
+        if self.opened and group is not None:
+            group.pop(self.key, None)
+        if self.token is not None:
+            _READING.reset(self.token)
 
 
 class _Prefix:
@@ -1735,12 +1803,13 @@ class _ReadCheck:
             if row is None:
                 raise self._fail(f"the sealed heads are gone, though this handle proved size {known}", 0)
             prefix, known, known_root = self._known(sid, row)
-        self.size, self.root, self.prefix = row.size, row.root, prefix
+        # The head is taken only once it passed: a check kept for a reading() context never holds one that failed.
         if known > row.size:
             raise self._fail(f"the latest sealed head is at size {row.size}, below the size {known} this handle proved", row.size)
         if known == row.size:
             if known_root != row.root:
                 raise self._fail(f"the sealed head of size {known} changed its root", known)
+            self.size, self.root, self.prefix = row.size, row.root, prefix
             return
         proof = session._roots(merkle.consistency_spans(known, row.size), sid)
         if known and not merkle.verify_consistency(known, row.size, known_root, row.root, proof, HASH):
@@ -1749,6 +1818,7 @@ class _ReadCheck:
         with store._cache_lock:
             if prefix.size < row.size:
                 prefix.size, prefix.root = row.size, row.root
+        self.size, self.root, self.prefix = row.size, row.root, prefix
 
     def _sealed(self, sid: int) -> HeadRow | None:
         """Return the latest stored head, its seal checked."""

@@ -269,3 +269,88 @@ def test_a_verified_scan_of_a_long_session_proves_each_chunk_and_then_compares(s
         assert caught.value.pos in (4320, 4321) and caught.value.session == "long"
         with pytest.raises(cs.IntegrityError, match="pos 4321"):
             s.read(4321)
+
+
+def _count_head_reads(st: cs.Store, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Count the latest-head reads ``st`` makes from now on (each still reads the database)."""
+    calls: list[int] = []
+    head = st.backend.head
+
+    def counted(sid: int) -> Any:
+        calls.append(sid)
+        return head(sid)
+
+    monkeypatch.setattr(st.backend, "head", counted)
+    return calls
+
+
+def test_one_adapter_call_reads_and_checks_the_head_once(sqlite_target: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A verified get_tuple and get_items each read the session's latest head once, however many reads the call makes; list once per tuple and once to find them."""
+    with cs.open(sqlite_target, key=KEY, clock=cs.events.tick_clock()) as st:
+        _write(st, range(5))
+    with cs.open(sqlite_target, key=KEY) as st:
+        saver, items = CompactStoreSaver(st), CompactStoreSession("s1", st)
+        config: Any = {"configurable": {"thread_id": "t1"}}
+        calls = [lambda: saver.get_tuple(config), lambda: list(saver.list(config, limit=1)),
+                 lambda: asyncio.run(items.get_items())]  # fmt: skip
+        for call in calls:
+            call()  # warm: the threads are indexed, the prefix proven
+        heads = _count_head_reads(st, monkeypatch)
+        for call, once in zip(calls, (1, 2, 1)):
+            before = len(heads)
+            assert call()
+            assert len(heads) - before == once
+
+
+def test_a_head_changed_within_one_call_is_caught_by_the_next(sqlite_target: str) -> None:
+    """Inside reading() the head checked first serves every read; a rollback of the head made meanwhile is refused by the next read after it."""
+    with cs.open(sqlite_target, clock=cs.events.tick_clock()) as st:
+        _write(st, range(5))
+    with cs.open(sqlite_target) as st:
+        s = st.session("agent-a")
+        with s.reading():
+            assert s.read(4).pos == 4
+            with _db(sqlite_target) as run:
+                _rollback_replay(run, _sid(run, "agent-a"), 4, "agent-a")
+            assert len(list(s.scan())) == 5  # the call's head, checked before the edit
+        with pytest.raises(cs.IntegrityError):
+            s.read(4)
+        with pytest.raises(cs.IntegrityError), s.reading():
+            list(s.scan())
+
+
+def test_reading_contexts_nest_and_keep_to_their_session(sqlite_target: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A nested reading() shares the outer head check; another session's reads inside are checked on their own."""
+    with cs.open(sqlite_target, clock=cs.events.tick_clock()) as st:
+        _write(st, range(3))
+        a, b = st.session("agent-a"), st.session("agent-b")
+        heads = _count_head_reads(st, monkeypatch)
+        with a.reading():
+            a.read(0)
+            with a.reading():
+                list(a.scan())
+            b.read(0)
+            b.read(1)
+            a.read(2)
+        assert len(heads) == 3  # agent-a once, agent-b per read
+        a.read(0)
+        assert len(heads) == 4  # closed: each read reads the head again
+
+
+@pytest.mark.parametrize("warm", [False, True], ids=["fresh-handle", "proven-prefix"])
+def test_prefetch_holds_its_rows_to_the_sealed_head(sqlite_target: str, warm: bool) -> None:
+    """An event reader's prefetch refuses a forged row whose body matches its rewritten leaf, before or within the proven prefix."""
+    with cs.open(sqlite_target, clock=cs.events.tick_clock()) as st:
+        _write(st, range(5))
+    with cs.open(sqlite_target) as st:
+        s = st.session("agent-a")
+        if warm:
+            assert len(list(s.scan())) == 5
+        with _db(sqlite_target) as run:
+            _forge(run, _sid(run, "agent-a"), 3, "agent-a")
+        with pytest.raises(cs.IntegrityError) as caught:
+            s.reader(5).prefetch([0, 3])
+        assert caught.value.session == "agent-a"
+        with pytest.raises(cs.IntegrityError, match="pos 3") as caught:
+            s.reader(5).prefetch([3])
+        assert caught.value.pos == 3

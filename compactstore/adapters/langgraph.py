@@ -83,7 +83,7 @@ from ..witness import Witness
 from .langgraph_index import Ident, Key, ThreadIndex
 from .langgraph_messages import interrupt_closed, interrupt_opened, message_events, message_id
 from .langgraph_state import ChannelEncoder, Encoded, StateCodec, copied_value, parts, spread_over, with_whole
-from .tail import RETRIES, StoreUser, idempotency_key, read_many, session_name
+from .tail import RETRIES, StoreUser, idempotency_key, read_many, reading, session_name
 
 __all__ = ["CompactStoreSaver", "PREFIX"]
 
@@ -171,12 +171,12 @@ class CompactStoreSaver(StoreUser, BaseCheckpointSaver[str]):
         thread = self._thread(str(conf["thread_id"]), create=False)
         if thread is None:
             return None
-        with thread.lock:
+        with thread.lock, reading(thread.session, self.verify):
             thread.refresh()
             found = thread.current(conf.get("checkpoint_ns", ""), get_checkpoint_id(config))
-        if found is None:
-            return None
-        record = thread.session.read(found[1], verify=self.verify)
+            if found is None:
+                return None
+            record = thread.session.read(found[1], verify=self.verify)
         return record if isinstance(record.event, ev.GraphState) else None
 
     # --- the conversation, as model input -------------------------------------------------
@@ -288,7 +288,7 @@ class CompactStoreSaver(StoreUser, BaseCheckpointSaver[str]):
         thread = self._thread(str(thread_id), create=False)
         if thread is None:
             return None
-        with thread.lock:
+        with thread.lock, reading(thread.session, self.verify):  # one head check for every read of the call
             thread.refresh()
             found = thread.current(ns, get_checkpoint_id(config))
             if found is None:
@@ -349,7 +349,7 @@ class CompactStoreSaver(StoreUser, BaseCheckpointSaver[str]):
     def _listed(self, thread: ThreadIndex, thread_id: Any, ns: str, cid: str,
                 wanted: dict[str, Any] | None) -> CheckpointTuple | None:
         """Return the tuple of checkpoint ``cid`` if it is still live and its metadata matches ``wanted``."""
-        with thread.lock:
+        with thread.lock, reading(thread.session, self.verify):
             found = thread.current(ns, cid)
             if found is None:
                 return None

@@ -73,7 +73,7 @@ from ..policy import CompactionPolicy, Maintenance
 from ..resolver import RawItem
 from ..store import Record, Session, Store
 from ..witness import Witness
-from .tail import RETRIES, StoreUser, Tail, read_many, session_name
+from .tail import RETRIES, StoreUser, Tail, read_many, reading, session_name
 
 __all__ = ["CompactStoreSession", "PREFIX", "POPPED", "tool_failed"]
 
@@ -278,7 +278,7 @@ class CompactStoreSession(StoreUser):
 
     def _get(self, limit: int | None) -> list[Item]:
         index = self._items
-        with index.lock:
+        with index.lock, reading(self.log, self.verify):  # one head check for every read of the call
             if self.compaction is not None:
                 index.refresh()
                 if index.marked:

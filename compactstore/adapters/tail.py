@@ -14,6 +14,7 @@ import os
 import re
 import threading
 from collections.abc import Iterable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from types import TracebackType
 from typing import Any, Self
 from urllib.parse import quote
@@ -108,6 +109,11 @@ def idempotency_key(parts: Sequence[object], replaced: int | None = None) -> str
 def _quoted(part: str) -> str:
     # Quote only what needs it (separators, "%", control characters): most ids are plain.
     return quote(part, safe=":|") if _UNSAFE.search(part) else part
+
+
+def reading(session: Session, verify: bool) -> AbstractContextManager[None]:
+    """Return :meth:`Session.reading` of ``session`` when reads are verified, else a context that does nothing."""
+    return session.reading() if verify else nullcontext()
 
 
 def read_many(session: Session, positions: Iterable[int], *, verify: bool = True) -> dict[int, Record]:
