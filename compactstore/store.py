@@ -1699,14 +1699,8 @@ class _EventReader:
             return
         erasures = _Erasures(session, sid)
         rows = sorted(session.store.backend.rows_at(sid, wanted), key=lambda r: r.pos)
-        check = session._check(sid)
-        i = 0
-        while i < len(rows):  # each run of consecutive positions held to the head at once, as scan holds a chunk
-            j = i + 1
-            while j < len(rows) and rows[j].pos == rows[j - 1].pos + 1:
-                j += 1
-            check.run(rows[i:j])
-            i = j
+        if rows:  # scattered positions: held to the head by one multi-proof, not one per run
+            session._check(sid).scattered(rows)
         for row in rows:
             self.add(session._record(row, erasures))
 
@@ -1878,6 +1872,41 @@ class _ReadCheck:
         with lock:
             if len(prefix.leaves) == 32 * rest:
                 prefix.leaves += b"".join(tail)
+
+    def scattered(self, rows: Sequence[Row]) -> None:
+        """Check rows at any positions, in position order, with one multi-proof from stored roots.
+
+        Leaves in the proven prefix cost a comparison each; the others, with stored
+        subtree roots for every subtree that holds none of them (``Session.root_with``,
+        one fetch), must give the head's root.
+
+        Raises:
+            IntegrityError: naming the first position whose leaf is not the one the sealed head holds.
+        """
+        stop = rows[-1].pos + 1
+        if stop > self.size and self.sid is not None:
+            self._head(self.sid)  # a writer may have committed since the head was read
+        if stop > self.size:
+            bad = next(r.pos for r in rows if r.pos >= self.size)
+            raise self._fail(f"the event at pos {bad} is not under the latest sealed head (size {self.size})", bad)
+        with self.session.store._cache_lock:
+            known = len(self.prefix.leaves) // 32
+            proven = {r.pos: bytes(self.prefix.leaves[32 * r.pos : 32 * r.pos + 32]) for r in rows if r.pos < known}
+        for r in rows:
+            if r.pos in proven and proven[r.pos] != r.leaf:
+                raise self._fail(f"the event at pos {r.pos} is not the one the sealed head holds", r.pos)
+        rest = [r for r in rows if r.pos >= known]
+        if rest and self.session.root_with({r.pos: r.leaf for r in rest}, self.size) != self.root:
+            bad = next((r.pos for r in rest if self._fails(r)), rest[0].pos)
+            raise self._fail(f"the event at pos {bad} is not in the tree of the latest sealed head (size {self.size})", bad)
+
+    def _fails(self, row: Row) -> bool:
+        """Return whether ``row``'s leaf fails its own inclusion proof from stored roots."""
+        sid = self.sid
+        assert sid is not None
+        path = merkle.inclusion_spans(row.pos, self.size)
+        proof = self.session._roots(path, sid)
+        return merkle.root_from_inclusion(row.leaf, row.pos, self.size, proof, HASH) != self.root
 
     def _first_bad(self, start: int, leaves: Sequence[bytes]) -> int:
         """Return the first of ``leaves`` (from ``start``) whose inclusion proof from stored roots fails."""
