@@ -11,7 +11,7 @@ subtree roots in O(log n). A subtree is named by ``(level, index)``: it covers
 positions ``[index << level, (index + 1) << level)``; level 0 is a leaf.
 
 Two implementations give the same bytes: ``compactstore.merkle_pure``, the pure-Python
-reference, and ``compactstore._native``, a Rust extension that hashes BLAKE3 leaves and
+reference, and ``compactstore.merkle_native``, a Rust extension that hashes BLAKE3 leaves and
 nodes many at a time (the SIMD lanes of a core shared across leaves, every core for large
 batches) with the GIL released. BLAKE3 runs natively when the extension is built, unless
 the environment sets ``COMPACTSTORE_PURE=1``; :data:`IMPLEMENTATION` says which. SHA-256,
@@ -24,7 +24,7 @@ import os
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from . import merkle_pure as _pure
+from . import merkle_pure
 from .merkle_pure import ALGOS as ALGOS
 from .merkle_pure import HASH_SIZE as HASH_SIZE
 from .merkle_pure import LEAF_PREFIX as LEAF_PREFIX
@@ -44,13 +44,13 @@ from .merkle_pure import spans_root as spans_root
 
 if os.environ.get("COMPACTSTORE_PURE", "") in ("", "0"):
     try:
-        from . import _native
+        from . import merkle_native as native
     except ImportError:  # a source tree whose extension is not built
-        _native = None  # type: ignore[assignment]
+        native = None  # type: ignore[assignment]
 else:
-    _native = None  # type: ignore[assignment]
+    native = None  # type: ignore[assignment]
 
-IMPLEMENTATION = "pure" if _native is None else "native"
+IMPLEMENTATION = "pure" if native is None else "native"
 """Which implementation hashes BLAKE3 trees in this process: ``"native"`` or ``"pure"``."""
 
 # Sizes and positions the native module takes: unsigned 64-bit. Beyond them (no real
@@ -64,30 +64,30 @@ def _listed(items: Iterable[bytes]) -> Sequence[bytes]:
 
 def leaf_fn(algo: str = "blake3") -> Callable[[bytes], bytes]:
     """Return a leaf hasher for a loop of the calling thread (not to be handed to another)."""
-    if algo == "blake3" and _native is not None:
-        return _native.leaf_hash
-    return _pure.leaf_fn(algo)
+    if algo == "blake3" and native is not None:
+        return native.leaf_hash
+    return merkle_pure.leaf_fn(algo)
 
 
 def leaf_hash(entry: bytes, algo: str = "blake3") -> bytes:
     """Return ``H(0x00 || entry)``."""
-    if algo == "blake3" and _native is not None:
-        return _native.leaf_hash(entry)
-    return _pure.leaf_hash(entry, algo)
+    if algo == "blake3" and native is not None:
+        return native.leaf_hash(entry)
+    return merkle_pure.leaf_hash(entry, algo)
 
 
 def leaf_hashes(entries: Iterable[bytes], algo: str = "blake3") -> list[bytes]:
     """Return ``H(0x00 || entry)`` of each entry, in order (cheaper than one call per entry)."""
-    if algo == "blake3" and _native is not None:
-        return _native.leaf_hashes(_listed(entries))
-    return _pure.leaf_hashes(entries, algo)
+    if algo == "blake3" and native is not None:
+        return native.leaf_hashes(_listed(entries))
+    return merkle_pure.leaf_hashes(entries, algo)
 
 
 def node_hash(left: bytes, right: bytes, algo: str = "blake3") -> bytes:
     """Return ``H(0x01 || left || right)``."""
-    if algo == "blake3" and _native is not None:
-        return _native.node_hash(left, right)
-    return _pure.node_hash(left, right, algo)
+    if algo == "blake3" and native is not None:
+        return native.node_hash(left, right)
+    return merkle_pure.node_hash(left, right, algo)
 
 
 def fold(hashes: Sequence[bytes], algo: str = "blake3") -> bytes:
@@ -96,12 +96,12 @@ def fold(hashes: Sequence[bytes], algo: str = "blake3") -> bytes:
     For the compact range of ``[0, n)`` this is the RFC 9162 tree root of size n; for
     an empty sequence it is the empty root.
     """
-    if algo == "blake3" and _native is not None:
+    if algo == "blake3" and native is not None:
         try:
-            return _native.fold(hashes)
+            return native.fold(hashes)
         except ValueError:  # not all 32-byte hashes
             pass
-    return _pure.fold(hashes, algo)
+    return merkle_pure.fold(hashes, algo)
 
 
 def subtree_levels(leaves: Sequence[bytes], algo: str = "blake3") -> list[list[bytes]]:
@@ -110,29 +110,29 @@ def subtree_levels(leaves: Sequence[bytes], algo: str = "blake3") -> list[list[b
     ``levels[l][i]`` is the root of ``(l, i)``; a level ends at its last complete
     subtree, and the list ends at the level of the largest one.
     """
-    if algo == "blake3" and _native is not None:
+    if algo == "blake3" and native is not None:
         try:
-            return _native.subtree_levels(leaves)
+            return native.subtree_levels(leaves)
         except ValueError:  # not all 32-byte hashes
             pass
-    return _pure.subtree_levels(leaves, algo)
+    return merkle_pure.subtree_levels(leaves, algo)
 
 
 def tree_root(entries: Sequence[bytes], algo: str = "blake3") -> bytes:
     """Return the RFC 9162 Merkle Tree Hash of ``entries``."""
-    if algo == "blake3" and _native is not None:
-        return _native.tree_root(_listed(entries))
-    return _pure.tree_root(entries, algo)
+    if algo == "blake3" and native is not None:
+        return native.tree_root(_listed(entries))
+    return merkle_pure.tree_root(entries, algo)
 
 
 def root_of_leaves(leaves: Sequence[bytes], algo: str = "blake3") -> bytes:
     """Return the RFC 9162 root over leaf hashes (not entries)."""
-    if algo == "blake3" and _native is not None:
+    if algo == "blake3" and native is not None:
         try:
-            return _native.root_of_leaves(leaves)
+            return native.root_of_leaves(leaves)
         except ValueError:  # not all 32-byte hashes
             pass
-    return _pure.root_of_leaves(leaves, algo)
+    return merkle_pure.root_of_leaves(leaves, algo)
 
 
 def span_root(entries: Sequence[bytes], start: int, stop: int, algo: str = "blake3") -> bytes:
@@ -144,11 +144,11 @@ def span_root(entries: Sequence[bytes], start: int, stop: int, algo: str = "blak
     two >= ``stop - start`` (every prefix ``[0, n)`` among them).
     Requires ``0 <= start <= stop <= len(entries)``.
     """
-    if algo == "blake3" and _native is not None:
+    if algo == "blake3" and native is not None:
         check_size("stop", stop, 0, len(entries))
         check_size("start", start, 0, stop)
-        return _native.span_root(_listed(entries[start:stop]), start, stop)
-    return _pure.span_root(entries, start, stop, algo)
+        return native.span_root(_listed(entries[start:stop]), start, stop)
+    return merkle_pure.span_root(entries, start, stop, algo)
 
 
 def span_root_of_leaves(
@@ -159,14 +159,14 @@ def span_root_of_leaves(
     ``leaves[0]`` is the leaf of position ``first`` (default 0: every leaf from the
     start of the log), so a span's own leaves will do with ``first=start``.
     """
-    if algo == "blake3" and _native is not None and 0 <= first and stop < _U64:
+    if algo == "blake3" and native is not None and 0 <= first and stop < _U64:
         check_size("stop", stop, first, first + len(leaves))
         check_size("start", start, first, stop)
         try:
-            return _native.span_root_of_leaves(leaves[start - first : stop - first], start, stop)
+            return native.span_root_of_leaves(leaves[start - first : stop - first], start, stop)
         except ValueError:  # not all 32-byte hashes
             pass
-    return _pure.span_root_of_leaves(leaves, start, stop, algo, first=first)
+    return merkle_pure.span_root_of_leaves(leaves, start, stop, algo, first=first)
 
 
 def inclusion_proof(entries: Sequence[bytes], index: int, algo: str = "blake3") -> list[bytes]:
@@ -174,10 +174,10 @@ def inclusion_proof(entries: Sequence[bytes], index: int, algo: str = "blake3") 
 
     Requires ``0 <= index < len(entries)``.
     """
-    if algo == "blake3" and _native is not None:
+    if algo == "blake3" and native is not None:
         check_size("index", index, 0, len(entries) - 1)
-        return _native.inclusion_proof(_listed(entries), index)
-    return _pure.inclusion_proof(entries, index, algo)
+        return native.inclusion_proof(_listed(entries), index)
+    return merkle_pure.inclusion_proof(entries, index, algo)
 
 
 def consistency_proof(entries: Sequence[bytes], old_size: int, algo: str = "blake3") -> list[bytes]:
@@ -185,10 +185,10 @@ def consistency_proof(entries: Sequence[bytes], old_size: int, algo: str = "blak
 
     Requires ``0 <= old_size <= len(entries)``.
     """
-    if algo == "blake3" and _native is not None:
+    if algo == "blake3" and native is not None:
         check_size("old_size", old_size, 0, len(entries))
-        return _native.consistency_proof(_listed(entries), old_size)
-    return _pure.consistency_proof(entries, old_size, algo)
+        return native.consistency_proof(_listed(entries), old_size)
+    return merkle_pure.consistency_proof(entries, old_size, algo)
 
 
 def run_root_with(
@@ -258,11 +258,11 @@ def root_with(
         InvalidArgument: ``size`` is negative, a given position lies outside
             ``[0, size)``, or ``algo`` is unknown.
     """
-    if algo != "blake3" or _native is None or size < 0 or not leaves:
-        return _pure.root_with(leaves, size, fetch, algo)
+    if algo != "blake3" or native is None or size < 0 or not leaves:
+        return merkle_pure.root_with(leaves, size, fetch, algo)
     known = sorted(leaves)
     if not (0 <= known[0] and known[-1] < size):
-        return _pure.root_with(leaves, size, fetch, algo)  # raises, naming the position
+        return merkle_pure.root_with(leaves, size, fetch, algo)  # raises, naming the position
 
     def holds_given(level: int, idx: int) -> bool:
         k = bisect_left(known, idx << level)
@@ -289,7 +289,7 @@ def root_with(
     stored = resolve(need, fetch, algo)
     for t in tiles:
         row = [leaves.get(j) or stored[(0, j)] for j in range(t << TILE_HEIGHT, (t + 1) << TILE_HEIGHT)]
-        stored[(TILE_HEIGHT, t)] = _native.root_of_leaves(row)
+        stored[(TILE_HEIGHT, t)] = native.root_of_leaves(row)
 
     def root(level: int, idx: int) -> bytes:
         got = stored.get((level, idx))
@@ -297,7 +297,7 @@ def root_with(
             return got
         if level == 0:
             return leaves[idx]
-        return _native.node_hash(root(level - 1, 2 * idx), root(level - 1, 2 * idx + 1))
+        return native.node_hash(root(level - 1, 2 * idx), root(level - 1, 2 * idx + 1))
 
     return fold([root(level, idx) for level, idx in tops], algo)
 
@@ -313,9 +313,9 @@ def root_from_inclusion(
     RFC 9162 section 2.1.3.2. Returns None when the proof cannot be valid for that
     index and size (wrong length, malformed hash).
     """
-    if algo == "blake3" and _native is not None and 0 <= index < size < _U64:
-        return _native.root_from_inclusion(leaf, index, size, proof)
-    return _pure.root_from_inclusion(leaf, index, size, proof, algo)
+    if algo == "blake3" and native is not None and 0 <= index < size < _U64:
+        return native.root_from_inclusion(leaf, index, size, proof)
+    return merkle_pure.root_from_inclusion(leaf, index, size, proof, algo)
 
 
 def verify_inclusion(
@@ -348,15 +348,15 @@ def verify_consistency(
     and equal roots; the empty tree (root ``H("")``) is a prefix of every tree, with an
     empty proof. Roots and proof hashes must be 32 bytes.
     """
-    if algo == "blake3" and _native is not None and 0 <= old_size <= new_size < _U64:
-        return _native.verify_consistency(old_size, new_size, old_root, new_root, proof)
-    return _pure.verify_consistency(old_size, new_size, old_root, new_root, proof, algo)
+    if algo == "blake3" and native is not None and 0 <= old_size <= new_size < _U64:
+        return native.verify_consistency(old_size, new_size, old_root, new_root, proof)
+    return merkle_pure.verify_consistency(old_size, new_size, old_root, new_root, proof, algo)
 
 
 # --- incremental appends ------------------------------------------------------------
 
 
-class Frontier(_pure.Frontier):
+class Frontier(merkle_pure.Frontier):
     """The compact range ``[0, size)`` of a growing tree: O(log n) hashes, O(log n) per append.
 
     ``append`` returns the interior subtrees it completes, so a store can persist them
@@ -368,8 +368,8 @@ class Frontier(_pure.Frontier):
     def __init__(self, size: int = 0, hashes: Sequence[bytes] = (), algo: str = "blake3") -> None:
         """Start from ``hashes``, the roots of ``cover(0, size)`` left to right."""
         super().__init__(size, hashes, algo)
-        if algo == "blake3" and _native is not None:
-            self._node = _native.node_hash
+        if algo == "blake3" and native is not None:
+            self._node = native.node_hash
 
     def extend(self, leaves: Iterable[bytes], *, every: int = 1) -> list[tuple[int, int, bytes]]:
         """Add leaf hashes ``leaves`` in order; return the completed subtrees as ``(level, index, root)``.
@@ -378,9 +378,9 @@ class Frontier(_pure.Frontier):
         with ``every``, only those at levels that are multiples of it.
         """
         cur = _listed(leaves)
-        if self._algo == "blake3" and _native is not None and self.size + len(cur) < _U64:
+        if self._algo == "blake3" and native is not None and self.size + len(cur) < _U64:
             try:
-                hashes, made = _native.frontier_extend(self.size, self.hashes, cur, every)
+                hashes, made = native.frontier_extend(self.size, self.hashes, cur, every)
             except (ValueError, OverflowError):  # not all 32-byte hashes, or every < 1
                 pass
             else:

@@ -46,7 +46,7 @@ IMPLEMENTATIONS = {"native": public_merkle, "pure": merkle_pure}
 def merkle(request: pytest.FixtureRequest) -> ModuleType:
     """Each implementation in turn, so that every test here runs on both."""
     if request.param == "native" and public_merkle.IMPLEMENTATION != "native":
-        pytest.skip("compactstore._native is not in use: not built, or COMPACTSTORE_PURE=1")
+        pytest.skip("compactstore.merkle_native is not in use: not built, or COMPACTSTORE_PURE=1")
     return IMPLEMENTATIONS[request.param]
 
 
@@ -105,7 +105,7 @@ def test_native_runs_unless_the_pure_implementation_is_asked_for() -> None:
 
 def _native_and_pure() -> tuple[ModuleType, ModuleType]:
     if public_merkle.IMPLEMENTATION != "native":
-        pytest.skip("compactstore._native is not in use: not built, or COMPACTSTORE_PURE=1")
+        pytest.skip("compactstore.merkle_native is not in use: not built, or COMPACTSTORE_PURE=1")
     return public_merkle, merkle_pure
 
 

@@ -1,4 +1,4 @@
-//! `compactstore._native`: the BLAKE3 Merkle hot paths of `compactstore.merkle`, in Rust.
+//! `compactstore.merkle_native`: the BLAKE3 Merkle hot paths of `compactstore.merkle`, in Rust.
 //!
 //! Each function here has a namesake in `compactstore/merkle_pure.py` that gives the
 //! same bytes; `compactstore.merkle` checks arguments and calls these for BLAKE3. Hashes
@@ -269,7 +269,7 @@ fn frontier_extend<'py>(
 }
 
 #[pymodule]
-fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+fn merkle_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(leaf_hash, m)?)?;
     m.add_function(wrap_pyfunction!(leaf_hashes, m)?)?;
     m.add_function(wrap_pyfunction!(node_hash, m)?)?;

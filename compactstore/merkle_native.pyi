@@ -1,4 +1,4 @@
-"""Types of ``compactstore._native``, the Rust extension behind :mod:`compactstore.merkle`.
+"""Types of ``compactstore.merkle_native``, the Rust extension behind :mod:`compactstore.merkle`.
 
 Each function gives the bytes of its namesake in ``compactstore.merkle_pure`` for BLAKE3.
 Hashes are 32-byte ``bytes``; where a list of hashes holds anything else, ValueError.
