@@ -175,6 +175,19 @@ def _optional_list(field: str, value: object) -> list[object] | Auto:
     return AUTO if value is AUTO else as_list(field, value)
 
 
+def _node_arguments(
+    negative_facts: object, unresolved: object, resolved: object, summary: object, summarizer: object
+) -> tuple[list[object] | Auto, list[object] | Auto, list[object] | Auto]:
+    """Check the arguments a compaction and a roll-up share; return the three lists (or AUTO)."""
+    lists = (_optional_list("negative_facts", negative_facts), _optional_list("unresolved", unresolved),
+             _optional_list("resolved", resolved))
+    if summary is not None and not isinstance(summary, str):
+        raise InvalidArgument("summary", f"must be str, got {type(summary).__name__}")
+    if summarizer is not None:
+        ev.as_callable("summarizer", summarizer)
+    return lists
+
+
 def _kept(view: SessionView, keep: Iterable[object], f: Facts, stop: int) -> list[Excerpt]:
     out = []
     for k in keep:
@@ -238,13 +251,8 @@ def compaction(
     wanted = None if loss is AUTO else loss_class(loss)
     keep_all = keep is AUTO
     keep = [] if keep is AUTO else as_list("keep", keep)
-    negative_facts = _optional_list("negative_facts", negative_facts)  # type: ignore[assignment]
-    unresolved = _optional_list("unresolved", unresolved)  # type: ignore[assignment]
-    resolved = _optional_list("resolved", resolved)  # type: ignore[assignment]
-    if summary is not None and not isinstance(summary, str):
-        raise InvalidArgument("summary", f"must be str, got {type(summary).__name__}")
-    if summarizer is not None:
-        ev.as_callable("summarizer", summarizer)
+    negative_facts, unresolved, resolved = _node_arguments(  # type: ignore[assignment]
+        negative_facts, unresolved, resolved, summary, summarizer)
     if not 0 <= ev.as_int("start", start) < ev.as_int("stop", stop) <= size:
         raise InvalidArgument("span", f"[{start}, {stop}) is not a non-empty span of the session's {size} positions")
     reader = view.reader(size)
@@ -322,13 +330,8 @@ def roll_up(
             overlap an L2 node, or the digest was already rolled up.
         CompactionInvariantError: ``loss`` claims more than the children give.
     """
-    negative_facts = _optional_list("negative_facts", negative_facts)  # type: ignore[assignment]
-    unresolved = _optional_list("unresolved", unresolved)  # type: ignore[assignment]
-    resolved = _optional_list("resolved", resolved)  # type: ignore[assignment]
-    if summary is not None and not isinstance(summary, str):
-        raise InvalidArgument("summary", f"must be str, got {type(summary).__name__}")
-    if summarizer is not None:
-        ev.as_callable("summarizer", summarizer)
+    negative_facts, unresolved, resolved = _node_arguments(  # type: ignore[assignment]
+        negative_facts, unresolved, resolved, summary, summarizer)
     positions = [n.pos if isinstance(n, Node) else n for n in as_list("nodes", nodes)]
     if not positions or not all(isinstance(p, int) and not isinstance(p, bool) and 0 <= p < size for p in positions):
         raise InvalidArgument("nodes", "want one or more L1 nodes (or their positions) of the session")
