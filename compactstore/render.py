@@ -303,13 +303,20 @@ def _summary_text(node: SummaryEntry) -> str:
     return "\n".join(lines)
 
 
-#: A node's newest negative facts written one a line with their text; the earlier ones
-#: by status and position only, so that a digest's note grows by a position, not a
-#: sentence, per fact it retains. Every fact is named; its text stays in the node
+#: A node's newest negative facts are written one a line with their text. The earlier ones
+#: are grouped by status and text, the newest groups first, up to a fixed number of lines;
+#: the rest are counted by status with the span of their positions. So a digest's note
+#: stays bounded however long the session grows, while every fact stays in the node
 #: (``SummaryItem.negative_facts``) and in the log at its position.
 FACTS_IN_FULL = 40
+#: Lines for the earlier facts' groups; the groups past them are counted, not listed.
+EARLIER_GROUPS = 24
+#: Positions written per group: its newest ones.
+GROUP_POSITIONS = 4
 #: Characters of a fact's text or of a contract written into a note; the rest is cut with "…".
 FACT_EXCERPT = 160
+#: Characters of a group's shared text.
+GROUP_EXCERPT = 100
 CONTRACT_EXCERPT = 400
 
 
@@ -318,26 +325,43 @@ def _cut(text: str, n: int) -> str:
 
 
 def _fact_lines(facts: Sequence[ev.Fact]) -> list[str]:
-    """Return the note's lines for ``facts``: the newest in full, each earlier one by status and position."""
+    """Return the note's lines for ``facts``: the newest in full, the earlier ones grouped and bounded."""
     earlier, newest = facts[: max(0, len(facts) - FACTS_IN_FULL)], facts[-FACTS_IN_FULL:]
-    lines = []
-    by_status: dict[str, list[int]] = {}
+    # Facts of one status and one text are one thing not to redo; a group is dated by its newest fact.
+    groups: dict[tuple[str, str], list[int]] = {}
     for f in earlier:
-        by_status.setdefault(f.status, []).append(f.pos)
-    for status, positions in sorted(by_status.items()):
-        lines.append(f"- earlier {status} ({len(positions)}; the text of each is in the log at its position): "
-                     f"pos {', '.join(map(str, positions))}")
+        groups.setdefault((f.status, _cut(f.text, GROUP_EXCERPT)), []).append(f.pos)
+    ordered = sorted(groups.items(), key=lambda g: g[1][-1], reverse=True)
+    lines = []
+    for (status, text), positions in ordered[:EARLIER_GROUPS]:
+        shown = ", ".join(map(str, reversed(positions[-GROUP_POSITIONS:])))
+        more = f" and {len(positions) - GROUP_POSITIONS} earlier" if len(positions) > GROUP_POSITIONS else ""
+        times = f" ×{len(positions)}" if len(positions) > 1 else ""
+        said = f": {text}" if text else ""
+        lines.append(f"- earlier {status}{times}{said} (pos {shown}{more})")
+    rest: dict[str, list[int]] = {}
+    for (status, _), positions in ordered[EARLIER_GROUPS:]:
+        rest.setdefault(status, []).extend(positions)
+    for status, positions in sorted(rest.items()):
+        lines.append(f"- {len(positions)} more earlier {status} facts, between pos {min(positions)} and {max(positions)}: "
+                     "the node lists each, and the log holds each at its position")
     lines += [f"- pos {f.pos} {f.status}: {_cut(f.text, FACT_EXCERPT)}".rstrip(": ") for f in newest]
     return lines
 
 
+#: Earlier handles written per spilled key: its newest ones.
+SPILL_HANDLES = 4
+
+
 def _spill_lines(spills: Sequence[ev.SpillRef]) -> list[str]:
-    """Return the note's lines for ``spills``: each key's latest spill in full, its earlier ones by handle."""
+    """Return the note's lines for ``spills``: each key's latest spill in full, its newest earlier ones by handle."""
     latest: dict[str, ev.SpillRef] = {}
     earlier: dict[str, list[str]] = {}
     for r in spills:
         if r.key in latest:
             earlier.setdefault(r.key, []).append(latest[r.key].handle)
         latest[r.key] = r
-    lines = [f"- earlier values of {key}: {', '.join(handles)}" for key, handles in sorted(earlier.items())]
+    lines = [f"- earlier values of {key}: {', '.join(reversed(handles[-SPILL_HANDLES:]))}"
+             + (f" and {len(handles) - SPILL_HANDLES} earlier" if len(handles) > SPILL_HANDLES else "")
+             for key, handles in sorted(earlier.items())]
     return lines + [f"- {r.key} (bound at pos {r.source}): {r.handle}" for r in latest.values()]

@@ -1,4 +1,4 @@
-"""A digest's note names every negative fact it retains, the earlier ones by status and position, so it grows by a position per fact."""
+"""A digest's note stays bounded however many negative facts it retains: the newest in full, the earlier grouped, the rest counted."""
 
 from __future__ import annotations
 
@@ -9,14 +9,22 @@ from compactstore import render
 from compactstore.resolver import SummaryItem
 
 
-def _note_of(store: cs.Store, name: str, failures: int) -> tuple[str, SummaryItem]:
-    """Return the note of a certified node over ``failures`` failed calls (each text its own), and the node's context item."""
+def _note_of(store: cs.Store, name: str, failures: int, texts: int | None = None) -> tuple[str, SummaryItem]:
+    """Return the note of a certified node over ``failures`` failed calls, and the node's context item.
+
+    The failures' texts cycle through ``texts`` distinct ones (each its own when None).
+    """
     s = store.session(name)
+    batch: list[cs.Event] = []
     for i in range(failures):
-        s.append(cs.ToolCall(f"c{i}", "run_sql", {"n": i}))
-        s.append(cs.ToolResult(f"c{i}", f"ERROR {i}: deadlock detected on table t{i} " + "x" * (300 if i == failures - 1 else 0),
-                               ok=False, status="failed"))
-    s.append(cs.Turn("user", "carry on"))
+        k = i if texts is None else i % texts
+        batch += [cs.ToolCall(f"c{i}", "run_sql", {"n": i}),
+                  cs.ToolResult(f"c{i}", f"ERROR {k}: deadlock detected on table t{k} " + "x" * (300 if i == failures - 1 else 0),
+                                ok=False, status="failed")]
+        if len(batch) >= 500:
+            s.extend(batch)
+            batch = []
+    s.extend([*batch, cs.Turn("user", "carry on")])
     s.mark(s.compact(0, s.size - 1))
     r = s.context()
     assert r.mode == "certified"
@@ -26,25 +34,70 @@ def _note_of(store: cs.Store, name: str, failures: int) -> tuple[str, SummaryIte
     return note["content"], item
 
 
-def test_a_note_names_every_negative_fact_the_newest_in_full(store: cs.Store) -> None:
-    """Every retained fact's position is in the note; the newest are written with their text, cut to a bounded excerpt."""
+def _facts(note: str) -> list[str]:
+    """Return the lines of a note's negative-facts section."""
+    section = note.split("Negative facts")[1].split("\n", 1)[1]
+    return [line for line in section.splitlines() if line.startswith("- ")]
+
+
+def _accounted(lines: list[str]) -> int:
+    """Return how many facts the lines account for: one per newest line, a group's count, a counted rest."""
+    n = 0
+    for line in lines:
+        if m := re.match(r"- (\d+) more earlier \w+ facts", line):
+            n += int(m.group(1))
+        elif m := re.match(r"- earlier \w+ ×(\d+)", line):
+            n += int(m.group(1))
+        else:
+            n += 1
+    return n
+
+
+def test_the_newest_facts_are_written_in_full_and_every_fact_is_accounted_for(store: cs.Store) -> None:
+    """The newest facts carry their text (cut to an excerpt); the lines' counts add up to every fact the node keeps."""
     note, item = _note_of(store, "many", 120)
-    positions = {f.pos for f in item.negative_facts}
-    named = {int(p) for line in note.splitlines() if line.startswith("- ") for p in re.findall(r"\b\d+\b", line.split(":")[-1] if "earlier" in line else line[:14])}
-    assert positions <= named
     assert len(item.negative_facts) == 120  # the context item keeps every fact whole
-    assert "- earlier failed (80; the text of each is in the log at its position): pos 1, 3, 5," in note
+    lines = _facts(note)
+    assert _accounted(lines) == 120
     newest = item.negative_facts[-1]
-    assert f"- pos {newest.pos} failed: {newest.text[: render.FACT_EXCERPT - 1]}…" in note.splitlines()
+    assert f"- pos {newest.pos} failed: {newest.text[: render.FACT_EXCERPT - 1]}…" in lines
+    for f in item.negative_facts[-render.FACTS_IN_FULL :]:
+        assert any(line.startswith(f"- pos {f.pos} failed: ") for line in lines)
+    # The earlier groups past the listed ones are counted by status, with the span of their positions.
+    counted = [line for line in lines if " more earlier failed facts" in line]
+    assert len(counted) == 1
+    assert f"between pos {item.negative_facts[0].pos} and " in counted[0]
 
 
-def test_a_note_grows_by_a_position_not_a_sentence_per_fact(store: cs.Store) -> None:
-    """Twice the failures add well under a dozen characters of the note's negative facts per extra fact."""
-    small, _ = _note_of(store, "small", 100)
-    large, _ = _note_of(store, "large", 200)
-    assert len(_facts(large)) - len(_facts(small)) < 100 * 12
+def test_a_note_does_not_grow_with_the_facts_it_retains(store: cs.Store) -> None:
+    """Ten times the failures, each with its own text, leave the note's negative facts within a few characters."""
+    small, small_item = _note_of(store, "small", 150)
+    large, large_item = _note_of(store, "large", 1500)
+    assert len(large_item.negative_facts) == 10 * len(small_item.negative_facts)
+    assert _accounted(_facts(large)) == 1500
+    # Only the positions' digits differ: a bounded number of lines, each a digit longer in each of its numbers.
+    assert len(_facts(large)) == len(_facts(small))
+    assert abs(len("\n".join(_facts(large))) - len("\n".join(_facts(small)))) < 8 * len(_facts(small))
 
 
-def _facts(note: str) -> str:
-    """Return the negative-facts section of a note."""
-    return note.split("Negative facts")[1].split("\n", 1)[1].split("\n" + "UNRESOLVED")[0]
+def test_repeated_facts_are_one_group_with_their_count_and_newest_positions(store: cs.Store) -> None:
+    """Facts of one status and text go in as one line: how many, the text, and the newest positions."""
+    s = store.session("repeated")
+    s.extend([cs.Turn("user", f"No: do not backfill t{i % 3} in place.", status="rejected") for i in range(200)])
+    s.append(cs.Turn("user", "carry on"))
+    s.mark(s.compact(0, s.size - 1))
+    r = s.context()
+    (item,) = [i for i in r.context if isinstance(i, SummaryItem)]
+    (note,) = [m["content"] for m in r.as_messages("openai-responses") if m.get("role") == "developer"]
+    assert isinstance(note, str)
+    lines = _facts(note)
+    assert _accounted(lines) == 200
+    groups = [line for line in lines if line.startswith("- earlier rejected ×")]
+    assert len(groups) == 3
+    earlier = item.negative_facts[: -render.FACTS_IN_FULL]
+    for k in range(3):
+        (line,) = [g for g in groups if f"backfill t{k} " in g]
+        mine = [f.pos for f in earlier if f"backfill t{k} " in f.text]
+        newest = ", ".join(map(str, reversed(mine[-render.GROUP_POSITIONS :])))
+        assert line.startswith(f"- earlier rejected ×{len(mine)}: ")
+        assert line.endswith(f"(pos {newest} and {len(mine) - render.GROUP_POSITIONS} earlier)")
