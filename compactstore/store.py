@@ -1372,7 +1372,9 @@ class Session:
 
         A subtree holding no given position comes from the store (O(log n) of them per
         run of given positions), so the root equals the stored tree's only if every
-        given leaf is the one the tree holds.
+        given leaf is the one the tree holds. When many leaves are given and this
+        handle's reads have proven every leaf of ``[0, size)`` in the sealed head, the
+        rest come from those proven leaves instead, with the same meaning.
 
         Raises:
             IntegrityError: a stored subtree root is missing.
@@ -1384,10 +1386,26 @@ class Session:
             if not 0 <= _position("leaves", p) < size or not isinstance(leaf, bytes) or len(leaf) != 32:
                 raise InvalidArgument("leaves", f"want positions in [0, {size}) to 32-byte leaf hashes, got {p!r}: {leaf!r}")
         sid, backend = self._require_sid(), self.store.backend
+        proven = self._proven(sid, size) if len(leaves) << (merkle.TILE_HEIGHT + 1) >= size else None
+        if proven is not None:
+            # Many leaves given and [0, size) proven by this handle's reads: hash the
+            # proven leaves with the given ones in place, natively, rather than read
+            # every stored tile that holds a given one.
+            for p, leaf in leaves.items():
+                proven[32 * p : 32 * p + 32] = leaf
+            return merkle.root_of_leaves([bytes(proven[i : i + 32]) for i in range(0, 32 * size, 32)], HASH)
         try:
             return merkle.root_with(leaves, size, lambda coords: backend.hashes(sid, coords), HASH)
         except KeyError as exc:
             raise IntegrityError(f"a stored subtree root is missing: {exc}", session=self.name) from None
+
+    def _proven(self, sid: int, size: int) -> bytearray | None:
+        """Return a copy of the leaves ``[0, size)`` this handle's reads proved in the sealed head, if they reach ``size``."""
+        with self.store._cache_lock:
+            prefix = self.store._verified.get(sid)
+            if prefix is None or prefix.name != self.name or len(prefix.leaves) < 32 * size:
+                return None
+            return prefix.leaves[: 32 * size]
 
     def reading(self) -> AbstractContextManager[None]:
         """Return a context in which this session's verified reads check the latest sealed head once.
@@ -1861,24 +1879,34 @@ class _ReadCheck:
             bad = next(first + i for i in range(inside) if leaves[i] != proven[32 * i : 32 * i + 32])
             raise self._fail(f"the event at pos {bad} is not the one the sealed head holds", bad)
         rest = max(first, known)
-        if rest >= stop:
-            return
-        tail = leaves[rest - first :]
+        if rest < stop and not self._extend(rest, leaves[rest - first :]):
+            bad = self._first_bad(rest, leaves[rest - first :])
+            raise self._fail(f"the event at pos {bad} is not in the tree of the latest sealed head (size {self.size})", bad)
+
+    def _extend(self, start: int, leaves: Sequence[bytes]) -> bool:
+        """Prove ``leaves`` at ``start..`` (the prefix ends at ``start`` or later) and add them to the proven prefix.
+
+        They are hashed up and joined with stored roots for the rest of the head's tree
+        (:func:`merkle.run_root_with`), which must give the head's root; returns whether
+        they did.
+        """
         sid, backend = self.sid, self.session.store.backend
         assert sid is not None
-        if merkle.run_root_with(rest, tail, self.size, lambda c: backend.hashes(sid, c), HASH) != self.root:
-            bad = self._first_bad(rest, tail)
-            raise self._fail(f"the event at pos {bad} is not in the tree of the latest sealed head (size {self.size})", bad)
-        with lock:
-            if len(prefix.leaves) == 32 * rest:
-                prefix.leaves += b"".join(tail)
+        if merkle.run_root_with(start, leaves, self.size, lambda c: backend.hashes(sid, c), HASH) != self.root:
+            return False
+        with self.session.store._cache_lock:
+            if len(self.prefix.leaves) == 32 * start:
+                self.prefix.leaves += b"".join(leaves)
+        return True
 
     def scattered(self, rows: Sequence[Row]) -> None:
         """Check rows at any positions, in position order, with one multi-proof from stored roots.
 
         Leaves in the proven prefix cost a comparison each; the others, with stored
         subtree roots for every subtree that holds none of them (``Session.root_with``,
-        one fetch), must give the head's root.
+        one fetch), must give the head's root. Where that would read half the leaves
+        past the prefix or more, the rest of the tree is proven instead (one range of
+        leaves), and the rows compare against it.
 
         Raises:
             IntegrityError: naming the first position whose leaf is not the one the sealed head holds.
@@ -1891,11 +1919,25 @@ class _ReadCheck:
             raise self._fail(f"the event at pos {bad} is not under the latest sealed head (size {self.size})", bad)
         with self.session.store._cache_lock:
             known = len(self.prefix.leaves) // 32
+        rest = [r for r in rows if r.pos >= known]
+        # A multi-proof reads every leaf of each stored tile that holds a row; where that
+        # is half the rest of the tree or more, prove the whole rest once instead: one
+        # range read, hashed natively, and every later read of the session compares.
+        # Should that fail (a leaf was edited somewhere), the rows' own multi-proof below
+        # decides, and names the first of them that is not the head's.
+        if rest and len({r.pos >> merkle.TILE_HEIGHT for r in rest}) << (merkle.TILE_HEIGHT + 1) >= self.size - known:
+            sid = self.sid
+            assert sid is not None
+            leaves = self.session.store.backend.leaves(sid, known, self.size)
+            if len(leaves) == self.size - known and self._extend(known, leaves):
+                with self.session.store._cache_lock:
+                    known = len(self.prefix.leaves) // 32  # another thread's proof may have come first
+                rest = [r for r in rows if r.pos >= known]
+        with self.session.store._cache_lock:
             proven = {r.pos: bytes(self.prefix.leaves[32 * r.pos : 32 * r.pos + 32]) for r in rows if r.pos < known}
         for r in rows:
             if r.pos in proven and proven[r.pos] != r.leaf:
                 raise self._fail(f"the event at pos {r.pos} is not the one the sealed head holds", r.pos)
-        rest = [r for r in rows if r.pos >= known]
         if rest and self.session.root_with({r.pos: r.leaf for r in rest}, self.size) != self.root:
             bad = next((r.pos for r in rest if self._fails(r)), rest[0].pos)
             raise self._fail(f"the event at pos {bad} is not in the tree of the latest sealed head (size {self.size})", bad)

@@ -126,6 +126,15 @@ def test_body_returns_one_body(store: cs.Store, backend: Backend) -> None:
     assert backend.body(_sid(backend), 999) is None
 
 
+def test_leaves_returns_a_span_of_leaf_hashes(store: cs.Store, backend: Backend) -> None:
+    """leaves() returns the leaf hashes of [start, stop) in order, redacted positions included, none past the end."""
+    recs = _records(store)
+    assert backend.leaves(_sid(backend), 2, 6) == [r.leaf for r in recs[2:6]]
+    assert len(backend.leaves(_sid(backend, "other"), 0, 3)) == 3  # a redacted body keeps its leaf
+    assert backend.leaves(_sid(backend), len(recs) - 1, len(recs) + 5) == [recs[-1].leaf]
+    assert backend.leaves(_sid(backend), 5, 5) == []
+
+
 def test_node_bodies_returns_the_summary_nodes(store: cs.Store, backend: Backend) -> None:
     """node_bodies() returns (pos, body) of the events of kind node in a range, and nothing else."""
     sid, recs = _sid(backend), _records(store)

@@ -433,6 +433,13 @@ class PostgresBackend(Reads):
         )
         return [None if b is None else bytes(b) for (b,) in got]
 
+    def leaves(self, session_id: int, start: int, stop: int) -> list[bytes]:
+        got = self._all(
+            "SELECT leaf FROM events WHERE session_id = %s AND pos >= %s AND pos < %s ORDER BY pos",
+            (session_id, start, stop),
+        )
+        return [bytes(b) for (b,) in got]
+
     def heads(self, session_id: int, after: int, limit: int) -> list[HeadRow]:
         got = self._all(
             "SELECT size, root, prev, seal FROM heads WHERE session_id = %s AND size > %s ORDER BY size LIMIT %s",

@@ -174,6 +174,10 @@ class Backend(Protocol):
         """Return the events at ``positions`` (sorted), by position."""
         ...
 
+    def leaves(self, session_id: int, start: int, stop: int) -> list[bytes]:
+        """Return the leaf hashes at positions ``[start, stop)`` in order, in one query (fewer where positions are missing)."""
+        ...
+
     def node_bodies(self, session_id: int, lo: int, hi: int) -> list[tuple[int, bytes | None]]:
         """Return ``(pos, body)`` of the summary nodes (events of kind ``node``) at positions ``[lo, hi)``, by position."""
         ...

@@ -279,6 +279,18 @@ class SQLiteBackend(Reads):
         )
         return [b for (b,) in got]
 
+    def leaves(self, session_id: int, start: int, stop: int) -> list[bytes]:
+        # The same one range of the table's own key as bodies(); the leaf column comes
+        # before the body, so a long body's overflow pages are not read.
+        got = self._all(
+            "SELECT leaf FROM events WHERE +session_id = ?1 AND +pos >= ?2 AND +pos < ?3 "
+            "AND seq >= (SELECT seq FROM events WHERE session_id = ?1 AND pos >= ?2 ORDER BY pos LIMIT 1) "
+            "AND seq <= (SELECT seq FROM events WHERE session_id = ?1 AND pos < ?3 ORDER BY pos DESC LIMIT 1) "
+            "ORDER BY seq",
+            (session_id, start, stop),
+        )
+        return [b for (b,) in got]
+
     def heads(self, session_id: int, after: int, limit: int) -> list[HeadRow]:
         got = self._all(
             "SELECT size, root, prev, seal FROM heads WHERE session_id = ? AND size > ? ORDER BY size LIMIT ?",
