@@ -32,6 +32,7 @@ HERE = Path(__file__).resolve().parent
 SUITE: list[tuple[str, list[str], list[str]]] = [
     ("digest", [], []),
     ("native", [], []),
+    ("verify_big", ["--quick"], []),
     ("append", ["--quick"], []),
     ("resume", [], ["--sizes", "10000,100000,1000000"]),
     ("resume_sim", [], ["--sessions", "40"]),
