@@ -33,6 +33,7 @@ SUITE: list[tuple[str, list[str], list[str]]] = [
     ("digest", [], []),
     ("native", [], []),
     ("paths", ["--repeat", "3", "--events", "5000"], []),
+    ("verify_big", ["--quick"], []),
     ("append", ["--quick"], []),
     ("resume", [], ["--sizes", "10000,100000,1000000"]),
     ("resume_sim", [], ["--sessions", "40"]),

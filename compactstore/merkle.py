@@ -38,9 +38,6 @@ from .merkle_pure import cover as cover
 from .merkle_pure import empty_root as empty_root
 from .merkle_pure import inclusion_spans as inclusion_spans
 from .merkle_pure import is_stored as is_stored
-from .merkle_pure import resolve as resolve
-from .merkle_pure import serve as serve
-from .merkle_pure import spans_root as spans_root
 
 if os.environ.get("COMPACTSTORE_PURE", "") in ("", "0"):
     try:
@@ -116,6 +113,37 @@ def subtree_levels(leaves: Sequence[bytes], algo: str = "blake3") -> list[list[b
         except ValueError:  # not all 32-byte hashes
             pass
     return merkle_pure.subtree_levels(leaves, algo)
+
+
+def resolve(
+    coords: Iterable[Coord], fetch: Callable[[list[Coord]], list[bytes]], algo: str = "blake3"
+) -> dict[Coord, bytes]:
+    """Return the roots at ``coords``, fetching only stored levels and hashing up the rest.
+
+    ``fetch`` returns the roots of a list of distinct stored coordinates, in order; it
+    is called once (not at all when ``coords`` is empty). As the reference
+    :func:`compactstore.merkle_pure.resolve`, each run of stored roots below a level
+    that is not stored hashed up in one call (natively for BLAKE3).
+    """
+    if algo == "blake3" and native is not None:
+        return merkle_pure.resolve(coords, fetch, algo, hash_run=root_of_leaves)
+    return merkle_pure.resolve(coords, fetch, algo)
+
+
+def spans_root(spans: Iterable[Span], lookup: Mapping[Coord, bytes], algo: str = "blake3") -> list[bytes]:
+    """Return the root of each span from stored subtree roots (``lookup`` by coordinate)."""
+    return [fold([lookup[c] for c in cover(a, b)], algo) for a, b in spans]
+
+
+def serve(spans: Sequence[Span], fetch: Callable[[list[Coord]], list[bytes]], algo: str = "blake3") -> list[bytes]:
+    """Return the root of each span from stored subtree roots, all fetched by one ``fetch`` call.
+
+    The same as ``spans_root(spans, resolve(covers, fetch))`` with each span's compact
+    range computed once: how a store serves proofs and span roots.
+    """
+    covers = [cover(a, b) for a, b in spans]
+    lookup = resolve([c for cs in covers for c in cs], fetch, algo)
+    return [fold([lookup[c] for c in cs], algo) for cs in covers]
 
 
 def tree_root(entries: Sequence[bytes], algo: str = "blake3") -> bytes:

@@ -236,14 +236,23 @@ def is_stored(level: int) -> bool:
 
 
 def resolve(
-    coords: Iterable[Coord], fetch: Callable[[list[Coord]], list[bytes]], algo: str = "blake3"
+    coords: Iterable[Coord],
+    fetch: Callable[[list[Coord]], list[bytes]],
+    algo: str = "blake3",
+    *,
+    hash_run: Callable[[list[bytes]], bytes] | None = None,
 ) -> dict[Coord, bytes]:
     """Return the roots at ``coords``, fetching only stored levels and hashing up the rest.
 
     ``fetch`` returns the roots of a list of distinct stored coordinates, in order; it
-    is called once (not at all when ``coords`` is empty).
+    is called once (not at all when ``coords`` is empty). ``hash_run`` returns the root over
+    a power-of-two run of sibling roots (by default paired here with ``algo``'s node
+    hash), so another implementation can hash each run in one call.
     """
     node = _node_fn(algo)
+    if hash_run is None:
+        def hash_run(row: list[bytes]) -> bytes:
+            return _up(row, node)
     # Each coordinate is served by a run of 2**up stored roots: the stored level at or
     # below it (up = 0 when its own level is stored).
     runs: list[tuple[Coord, int, int, int]] = []  # (coordinate, stored level, first index, length)
@@ -272,13 +281,13 @@ def resolve(
             if n == 1:
                 out[c] = got[k]
             else:
-                out[c] = _up(got[k : k + n], node)
+                out[c] = hash_run(got[k : k + n])
             k += n
         return out
     keys = list(distinct)
     by = dict(zip(keys, fetch(keys)))
     for c, base, lo, n in runs:
-        out[c] = by[(base, lo)] if n == 1 else _up([by[(base, j)] for j in range(lo, lo + n)], node)
+        out[c] = by[(base, lo)] if n == 1 else hash_run([by[(base, j)] for j in range(lo, lo + n)])
     return out
 
 

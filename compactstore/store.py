@@ -279,11 +279,13 @@ class Store:
         Also re-derives the structural index and each node's content digest from the
         bodies, and holds every stored summary node, spill and marker to the rules
         (:meth:`Session.rule_problems`), so a row written behind the library's back that
-        admission would have refused is a problem too. Streams: memory stays flat however long the log. ``progress(done, total)``
-        is called as events are checked. ``workers`` processes (default: one per usable
-        CPU from ``verify.PARALLEL_FROM`` events on, else none) check 4,096-position
-        chunks, each summarised by its subtree root and its part of every head, and this
-        process joins the summaries in order; the report is the same either way.
+        admission would have refused is a problem too. Streams: memory stays flat however long
+        the log and however large its bodies. ``progress(done, total)`` is called as events
+        are checked. ``workers`` processes (default: one per usable CPU from
+        ``verify.PARALLEL_FROM`` events or a database file of ``verify.PARALLEL_BYTES`` on,
+        else none) check 4,096-position chunks, each summarised by its subtree root and its
+        part of every head, and this process joins the summaries in order; the report is
+        the same either way.
         """
         if progress is not None:
             ev.as_callable("progress", progress)

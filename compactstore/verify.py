@@ -1,15 +1,17 @@
 """Whole-store verification: every cell is checked against a leaf, a head or a rule.
 
 Bodies are re-hashed and the trees rebuilt from them alone; stored leaves, subtree
-roots, heads and seals are then compared with what the bodies imply. Rows are read by
-chunks of 4096 positions and only a frontier of O(log n) hashes is kept per session, so
-memory does not grow with the log.
+roots, heads and seals are then compared with what the bodies imply. Rows are checked by
+chunks of 4096 positions, read in pages of at most about ``PAGE_BYTES`` of bodies (each
+page's bodies dropped once hashed and checked), and only a frontier of O(log n) hashes
+is kept per session, so memory grows neither with the log nor with its bodies' size.
 
 A chunk whose rows are exactly its positions, with nothing wrong in any of them, is
 summarised where it is read: the root of its complete subtree, the root of each head's
 part of it, its stored subtrees checked. From ``PARALLEL_FROM`` events on, worker
 processes read and summarise chunks and the calling process only folds the summaries in
-order, O(log n) hashes per chunk and per head. Every other chunk is checked row by row,
+order, O(log n) hashes per chunk and per head; so from a database file of
+``PARALLEL_BYTES`` on, where reading and decoding the bodies is most of the work. Every other chunk is checked row by row,
 in order, which is what a summary stands for: the report is the same either way.
 """
 
@@ -19,6 +21,7 @@ import os
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
+from itertools import islice
 from multiprocessing import get_all_start_methods, get_context
 from typing import NamedTuple, Protocol
 
@@ -27,8 +30,9 @@ import msgspec
 from . import events as ev
 from . import index as structure_index
 from . import merkle
+from . import structure
 from .backends.queries import TABLE
-from .backends import Backend, HeadRow, Row, all_heads, chunked, open_backend
+from .backends import Backend, HeadRow, Row, all_heads, open_backend
 from .content import content_digest_of
 from .errors import IntegrityError, InvalidEvent
 
@@ -56,6 +60,12 @@ META_NAMES = frozenset({"schema_version", "hash", "keyed", "key_check", "store_i
 _FLOOR = -(2**62)
 #: From this many events on, verify() re-hashes bodies in one worker process per core.
 PARALLEL_FROM = 200_000
+#: From a database file of this many bytes on too (fewer, larger bodies: the same work).
+PARALLEL_BYTES = 256 << 20
+#: Rows are read in pages of about this many bytes of bodies (and at most ``_CHUNK`` rows).
+PAGE_BYTES = 8 << 20
+#: The first page of a range: its rows' size sets the next page's length.
+_FIRST_PAGE = 64
 #: Rows are read and checked by chunks of positions: each a complete subtree of this level.
 _CHUNK_LEVEL = 12
 _CHUNK = 1 << _CHUNK_LEVEL
@@ -151,20 +161,16 @@ def _check_rows(rows: list[Row], spans: tuple[Backend, int] | None) -> _Checked:
     problems: list[tuple[int, str, str]] = []
     indexed: list[tuple[int, str, bytes | None]] = []
     digests: list[tuple[int, str]] = []
-    may_give_rows = structure_index.may_give_rows
+    may_give_rows, inert, structural = structure_index.may_give_rows, structure.inert, structure.STRUCTURAL_KINDS
     for row in rows:
         if row.body is not None and not isinstance(row.body, bytes):
             # A damaged file can hold any type in any cell: not a body, so no leaf to check.
             problems.append((row.pos, "events", f"body is not a blob but {type(row.body).__name__}"))
             leaves.append(_stored_leaf(row))
             continue
-        # Read here for the index's derivation too: the parent then derives it without
-        # reading the log again, from the few rows that may give index rows (and decodes
-        # only those: an unreadable one fails the derivation there as it would here).
-        if may_give_rows(row.body, row.kind):
-            indexed.append((row.pos, row.kind, row.body))
         if row.body is None:
             # Erased by a redaction: only the tree can vouch for the stored leaf.
+            indexed.append((row.pos, row.kind, row.body))
             erased[row.pos] = (row.kind, row.idem_key)
             leaves.append(_stored_leaf(row))
             continue
@@ -173,12 +179,61 @@ def _check_rows(rows: list[Row], spans: tuple[Backend, int] | None) -> _Checked:
         if row.leaf != leaf:
             problems.append((row.pos, "events", f"leaf does not match body: got {_short(row.leaf)}, want {_short(leaf)}"))
         event = _check_body(row.body, row.kind, row.idem_key, row.pos, problems)
+        # Read here for the index's derivation too: the parent then derives it without
+        # reading the log again, from the few rows that may give index rows (and decodes
+        # only those: an unreadable one fails the derivation there as it would here). An
+        # inert event of a plain kind gives none whether the derivation skips it by its
+        # bytes or decodes it, so its bytes need no search.
+        if row.kind in structural or not (event is not None and inert(event)) and may_give_rows(row.body, row.kind):
+            indexed.append((row.pos, row.kind, row.body))
         if isinstance(event, ev.Redaction):
             redacts[row.pos] = list(event.positions)
         elif spans is not None and row.kind == "node" and isinstance(event, ev.Summary) and event.content_digest is not None:
             if (what := _content_digest_problem(*spans, row.pos, event)) is not None:
                 digests.append((row.pos, what))
     return _Checked([r.pos for r in rows], [r.seq for r in rows], leaves, erased, redacts, problems, indexed, digests)
+
+
+def _pages(backend: Backend, sid: int, start: int, stop: int | None, most: int | None = None) -> Iterator[list[Row]]:
+    """Yield a session's rows of ``[start, stop)`` (the first ``most`` of them) in position order, in pages of about ``PAGE_BYTES`` of bodies.
+
+    Each page's length follows the bodies' size in the one before: a page of small rows
+    is one query for up to ``_CHUNK`` of them, a page of large ones few enough to keep
+    memory flat.
+    """
+    n = _FIRST_PAGE
+    while (stop is None or start < stop) and (most is None or most > 0):
+        if most is not None:
+            n = min(n, most)
+            most -= n
+        page = list(islice(backend.rows(sid, start, stop, n), n))
+        if page:
+            yield page
+        if len(page) < n:
+            return
+        start = int(page[-1].pos) + 1
+        size = sum(len(r.body) for r in page if isinstance(r.body, bytes)) or 1
+        n = max(1, min(_CHUNK, PAGE_BYTES * len(page) // size))
+
+
+def _check_pages(
+    backend: Backend, sid: int, start: int, stop: int | None, spans: tuple[Backend, int] | None, most: int | None = None
+) -> _Checked:
+    """Check the rows of ``[start, stop)`` (the first ``most``) page by page; return their findings as one ``_Checked``."""
+    parts = [_check_rows(page, spans) for page in _pages(backend, sid, start, stop, most)]
+    if len(parts) == 1:
+        return parts[0]
+    out = _Checked([], [], [], {}, {}, [], [], [])
+    for part in parts:
+        out.positions.extend(part.positions)
+        out.seqs.extend(part.seqs)
+        out.leaves.extend(part.leaves)
+        out.erased.update(part.erased)
+        out.redacts.update(part.redacts)
+        out.problems.extend(part.problems)
+        out.indexed.extend(part.indexed)
+        out.digests.extend(part.digests)
+    return out
 
 
 class _Redactions(NamedTuple):
@@ -235,9 +290,8 @@ class _Chunk(NamedTuple):
 
 def _check_chunk(backend: Backend, sid: int, start: int, reds: _Redactions, keep_rows: bool) -> _Chunk:
     """Check positions ``[start, start + _CHUNK)``; ``keep_rows``: return the rows' findings even when clean."""
-    rows = list(backend.rows(sid, start, start + _CHUNK, _CHUNK))
-    checked = _check_rows(rows, (backend, sid))
-    n = len(rows)
+    checked = _check_pages(backend, sid, start, start + _CHUNK, (backend, sid))
+    n = len(checked.positions)
     seqs = checked.seqs
     clean = (
         n > 0
@@ -323,6 +377,14 @@ def _index_events(rows: list[tuple[int, str, bytes | None]]) -> Iterator[tuple[i
             yield pos, None
 
 
+def _file_bytes(target: str) -> int:
+    """Return the size of the database file at ``target``, 0 when it is no file (a server, memory)."""
+    try:
+        return os.path.getsize(target) if os.path.isfile(target) else 0
+    except OSError:
+        return 0
+
+
 def _usable_cpus() -> int:
     if hasattr(os, "sched_getaffinity"):
         return len(os.sched_getaffinity(0))  # a process pinned to some cores gets no more workers
@@ -336,7 +398,7 @@ def verify_store(
     backend = store.backend
     count, lo, hi = backend.seq_bounds()
     if workers is None:
-        workers = _usable_cpus() if count >= PARALLEL_FROM else 1
+        workers = _usable_cpus() if count >= PARALLEL_FROM or _file_bytes(store.target) >= PARALLEL_BYTES else 1
     if store.target in ("", ":memory:"):
         workers = 1
     pool = None
@@ -430,8 +492,7 @@ def _session_parts(
     Chunks of ``_CHUNK`` positions from 0 on, until one is empty; then any rows past it
     (past a gap) and, first, any below 0: no row hides outside the chunks.
     """
-    for rows in chunked(backend.rows(sid, _FLOOR, 0, _CHUNK), _CHUNK):  # rows no real append could write
-        yield _check_rows(rows, (backend, sid))
+    yield from _runs(backend, sid, _FLOOR, 0)  # rows no real append could write
     start = 0
     # The latest head's size is a hint only (a wrong one costs time, never a finding): a
     # session within one chunk is checked here, sparing many small sessions the
@@ -460,8 +521,16 @@ def _session_parts(
                 for f in pending:
                     f.cancel()
                 break
-    for rows in chunked(backend.rows(sid, start, None, _CHUNK), _CHUNK):  # rows past a gap of a whole chunk
-        yield _check_rows(rows, (backend, sid))
+    yield from _runs(backend, sid, start, None)  # rows past a gap of a whole chunk
+
+
+def _runs(backend: Backend, sid: int, start: int, stop: int | None) -> Iterator[_Checked]:
+    """Yield the rows of ``[start, stop)`` checked in runs of ``_CHUNK`` rows, each read page by page."""
+    while (stop is None or start < stop) and (checked := _check_pages(backend, sid, start, stop, (backend, sid), _CHUNK)).positions:
+        yield checked
+        if len(checked.positions) < _CHUNK:
+            return
+        start = int(checked.positions[-1]) + 1
 
 
 class _Heads:
@@ -515,8 +584,8 @@ class _SessionCheck:
             return chunk.length
         checked = chunk.rows
         if checked is None:  # clean, but out of step (rows before it were missing): re-read it here
-            rows = list(self.store.backend.rows(self.sid, chunk.start, chunk.start + _CHUNK, _CHUNK))
-            checked = _check_rows(rows, None)  # its content digests came with the chunk
+            # Its content digests came with the chunk.
+            checked = _check_pages(self.store.backend, self.sid, chunk.start, chunk.start + _CHUNK, None)
         return self.rows(checked)
 
     def _whole(self, chunk: _Chunk) -> bool:
@@ -627,6 +696,11 @@ class _SessionCheck:
 def _check_body(
     body: bytes, kind: str, idem_key: str | None, pos: int, problems: list[tuple[int, str, str]]
 ) -> ev.Event | None:
+    event = ev.canonical_of_kind(body, kind)
+    if event is not None:  # canonical, of the kind its column says: only the key is left to compare
+        if event.idempotency_key != idem_key:
+            problems.append((pos, "events", f"idem_key column says {idem_key!r}, body says {event.idempotency_key!r}"))
+        return event
     try:
         event = ev.decode_canonical(body)
     except InvalidEvent as exc:
@@ -705,7 +779,7 @@ def _stored_span(backend: Backend, session_id: int, start: int, stop: int, *, ma
 
     def bodies() -> Iterator[list[bytes]]:
         nonlocal nxt, missing, redacted, matched
-        for chunk in chunked(backend.rows(session_id, start, stop, _CHUNK), _CHUNK):
+        for chunk in _pages(backend, session_id, start, stop):
             for r in chunk:
                 if missing is None and r.pos != nxt:
                     missing = nxt

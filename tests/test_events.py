@@ -113,3 +113,49 @@ def test_fast_canonical_is_taken_for_plain_events_only() -> None:
     for odd in (cs.ToolResult("c", float("nan")), cs.Turn("user", "x", ts=True), cs.Turn("user", "x", uses=("a",))):
         assert not ev._PLAIN[type(odd)](odd)
     assert cs.events.Summary not in ev._PLAIN  # enums and nested structs: always decoded
+
+
+def _decoded(body: bytes) -> tuple[str, object]:
+    """What verify learns of a stored body by the union decoder: the event if its bytes are its encoding, else why not."""
+    try:
+        event = ev.decode_canonical(body)
+    except ev.InvalidEvent as exc:
+        return ("invalid", exc.field)
+    return ("canonical", event) if ev.encode(event) == body else ("not canonical", event.kind)
+
+
+_KINDS = st.sampled_from([t.__struct_config__.tag for t in ev.EVENT_TYPES])
+
+
+@given(st.one_of(events(), wild_events()), _KINDS, st.sampled_from(["", " ", "kind", "space", "negative"]))
+@settings(max_examples=600, deadline=None)
+def test_decoding_by_a_known_kind_gives_what_the_union_decoder_gives(event: object, kind: str, edit: str) -> None:
+    """canonical_of_kind returns exactly the canonical events of that kind the union decoder returns, and None for every other body."""
+    try:
+        body = ev.encode(event)  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError, msgspec.EncodeError):
+        return
+    if edit == " ":
+        body = body.replace(b":", b": ", 1)
+    elif edit == "kind":
+        body = body.replace(b'"kind":"', b'"kind":"x', 1)
+    elif edit == "space":
+        body = b" " + body
+    elif edit == "negative":
+        body = body.replace(b"{", b'{"supersedes":-1,', 1) if b'"supersedes"' not in body else body
+    got = ev.canonical_of_kind(body, kind)
+    want = _decoded(body)
+    if want[0] == "canonical" and want[1].kind == kind:  # type: ignore[attr-defined]
+        assert got == want[1] and type(got) is type(want[1])
+    else:
+        assert got is None, (body, kind, want)
+
+
+def test_decoding_by_kind_refuses_a_body_without_its_tag_and_a_kind_that_is_no_string() -> None:
+    """A body missing its kind key, or a kind column that is not text, gets None: the union decoder says what is wrong."""
+    body = ev.encode(cs.Turn("user", "hi", ts=1))
+    assert ev.canonical_of_kind(body, "turn") == ev.decode_canonical(body)
+    assert ev.canonical_of_kind(body.replace(b'"kind":"turn",', b""), "turn") is None
+    assert ev.canonical_of_kind(body, b"turn") is None
+    assert ev.canonical_of_kind(body, None) is None
+    assert ev.canonical_of_kind(body, "tool_call") is None

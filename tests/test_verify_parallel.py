@@ -19,7 +19,7 @@ from test_structure_index import _play, sessions
 import compactstore as cs
 from sqlite_edit import tamper
 from compactstore import events as ev
-from compactstore import index, structure
+from compactstore import index, structure, verify
 from compactstore.backends.queries import TABLE
 
 _names = itertools.count()
@@ -36,6 +36,7 @@ def _block(s: cs.Session, k: int) -> None:
     events[50] = ev.Binding(key=f"key{k % 4}", value=k, regenerable=k % 2 == 0)  # re-bound: supersedes the last
     events[60] = ev.Obligation(name=f"o{k}", needs=[f"key{k % 4}"])
     events[70] = cs.events.HandleOpened(handle=f"h{k}", resource="file")
+    events[80] = cs.Turn("user", "fine", status="ok")  # a status in its bytes, yet no index row
     events[120] = cs.Turn("user", "no", status="rejected")
     events[130] = cs.Turn("assistant", "again", supersedes=base + 10)
     if k % 2:
@@ -97,9 +98,9 @@ TAMPERS = [
 
 @pytest.mark.parametrize("sql", [sql for _, sql in TAMPERS], ids=[what for what, _ in TAMPERS])
 def test_verify_reports_the_index_and_content_digests_as_a_second_read_of_the_log_does(
-    structured_store: Path, tmp_path: Path, sql: str
+    structured_store: Path, tmp_path: Path, sql: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Serial and parallel verify agree, and their index problems are those of deriving it from the log."""
+    """Serial and parallel verify agree, read in pages of any size, and their index problems are those of deriving it from the log."""
     path = tmp_path / "s.db"
     shutil.copyfile(structured_store, path)
     if sql:
@@ -108,7 +109,10 @@ def test_verify_reports_the_index_and_content_digests_as_a_second_read_of_the_lo
         serial, parallel = st_.verify(workers=1), st_.verify(workers=2)
         reference: list[tuple[str | None, int | None, str]] = []
         index.verify_index(st_.backend, st_.backend.sessions(), lambda *p: reference.append(p))
-    assert parallel == serial
+        # Pages of a few rows each: chunks are checked page by page, and the report is the same.
+        monkeypatch.setattr(verify, "PAGE_BYTES", 2000)
+        paged, paged_parallel = st_.verify(workers=1), st_.verify(workers=2)
+    assert parallel == serial == paged == paged_parallel
     assert serial.ok == (not sql)
     assert [(p.session, p.pos, p.what) for p in serial.problems if p.table == TABLE] == reference
 
