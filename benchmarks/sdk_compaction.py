@@ -28,8 +28,8 @@ turns later, so one is open when 1,000 turns end). Turns are played interleaved,
 
 The SDK side's compaction time is the client's own work with a local endpoint: a real
 call adds a network round trip and the model. Each of its compactions sends every user
-message so far, so its cost grows with the session: 1,000 turns take about 15 minutes
-on a shared 2-core machine, and ``make bench`` runs 300.
+message so far, so its cost grows with the session: 1,000 turns took 11 minutes on a
+shared 2-core machine, and ``make bench`` runs 300 (about a minute).
 
 Reported side by side: what ``get_items()`` returns after the last turn (items,
 characters as JSON), the time of ``add_items`` per turn (and of the SDK's
