@@ -38,6 +38,7 @@ SUITE: list[tuple[str, list[str], list[str]]] = [
     ("resume", [], ["--sizes", "10000,100000,1000000"]),
     ("resume_sim", [], ["--sessions", "40"]),
     ("memory_loop", [], []),
+    ("sdk_compaction", ["--turns", "300"], ["--turns", "1000"]),
     ("peers", ["--quick"], []),
     ("adapters", ["--quick"], []),
 ]

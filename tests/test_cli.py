@@ -268,6 +268,43 @@ def test_compact_is_gated_and_spills_on_request(target: str) -> None:
     assert bad.exit_code == 2 and "invalid span" in bad.stderr
 
 
+def test_compact_loss_auto_is_as_strong_as_what_the_node_keeps(target: str, tmp_path: Path) -> None:
+    """--loss AUTO gives LOSSY_LITERAL for a node that keeps little, LOSSLESS with --keep AUTO, as the library does."""
+    with cs.open(target, clock=cs.events.tick_clock()) as st:
+        migration(st.session("m"))
+    # AUTO alone names every literal: mixed with a key it is bad usage, and nothing is written.
+    mixed = run("compact", "0", "8", "-s", target, "--loss", "AUTO", "--keep", "AUTO", "--keep", "rollback")
+    assert mixed.exit_code == 2 and "--keep" in mixed.stderr and "AUTO" in mixed.stderr
+    # --keep AUTO keeps the rollback script the obligation needs: the gate has nothing to refuse.
+    assert run("compact", "0", "8", "-s", target, "--dry-run").exit_code == 1
+    dry = run("compact", "0", "8", "-s", target, "--keep", "AUTO", "--dry-run")
+    assert dry.exit_code == 0 and "keeps every literal" in dry.stdout
+    lossy = run("compact", "0", "5", "-s", target, "--loss", "AUTO", "--json")
+    assert lossy.exit_code == 0 and json.loads(lossy.stdout)["node"]["loss"] == "LOSSY_LITERAL"
+    done = run("compact", "5", "8", "-s", target, "--loss", "AUTO", "--keep", "AUTO", "--json")
+    assert done.exit_code == 0, done.stderr
+    node = json.loads(done.stdout)["node"]
+    assert node["loss"] == "LOSSLESS" and node["spills"] == []
+    assert {(k["pos"], k["path"]) for k in node["kept"]} >= {(5, "value"), (6, "value")}
+    # The library, given the same log and the same arguments, writes the same node.
+    with cs.open(str(tmp_path / "lib.db"), clock=cs.events.tick_clock()) as lib:
+        s = lib.session("m")
+        migration(s)
+        s.compact(0, 5, loss=cs.AUTO)
+        same = s.compact(5, 8, loss=cs.AUTO, keep=cs.AUTO)
+    assert (same.pos, same.loss.value, same.span_root.hex()) == (node["pos"], node["loss"], node["span_root"])
+    assert [(e.pos, e.path, e.value) for e in same.kept] == [(k["pos"], k["path"], k["value"]) for k in node["kept"]]
+    # The default stays the library's: LOSSY_GIST.
+    with cs.open(target) as st:
+        assert st.session("m").size == node["pos"] + 1
+    default = run("compact", "8", "11", "-s", target, "--json")
+    assert default.exit_code == 0 and json.loads(default.stdout)["node"]["loss"] == "LOSSY_GIST"
+    rolled = run("roll-up", str(json.loads(lossy.stdout)["node"]["pos"]), str(node["pos"]),
+                 str(json.loads(default.stdout)["node"]["pos"]), "-s", target, "--loss", "AUTO", "--json")
+    # A roll-up's AUTO is its default: the weakest of its children's (LOSSY_LITERAL here).
+    assert rolled.exit_code == 0 and json.loads(rolled.stdout)["node"]["loss"] == "LOSSY_LITERAL"
+
+
 def test_digest_mark_and_resume(sqlite_target: str) -> None:
     """L2 over two L1 nodes, a certified marker, and its resolution, as text and as JSON."""
     with cs.open(sqlite_target, clock=cs.events.tick_clock()) as st:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -405,6 +406,38 @@ def test_a_tool_error_is_stored_as_a_failed_result() -> None:
     assert (fine.ok, fine.status) == (True, None)
     custom = event_of({"type": "function_call_output", "call_id": "c", "output": "E: x"}, lambda i: True)
     assert custom.status == "failed"
+
+
+def test_a_rejected_approval_is_stored_as_a_rejected_result_that_summaries_keep(target: str) -> None:
+    """The SDK's rejection output is a rejected result, a negative fact a compaction retains; a custom text needs tool_rejected."""
+    from agents.tool import DEFAULT_APPROVAL_REJECTION_MESSAGE
+
+    from compactstore.adapters.openai_agents import event_of
+
+    rejected = event_of({"type": "function_call_output", "call_id": "c", "output": DEFAULT_APPROVAL_REJECTION_MESSAGE})
+    assert (rejected.ok, rejected.status) == (False, "rejected")
+    custom = {"type": "function_call_output", "call_id": "c", "output": "No: not on prod."}
+    assert event_of(custom).status is None
+    assert event_of(custom, rejected=lambda i: i.get("output", "").startswith("No:")).status == "rejected"
+
+    async def run() -> None:
+        with CompactStoreSession("approvals", target, compaction=cs.CompactionPolicy(every=6, roll_up_every=None),
+                                 tool_rejected=lambda i: i.get("output") in ("No: not on prod.",
+                                                                             DEFAULT_APPROVAL_REJECTION_MESSAGE)) as s:
+            await s.add_items([
+                {"role": "user", "content": "Drop the old table."},
+                {"type": "function_call", "call_id": "p1", "name": "drop_table", "arguments": "{}"},
+                {"type": "function_call_output", "call_id": "p1", "output": DEFAULT_APPROVAL_REJECTION_MESSAGE},
+                {"type": "function_call", "call_id": "p2", "name": "drop_table", "arguments": "{}"},
+                {"type": "function_call_output", "call_id": "p2", "output": "No: not on prod."},
+                {"role": "assistant", "content": "Left it."},
+            ])
+            node = s.log.nodes()[0]
+            assert [(f.pos, f.status) for f in node.negative_facts] == [(2, "rejected"), (4, "rejected")]
+            fed = json.dumps(await s.get_items())
+            assert s.log.context().mode == "certified" and "p1" in fed and "p2" in fed
+
+    asyncio.run(run())
 
 
 def test_async_with_closes_the_store_it_opened_and_only_that(target: str) -> None:

@@ -25,6 +25,11 @@ How a session maps onto the log:
   Please try again.", or a timeout message), so :func:`tool_failed` recognises those
   texts and an output item whose ``status`` is ``"incomplete"``; a session given its
   own ``failure_error_function`` passes a matching ``tool_failed``.
+- A tool call a human declined is a rejected result (``ok=False``,
+  ``status="rejected"``), a negative fact too: the SDK writes the rejection as the
+  call's output text, by default :data:`DEFAULT_REJECTION` ("Tool execution was not
+  approved."), which :func:`tool_rejected` recognises; a run given its own
+  ``rejection_message`` passes a matching ``tool_rejected``.
 - ``pop_item`` and ``clear_session`` redact: the items read as gone, the tree still
   verifies, and ``Store.verify`` counts the erased positions.
 
@@ -64,7 +69,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from agents.memory.session_settings import SessionSettings, resolve_session_limit
-from agents.tool import default_tool_error_function
+from agents.tool import DEFAULT_APPROVAL_REJECTION_MESSAGE, default_tool_error_function
 
 from .. import events as ev
 from .. import render
@@ -75,7 +80,7 @@ from ..store import Record, Session, Store
 from ..witness import Witness
 from .tail import RETRIES, StoreUser, Tail, read_many, reading, session_name
 
-__all__ = ["CompactStoreSession", "PREFIX", "POPPED", "tool_failed"]
+__all__ = ["CompactStoreSession", "PREFIX", "POPPED", "tool_failed", "tool_rejected"]
 
 #: Every SDK session's compactstore session name starts with this.
 PREFIX = "openai-agents:"
@@ -94,6 +99,8 @@ MOVABLE = frozenset({"content", "output"})
 POPPED = "openai-agents:popped"
 #: The text the SDK's default ``failure_error_function`` writes as a failed tool's output.
 DEFAULT_TOOL_ERROR = default_tool_error_function(None, RuntimeError())  # type: ignore[arg-type]
+#: The text the SDK writes as the output of a tool call whose approval was rejected.
+DEFAULT_REJECTION: str = DEFAULT_APPROVAL_REJECTION_MESSAGE
 #: The SDK's default timeout output (``default_tool_timeout_error_message``).
 _TIMEOUT = re.compile(r"Tool '.*' timed out after [0-9.e+-]+ seconds\.", re.DOTALL)
 
@@ -111,6 +118,14 @@ def tool_failed(item: Item) -> bool:
         return True
     output = item.get("output")
     return isinstance(output, str) and (output.startswith(DEFAULT_TOOL_ERROR) or _TIMEOUT.fullmatch(output) is not None)
+
+
+def tool_rejected(item: Item) -> bool:
+    """Return whether a tool output item reports a rejected approval, as the SDK writes one.
+
+    True for an output text equal to the SDK's default rejection message (:data:`DEFAULT_REJECTION`).
+    """
+    return item.get("output") == DEFAULT_REJECTION
 
 
 class _Items(Tail):
@@ -142,18 +157,21 @@ class _Items(Tail):
             self.marked.difference_update(gone)
 
 
-def event_of(item: Item, failed: Callable[[Item], bool] = tool_failed) -> ev.Event:
+def event_of(item: Item, failed: Callable[[Item], bool] = tool_failed,
+             rejected: Callable[[Item], bool] = tool_rejected) -> ev.Event:
     """Return the event that stores ``item``: a tool call, its result, or a turn.
 
     The item goes into ``meta["item"]``, less a field the event carries itself (a turn's
     text ``content``, a result's ``output``), which ``meta["moved"]`` names; so nothing
     is stored twice, and :func:`item_of` puts the item back together exactly. A tool
-    output for which ``failed`` is true is a failed result (``ok=False``, ``status="failed"``).
+    output for which ``failed`` is true is a failed result (``ok=False``, ``status="failed"``);
+    one for which ``rejected`` is true a rejected one (``ok=False``, ``status="rejected"``).
     """
-    return _event_of(item, owned=False, failed=failed)
+    return _event_of(item, owned=False, failed=failed, rejected=rejected)
 
 
-def _event_of(item: Item, *, owned: bool, failed: Callable[[Item], bool] = tool_failed) -> ev.Event:
+def _event_of(item: Item, *, owned: bool, failed: Callable[[Item], bool] = tool_failed,
+              rejected: Callable[[Item], bool] = tool_rejected) -> ev.Event:
     """Return :func:`event_of` of ``item``; ``owned``: no one else holds it, so it may go into the event as it is."""
     kind = item.get("type")
     call_id = item.get("call_id")
@@ -164,8 +182,8 @@ def _event_of(item: Item, *, owned: bool, failed: Callable[[Item], bool] = tool_
                                meta={"item": item})
         if kind in OUTPUTS:
             # Decided before ``_moved`` may take the output out of the item.
-            ok = not failed(item)
-            status: ev.Status | None = None if ok else "failed"
+            status: ev.Status | None = "failed" if failed(item) else "rejected" if rejected(item) else None
+            ok = status is None
             if "output" not in item:
                 return ev.ToolResult(call_id=call_id, ok=ok, status=status, meta={"item": item})
             output = item["output"]
@@ -230,6 +248,7 @@ class CompactStoreSession(StoreUser):
             the first certifying marker on, :meth:`get_items` returns the compacted
             context (see the module's docstring).
         tool_failed: which tool output items report an error (default :func:`tool_failed`).
+        tool_rejected: which tool output items report a rejected approval (default :func:`tool_rejected`).
         witness: for a store opened here, as :func:`compactstore.open` takes it.
         verify: hold every row ``get_items`` reads to the session's latest sealed head (see
             :meth:`compactstore.Session.scan`). ``False`` saves a head read and a seal check
@@ -248,6 +267,7 @@ class CompactStoreSession(StoreUser):
         prefix: str = PREFIX,
         compaction: CompactionPolicy | None = None,
         tool_failed: Callable[[Item], bool] = tool_failed,
+        tool_rejected: Callable[[Item], bool] = tool_rejected,
         witness: str | os.PathLike[str] | Witness | None = None,
         verify: bool = True,
     ) -> None:
@@ -257,6 +277,7 @@ class CompactStoreSession(StoreUser):
         self.session_settings = session_settings if session_settings is not None else SessionSettings()
         self.compaction = compaction
         self.tool_failed = tool_failed
+        self.tool_rejected = tool_rejected
         #: what the latest maintenance after :meth:`add_items` did (None before the first)
         self.maintenance: Maintenance | None = None
         self._use(store, witness)
@@ -316,8 +337,8 @@ class CompactStoreSession(StoreUser):
             return
         # What SQLiteSession's JSON round trip gives, taken now (as it does) so that the
         # caller changing an item later changes nothing stored.
-        failed = self.tool_failed
-        events = [_event_of(_round_trip(item), owned=True, failed=failed) for item in items]
+        failed, rejected = self.tool_failed, self.tool_rejected
+        events = [_event_of(_round_trip(item), owned=True, failed=failed, rejected=rejected) for item in items]
         await asyncio.to_thread(self._add, events)
         policy = self.compaction
         if policy is not None:

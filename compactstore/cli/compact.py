@@ -6,13 +6,15 @@ from typing import Any
 
 import click
 
-from ..compaction import Node
+from ..compaction import AUTO, Auto, Node
 from ..errors import CompactionInvariantError
 from ..rules import Risk
 from ..events import LossClass
 from .app import emit, main, opened, pick_session, reporting, short, store_options
 
 LOSSES = [c.value for c in LossClass]
+#: ``--loss AUTO`` and ``--keep AUTO``: the library's :data:`compactstore.AUTO`.
+AUTO_NAME = AUTO.value
 GATE_HINT = ("rerun with --on-risk spill (store the binding, addressable by handle) or --on-risk preserve "
              "(keep it verbatim in the summary under a contract)")
 
@@ -47,7 +49,11 @@ def node_lines(node: Node) -> list[str]:
     return lines
 
 
-def _keep(values: tuple[str, ...]) -> list[str | tuple[int, str]]:
+def _keep(values: tuple[str, ...]) -> list[str | tuple[int, str]] | Auto:
+    if AUTO_NAME in values:
+        if len(values) > 1:  # the library takes AUTO or a list, never both
+            raise click.BadParameter(f"{AUTO_NAME} keeps every literal: give it alone", param_hint="--keep")
+        return AUTO
     out: list[str | tuple[int, str]] = []
     for v in values:
         pos, sep, path = v.partition(":")
@@ -59,10 +65,12 @@ def _keep(values: tuple[str, ...]) -> list[str | tuple[int, str]]:
 @click.argument("start", type=int)
 @click.argument("stop", type=int)
 @click.option("--summary", help="The summary text. Default: the extractive summarizer's.")
-@click.option("--loss", type=click.Choice(LOSSES), default="LOSSY_GIST", show_default=True,
-              help="What the summary lost. LOSSLESS needs every literal of the span kept.")
-@click.option("--keep", multiple=True, metavar="KEY|POS:PATH",
-              help="Keep a binding (by key) or an event field (e.g. 2:output) verbatim. Repeatable.")
+@click.option("--loss", type=click.Choice([*LOSSES, AUTO_NAME]), default="LOSSY_GIST", show_default=True,
+              help="What the summary lost. LOSSLESS needs every literal of the span kept; AUTO picks LOSSLESS "
+                   "when the node keeps every literal, negative fact and item of its span, else LOSSY_LITERAL.")
+@click.option("--keep", multiple=True, metavar="KEY|POS:PATH|AUTO",
+              help="Keep a binding (by key) or an event field (e.g. 2:output) verbatim. Repeatable. "
+                   "AUTO (alone) keeps every literal of the span.")
 @click.option("--on-risk", type=click.Choice(["refuse", "preserve", "spill"]), default="refuse", show_default=True,
               help="What the gate does with a non-regenerable binding an open obligation needs.")
 @click.option("--dry-run", is_flag=True, help="Run the gate only; write nothing.")
@@ -75,23 +83,30 @@ def compact_command(start: int, stop: int, summary: str | None, loss: str, keep:
     retains and the open items it lists as UNRESOLVED (both read from the log's
     structure). Before a lossy compaction the gate runs: if an open obligation needs a
     non-regenerable binding bound in the span, the compaction is refused (exit 1)
-    unless --on-risk preserve or spill says what to do with it.
+    unless --on-risk preserve or spill says what to do with it, or --keep AUTO keeps it.
+    --loss AUTO makes the node as strong as what it keeps allows: with --keep AUTO a
+    span whose literals are all readable gives a LOSSLESS node.
     """
+    kept = _keep(keep)  # before the store opens: a bad --keep is bad usage
     with opened(target, key_env, as_json) as store:
         session = pick_session(store, session_name, target, as_json)
         with reporting(as_json, {CompactionInvariantError: GATE_HINT}):
             if dry_run:
                 try:
-                    session.assert_compaction_safe(start, stop, [k for k in keep if ":" not in k])
+                    session.assert_compaction_safe(start, stop, [] if kept is AUTO else [k for k in keep if ":" not in k])
                     risks: list[Risk] = []
                 except CompactionInvariantError as exc:
-                    if on_risk == "refuse" or not exc.risks:
+                    # Every binding at risk is bound in the span, so --keep AUTO keeps its value.
+                    if kept is not AUTO and (on_risk == "refuse" or not exc.risks):
                         raise
-                    # --on-risk says what the compaction does with these: the dry run reports it.
-                    risks = [r for r in exc.risks if isinstance(r, Risk)]
+                    # Otherwise --on-risk says what the compaction does with these: the dry run reports it.
+                    risks = [] if kept is AUTO else [r for r in exc.risks if isinstance(r, Risk)]
                 data: dict[str, Any] = {"ok": True, "dry_run": True, "start": start, "stop": stop, "on_risk": on_risk}
                 text = (f"the gate lets [{start}, {stop}) be compacted lossily: no open obligation needs a "
                         "non-regenerable binding from it")
+                if kept is AUTO:
+                    data["keep"] = AUTO_NAME
+                    text = f"the gate lets [{start}, {stop}) be compacted: --keep AUTO keeps every literal of it verbatim"
                 if risks:
                     data["at_risk"] = [{"key": r.key, "binding_pos": r.binding_pos, "obligation": r.obligation,
                                         "obligation_pos": r.obligation_pos} for r in risks]
@@ -101,15 +116,16 @@ def compact_command(start: int, stop: int, summary: str | None, loss: str, keep:
                                         f"{r.obligation!r})" for r in risks))
                 emit(as_json, data, text)
                 return
-            node = session.compact(start, stop, summary=summary, loss=LossClass(loss), keep=_keep(keep),
-                                   on_risk=on_risk)  # type: ignore[arg-type]
+            node = session.compact(start, stop, summary=summary, loss=AUTO if loss == AUTO_NAME else LossClass(loss),
+                                   keep=kept, on_risk=on_risk)  # type: ignore[arg-type]
     emit(as_json, {"ok": True, "node": node_data(node)}, node_lines(node))
 
 
 @main.command("roll-up")
 @click.argument("nodes", nargs=-1, required=True, type=int)
 @click.option("--summary", help="The summary text. Default: the extractive summarizer's, over the children.")
-@click.option("--loss", type=click.Choice(LOSSES), help="Default: the weakest of the children's.")
+@click.option("--loss", type=click.Choice([*LOSSES, AUTO_NAME]),
+              help="Default (and AUTO): the weakest of the children's.")
 @store_options
 def roll_up_command(nodes: tuple[int, ...], summary: str | None, loss: str | None, target: str, key_env: str | None,
                    session_name: str | None, as_json: bool) -> None:
@@ -122,5 +138,5 @@ def roll_up_command(nodes: tuple[int, ...], summary: str | None, loss: str | Non
     with opened(target, key_env, as_json) as store:
         session = pick_session(store, session_name, target, as_json)
         with reporting(as_json):
-            node = session.roll_up(list(nodes), summary=summary, loss=LossClass(loss) if loss else None)
+            node = session.roll_up(list(nodes), summary=summary, loss=LossClass(loss) if loss and loss != AUTO_NAME else AUTO)
     emit(as_json, {"ok": True, "node": node_data(node)}, node_lines(node))
