@@ -64,16 +64,6 @@ _KINDS: dict[type[ev.Event], str] = {t: str(t.__struct_config__.tag) for t in ev
 _new_tuple = tuple.__new__
 
 
-class _Prepared(msgspec.Struct, gc=False):
-    """An event validated and encoded for appending."""
-
-    event: ev.Event
-    body: bytes
-    key: str | None
-    #: whether the store stamped ``ts`` (then a retry's comparison ignores it)
-    stamped: bool
-
-
 #: Derived events the store admits only if they keep the rules (see :mod:`compactstore.rules`).
 _ADMITTED = (ev.Summary, ev.Spill, ev.RecoveryMarker, ev.Redaction, ev.Attempt)
 #: The same as exact types: a prepared event is always of a registered type (none subclasses
@@ -423,33 +413,20 @@ class Session:
         if expect_size is None:
             return self._commit(lambda _pos: prepared, speculate=True)
 
-        def checked(size: int) -> list[_Prepared]:
+        def checked(size: int) -> list[ev.Prepared]:
             if size != expect_size:
                 raise SessionMoved(session=self.name, got=size, want=expect_size)
             return prepared
 
         return self._commit(checked, speculate=True)
 
-    def _prepare_plain(self, events: list[ev.Event]) -> list[_Prepared]:
+    def _prepare_plain(self, events: list[ev.Event]) -> list[ev.Prepared]:
         """Return what ``_prepare`` returns for each of ``events`` appended without idempotency keys."""
-        out: list[_Prepared] = []
-        append, clock, canonical, replace = out.append, self.store.clock, ev.canonical, msgspec.structs.replace
         batch = len(events) > 1
-        for i, event in enumerate(events):
-            # The common case inline: a registered event, no key, stamped here; the rest as _prepare does it.
-            if type(event) not in _KINDS or event.idempotency_key is not None or event.ts is not None:
-                append(self._prepare(i, event, None, batch))
-                continue
-            try:
-                canon, body = canonical(replace(event, ts=clock()))
-            except InvalidEvent as exc:
-                if not batch:
-                    raise
-                raise InvalidEvent(f"events[{i}].{exc.field}", exc.reason) from exc
-            append(_Prepared(canon, body, None, True))
-        return out
+        # The common case (a registered event, no key, stamped here) in one loop; the rest as _prepare does it.
+        return ev.prepare(events, self.store.clock, lambda i, e: self._prepare(i, e, None, batch))
 
-    def _commit(self, build: Callable[[int], Sequence[_Prepared]], *, speculate: bool = False) -> list[Record]:
+    def _commit(self, build: Callable[[int], Sequence[ev.Prepared]], *, speculate: bool = False) -> list[Record]:
         """Append what ``build(first_position)`` returns, in one transaction under the session's lock.
 
         ``build`` runs inside the transaction and may refuse on the size it is given
@@ -468,7 +445,7 @@ class Session:
                 pass  # the remembered head may be stale either way: decide again under the lock
         return self._commit_with(build, False)
 
-    def _commit_with(self, build: Callable[[int], Sequence[_Prepared]], speculate: bool) -> list[Record]:
+    def _commit_with(self, build: Callable[[int], Sequence[ev.Prepared]], speculate: bool) -> list[Record]:
         store, backend = self.store, self.store.backend
         with backend.writer(self.name, speculate=speculate) as w:
             sid = w.session_id
@@ -477,7 +454,7 @@ class Session:
             prepared = build(frontier.size)
             # Retries of idempotent appends replay their first record and write nothing.
             replays: dict[int, Record] = {}
-            fresh: list[_Prepared] = []
+            fresh: list[ev.Prepared] = []
             erasures: list[tuple[ev.Redaction, int]] = []
             first = frontier.size
             admitted, admit_types = False, _ADMITTED_TYPES
@@ -520,7 +497,8 @@ class Session:
                 nodes = frontier.extend(leaves, every=merkle.TILE_HEIGHT)  # the levels a store keeps
                 root = frontier.root()
                 prev = head.size if head else 0
-                new_head = HeadRow(frontier.size, root, prev, store.seal_head(self.name, frontier.size, root, prev))
+                # seal() itself: seal_head's checks are for heads read back, these values are ours.
+                new_head = HeadRow(frontier.size, root, prev, seal(store.mac_key, self.name, frontier.size, root, prev))
                 # The index first: an insert may be the transaction's last statement (it
                 # commits in the same message on PostgreSQL).
                 structure_index.extend(w, sid, prev, [p.event for p in fresh])
@@ -539,7 +517,7 @@ class Session:
         made = iter(new)
         return [replays[i] if i in replays else next(made) for i in range(len(prepared))]
 
-    def _prepare(self, i: int, event: ev.Event, key: str | None, batch: bool) -> _Prepared:
+    def _prepare(self, i: int, event: ev.Event, key: str | None, batch: bool) -> ev.Prepared:
         try:
             if key is not None:
                 if not isinstance(key, str) or not key or len(key) > 1024:
@@ -557,9 +535,9 @@ class Session:
             if not batch:
                 raise
             raise InvalidEvent(f"events[{i}].{exc.field}", exc.reason) from exc
-        return _Prepared(canon, body, key, stamped)
+        return ev.Prepared(canon, body, key, stamped)
 
-    def _admit(self, first: int, fresh: Sequence[_Prepared], rows: Sequence[Row], leaves: Sequence[bytes]) -> None:
+    def _admit(self, first: int, fresh: Sequence[ev.Prepared], rows: Sequence[Row], leaves: Sequence[bytes]) -> None:
         """Refuse the batch appended at ``first`` unless every derived event in it keeps the rules.
 
         Each summary node, spill, marker and attempt is held, by :mod:`compactstore.rules`,
@@ -765,7 +743,7 @@ class Session:
 
         return self._built(build)[0]
 
-    def _replay(self, row: Row, p: _Prepared) -> Record:
+    def _replay(self, row: Row, p: ev.Prepared) -> Record:
         """Return the earlier record for ``p.key`` if ``p`` is the same event, else raise."""
         key = p.key
         earlier, event = ev.decode_canonical(row.body or b"{}") if row.body else None, p.event
