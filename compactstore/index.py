@@ -192,12 +192,10 @@ def extend(writer: Writer, session_id: int, before: int, fresh: Sequence[ev.Even
     """
     # Most appends (turns, checkpoints) that cross no snapshot boundary have nothing to write.
     every = structure.SNAPSHOT_EVERY
-    if (before + len(fresh)) // every == before // every and all(map(structure.inert, fresh)):
+    if (before + len(fresh)) // every == before // every and structure.all_inert(fresh):
         return
     deriver = Deriver(before, _Prior(writer, before, fresh))
-    add = deriver.add
-    for pos, event in enumerate(fresh, before):
-        add(pos, event)
+    deriver.extend(fresh)
     if deriver.rows:
         writer.insert_index(deriver.rows)
 

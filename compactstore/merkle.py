@@ -76,7 +76,10 @@ def leaf_hash(entry: bytes, algo: str = "blake3") -> bytes:
 def leaf_hashes(entries: Iterable[bytes], algo: str = "blake3") -> list[bytes]:
     """Return ``H(0x00 || entry)`` of each entry, in order (cheaper than one call per entry)."""
     if algo == "blake3" and native is not None:
-        return native.leaf_hashes(_listed(entries))
+        listed = _listed(entries)
+        if len(listed) == 1:  # one append's leaf: hashed in place, no lanes set up nor GIL handed over
+            return [native.leaf_hash(listed[0])]
+        return native.leaf_hashes(listed)
     return merkle_pure.leaf_hashes(entries, algo)
 
 

@@ -64,18 +64,11 @@ _KINDS: dict[type[ev.Event], str] = {t: str(t.__struct_config__.tag) for t in ev
 _new_tuple = tuple.__new__
 
 
-class _Prepared(msgspec.Struct, gc=False):
-    """An event validated and encoded for appending."""
-
-    event: ev.Event
-    body: bytes
-    key: str | None
-    #: whether the store stamped ``ts`` (then a retry's comparison ignores it)
-    stamped: bool
-
-
 #: Derived events the store admits only if they keep the rules (see :mod:`compactstore.rules`).
 _ADMITTED = (ev.Summary, ev.Spill, ev.RecoveryMarker, ev.Redaction, ev.Attempt)
+#: The same as exact types: a prepared event is always of a registered type (none subclasses
+#: another), and ``type(e) in`` a set costs far less than ``isinstance`` through msgspec's metaclass.
+_ADMITTED_TYPES = frozenset(_ADMITTED)
 #: How often a builder's compare-and-append is tried again when another writer moved the session.
 _RETRIES = 16
 #: Spans whose read was checked against their leaves, kept per store for the commit that follows.
@@ -422,33 +415,20 @@ class Session:
         if expect_size is None:
             return self._commit(lambda _pos: prepared, speculate=True)
 
-        def checked(size: int) -> list[_Prepared]:
+        def checked(size: int) -> list[ev.Prepared]:
             if size != expect_size:
                 raise SessionMoved(session=self.name, got=size, want=expect_size)
             return prepared
 
         return self._commit(checked, speculate=True)
 
-    def _prepare_plain(self, events: list[ev.Event]) -> list[_Prepared]:
+    def _prepare_plain(self, events: list[ev.Event]) -> list[ev.Prepared]:
         """Return what ``_prepare`` returns for each of ``events`` appended without idempotency keys."""
-        out: list[_Prepared] = []
-        append, clock, canonical, replace = out.append, self.store.clock, ev.canonical, msgspec.structs.replace
         batch = len(events) > 1
-        for i, event in enumerate(events):
-            # The common case inline: a registered event, no key, stamped here; the rest as _prepare does it.
-            if type(event) not in _KINDS or event.idempotency_key is not None or event.ts is not None:
-                append(self._prepare(i, event, None, batch))
-                continue
-            try:
-                canon, body = canonical(replace(event, ts=clock()))
-            except InvalidEvent as exc:
-                if not batch:
-                    raise
-                raise InvalidEvent(f"events[{i}].{exc.field}", exc.reason) from exc
-            append(_Prepared(canon, body, None, True))
-        return out
+        # The common case (a registered event, no key, stamped here) in one loop; the rest as _prepare does it.
+        return ev.prepare(events, self.store.clock, lambda i, e: self._prepare(i, e, None, batch))
 
-    def _commit(self, build: Callable[[int], Sequence[_Prepared]], *, speculate: bool = False) -> list[Record]:
+    def _commit(self, build: Callable[[int], Sequence[ev.Prepared]], *, speculate: bool = False) -> list[Record]:
         """Append what ``build(first_position)`` returns, in one transaction under the session's lock.
 
         ``build`` runs inside the transaction and may refuse on the size it is given
@@ -467,7 +447,7 @@ class Session:
                 pass  # the remembered head may be stale either way: decide again under the lock
         return self._commit_with(build, False)
 
-    def _commit_with(self, build: Callable[[int], Sequence[_Prepared]], speculate: bool) -> list[Record]:
+    def _commit_with(self, build: Callable[[int], Sequence[ev.Prepared]], speculate: bool) -> list[Record]:
         store, backend = self.store, self.store.backend
         with backend.writer(self.name, speculate=speculate) as w:
             sid = w.session_id
@@ -476,9 +456,10 @@ class Session:
             prepared = build(frontier.size)
             # Retries of idempotent appends replay their first record and write nothing.
             replays: dict[int, Record] = {}
-            fresh: list[_Prepared] = []
+            fresh: list[ev.Prepared] = []
             erasures: list[tuple[ev.Redaction, int]] = []
             first = frontier.size
+            admitted, admit_types = False, _ADMITTED_TYPES
             for i, p in enumerate(prepared):
                 event = p.event
                 if p.key is not None:
@@ -492,8 +473,10 @@ class Session:
                     where = f"events[{i}].supersedes" if len(prepared) > 1 else "supersedes"
                     raise InvalidEvent(where, f"must name an earlier position (< {pos}), got {event.supersedes}")
                 fresh.append(p)
-                if isinstance(event, ev.Redaction):
-                    erasures.append((event, pos))
+                if type(event) in admit_types:
+                    admitted = True
+                    if isinstance(event, ev.Redaction):
+                        erasures.append((event, pos))
             rows: list[Row] = []
             new: list[Record] = []
             if fresh:
@@ -510,13 +493,14 @@ class Session:
                     # tuple.__new__ is Row(...) without the Python-level __new__ a NamedTuple adds.
                     rows.append(_new_tuple(Row, (at, sid, first + j, kind, p.key, leaf, body)))
                     new.append(Record(name, at, first + j, kind, event, body, leaf))
-                if any(isinstance(p.event, _ADMITTED) for p in fresh):
+                if admitted:
                     w.confirm()  # the rules read the log as it stands at this head
                     self._admit(first, fresh, rows, leaves)
                 nodes = frontier.extend(leaves, every=merkle.TILE_HEIGHT)  # the levels a store keeps
                 root = frontier.root()
                 prev = head.size if head else 0
-                new_head = HeadRow(frontier.size, root, prev, store.seal_head(self.name, frontier.size, root, prev))
+                # seal() itself: seal_head's checks are for heads read back, these values are ours.
+                new_head = HeadRow(frontier.size, root, prev, seal(store.mac_key, self.name, frontier.size, root, prev))
                 # The index first: an insert may be the transaction's last statement (it
                 # commits in the same message on PostgreSQL).
                 structure_index.extend(w, sid, prev, [p.event for p in fresh])
@@ -535,7 +519,7 @@ class Session:
         made = iter(new)
         return [replays[i] if i in replays else next(made) for i in range(len(prepared))]
 
-    def _prepare(self, i: int, event: ev.Event, key: str | None, batch: bool) -> _Prepared:
+    def _prepare(self, i: int, event: ev.Event, key: str | None, batch: bool) -> ev.Prepared:
         try:
             if key is not None:
                 if not isinstance(key, str) or not key or len(key) > 1024:
@@ -553,9 +537,9 @@ class Session:
             if not batch:
                 raise
             raise InvalidEvent(f"events[{i}].{exc.field}", exc.reason) from exc
-        return _Prepared(canon, body, key, stamped)
+        return ev.Prepared(canon, body, key, stamped)
 
-    def _admit(self, first: int, fresh: Sequence[_Prepared], rows: Sequence[Row], leaves: Sequence[bytes]) -> None:
+    def _admit(self, first: int, fresh: Sequence[ev.Prepared], rows: Sequence[Row], leaves: Sequence[bytes]) -> None:
         """Refuse the batch appended at ``first`` unless every derived event in it keeps the rules.
 
         Each summary node, spill, marker and attempt is held, by :mod:`compactstore.rules`,
@@ -761,7 +745,7 @@ class Session:
 
         return self._built(build)[0]
 
-    def _replay(self, row: Row, p: _Prepared) -> Record:
+    def _replay(self, row: Row, p: ev.Prepared) -> Record:
         """Return the earlier record for ``p.key`` if ``p`` is the same event, else raise."""
         key = p.key
         earlier, event = ev.decode_canonical(row.body or b"{}") if row.body else None, p.event

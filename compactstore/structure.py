@@ -279,6 +279,15 @@ def inert(event: ev.Event) -> bool:
     return type(event) in _INERT and event.supersedes is None and event.status in (None, "ok")
 
 
+def all_inert(events: Iterable[ev.Event]) -> bool:
+    """Return whether no event of ``events`` gives an index row: :func:`inert` of each, in one loop."""
+    kinds = _INERT
+    for event in events:
+        if type(event) not in kinds or event.supersedes is not None or event.status not in (None, "ok"):
+            return False
+    return True
+
+
 def superseded_text(event: ev.Event) -> str:
     """Return the text a supersede records for ``event``: as :meth:`Structure._supersede` does."""
     return "" if event.kind in ev.DERIVED_KINDS else fact_text(event)
@@ -356,6 +365,22 @@ class Deriver:
                 self._items.append(item)
         if self.size % SNAPSHOT_EVERY == 0:
             self._snapshot(self.size)
+
+    def extend(self, events: Iterable[ev.Event]) -> None:
+        """Take in ``events`` at the next positions, as :meth:`add` would one by one.
+
+        A run of inert events is taken in one :meth:`skip`: most of a batch costs a type
+        test each, not a call.
+        """
+        kinds, pos = _INERT, self.size
+        for event in events:
+            if type(event) in kinds and event.supersedes is None and event.status in (None, "ok"):
+                pos += 1
+                continue
+            self.skip(pos)
+            self.add(pos, event)
+            pos += 1
+        self.skip(pos)
 
     def skip(self, stop: int) -> None:
         """Take positions up to ``stop`` known to give no row: only the snapshots they cross are written."""

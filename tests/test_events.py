@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import msgspec
 import pytest
 from hypothesis import given, settings
@@ -159,3 +161,42 @@ def test_decoding_by_kind_refuses_a_body_without_its_tag_and_a_kind_that_is_no_s
     assert ev.canonical_of_kind(body, b"turn") is None
     assert ev.canonical_of_kind(body, None) is None
     assert ev.canonical_of_kind(body, "tool_call") is None
+
+
+def _prepare_one_by_one(batch: list[ev.Event], clock: ev.Clock,
+                        other: Callable[[int, ev.Event], ev.Prepared]) -> list[ev.Prepared]:
+    """What ev.prepare must give: canonical() of each stamped event, in order, the rest through ``other``."""
+    out = []
+    for i, event in enumerate(batch):
+        if type(event) not in ev.EVENT_TYPES or event.ts is not None or event.idempotency_key is not None:
+            out.append(other(i, event))
+            continue
+        try:
+            canon, body = ev.canonical(msgspec.structs.replace(event, ts=clock()))
+        except cs.InvalidEvent as exc:
+            if len(batch) == 1:
+                raise
+            raise cs.InvalidEvent(f"events[{i}].{exc.field}", exc.reason) from exc
+        out.append(ev.Prepared(canon, body, None, True))
+    return out
+
+
+@given(st.lists(st.one_of(events(), wild_events(), st.just({"kind": "turn"})), min_size=1, max_size=5))
+@settings(max_examples=800, deadline=None)
+def test_prepare_gives_what_canonical_gives_each_event_in_order(batch: list[ev.Event]) -> None:
+    """The batch pass: the same events, bytes, refusals and clock readings as canonical() event by event."""
+    def outcome(fn: Callable[..., list[ev.Prepared]]) -> tuple[object, ...]:
+        clock = ev.tick_clock(1, 1)
+        others: list[int] = []
+
+        def other(i: int, event: ev.Event) -> ev.Prepared:
+            others.append(i)
+            return ev.Prepared(*ev.canonical(event), None, False)
+
+        try:
+            got = fn(batch, clock, other)
+        except Exception as exc:  # noqa: BLE001 - the refusal itself is what is compared
+            return ("refused", type(exc), getattr(exc, "field", None), str(exc), clock())
+        return ("ok", [(p.event, p.body, p.key, p.stamped) for p in got], others, clock())
+
+    assert outcome(ev.prepare) == outcome(_prepare_one_by_one)

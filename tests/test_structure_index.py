@@ -212,6 +212,29 @@ def _verified(store: cs.Store, s: cs.Session) -> None:
     assert problems == []
 
 
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_a_batch_writes_the_index_its_events_write_one_by_one(store: cs.Store, small_snapshots: None,
+                                                              data: st.DataObject) -> None:
+    """Events appended in two batches give the very index rows they give appended one at a time."""
+    one = store.session(f"s{next(_names)}")
+    for i in range(data.draw(st.integers(1, 24))):
+        append_raw(one, _raw_event(data.draw, i))
+    events = [r.event for r in one.scan()]
+    split = data.draw(st.integers(0, len(events)))
+    batched = store.session(f"s{next(_names)}")
+    batched.extend(events[:split])
+    batched.extend(events[split:])
+
+    def rows(s: cs.Session) -> list[object]:
+        sid = s._sid()
+        assert sid is not None
+        return list(store.backend.index_after(sid, (-1, "", -1), 10**6))
+
+    assert rows(batched) == rows(one)
+    _verified(store, batched)
+
+
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(steps=sessions())
 def test_resume_equals_resume_with_rehash(store: cs.Store, small_snapshots: None,

@@ -7,6 +7,7 @@ gapless: the position is read and written under the same lock.
 
 from __future__ import annotations
 
+import operator
 import os
 import sqlite3
 import threading
@@ -137,6 +138,8 @@ class SQLiteBackend(Reads):
             )
         except sqlite3.Error as exc:
             raise _error(exc, f"open {path!r}") from exc
+        #: The cursor a writer runs its statements on: Connection.execute makes a cursor per call.
+        self._cursor = conn.cursor()
         #: The same reads inside a writer's transaction, unwrapped: the writer wraps errors as it ends.
         self._in_write = Reads(lambda sql, args: conn.execute(sql, args).fetchall(), queries.SQLITE)
         try:
@@ -470,6 +473,8 @@ def _hashes(conn: sqlite3.Connection, session_id: int, coords: Sequence[tuple[in
 
 
 _INSERT = "INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?)"
+#: A row's idempotency key.
+_KEY = operator.itemgetter(4)
 _INSERT_KEYLESS = "INSERT INTO events (seq, session_id, pos, kind, leaf, body) VALUES (?, ?, ?, ?, ?, ?)"
 
 
@@ -479,12 +484,14 @@ class _SQLiteWriter:
     Not a generator-based one: an append of one event pays for entering and leaving it.
     """
 
-    __slots__ = ("_backend", "_name", "_conn", "_version", "session_id", "_head", "_seq", "written", "seq_after", "erased")
+    __slots__ = ("_backend", "_name", "_conn", "_cur", "_version", "session_id", "_head", "_seq", "written", "seq_after",
+                 "erased")
 
     def __init__(self, backend: SQLiteBackend, name: str) -> None:
         self._backend = backend
         self._name = name
         self._conn = backend._conn  # used only once __enter__ has checked the store is open
+        self._cur = backend._cursor  # the backend's lock, held from __enter__ to __exit__, makes it ours
         #: the head this transaction inserted, and the seq after its events
         self.written: HeadRow | None = None
         self.seq_after: int | None = None
@@ -492,16 +499,16 @@ class _SQLiteWriter:
         self.erased = False
 
     def __enter__(self) -> _SQLiteWriter:
-        backend, conn, name = self._backend, self._conn, self._name
+        backend, conn, cur, name = self._backend, self._conn, self._cur, self._name
         backend._lock.acquire()
         try:
             if backend._closed:
                 raise StoreClosed(backend._path)
-            conn.execute("BEGIN IMMEDIATE")
+            cur.execute("BEGIN IMMEDIATE")
             try:
                 # Under the write lock: if no other connection has committed since this
                 # one last did, what it remembers of that commit is still the latest.
-                self._version = version = conn.execute("PRAGMA data_version").fetchone()[0]
+                self._version = version = cur.execute("PRAGMA data_version").fetchone()[0]
                 if version != backend._version:
                     backend._heads.clear()
                     backend._next_seq = None
@@ -532,7 +539,7 @@ class _SQLiteWriter:
         try:
             if kind is None:
                 try:
-                    self._conn.execute("COMMIT")
+                    self._cur.execute("COMMIT")
                 except BaseException as failed:
                     self._rollback()
                     if isinstance(failed, sqlite3.Error):
@@ -585,24 +592,30 @@ class _SQLiteWriter:
         return int(self._conn.execute("SELECT coalesce(max(seq), 0) + 1 FROM events").fetchone()[0])
 
     def insert(self, rows: Sequence[Row], subtrees: Sequence[tuple[int, int, bytes]], head: HeadRow) -> list[int]:
-        conn, sid = self._conn, self.session_id
-        # Plain tuples, and no parameter for an absent key: sqlite3 binds those without the
-        # slow paths a tuple subclass and None take (benchmarks/README.md has the figures).
+        cur, sid, blob = self._cur, self.session_id, bytearray
+        # Plain tuples, no parameter for an absent key, and blobs as bytearray: sqlite3 binds
+        # an int, str or bytearray as it is, and sends a bytes, a None or a tuple subclass
+        # through its adapter lookup first (a failed attribute lookup each), which costs
+        # more than the copy (benchmarks/README.md has the figures). The stored bytes are the same.
         values: list[tuple[object, ...]]
-        if all(r.idem_key is None for r in rows):
-            sql, values = _INSERT_KEYLESS, [(r[0], r[1], r[2], r[3], r[5], r[6]) for r in rows]
+        if not any(map(_KEY, rows)):  # keys are non-empty strings: only an absent one is falsy
+            sql = _INSERT_KEYLESS
+            values = [(r[0], r[1], r[2], r[3], blob(r[5]), None if r[6] is None else blob(r[6])) for r in rows]
         else:
-            sql, values = _INSERT, [tuple(r) for r in rows]
+            sql = _INSERT
+            values = [(r[0], r[1], r[2], r[3], r[4], blob(r[5]), None if r[6] is None else blob(r[6])) for r in rows]
         if len(values) == 1:
-            conn.execute(sql, values[0])
+            cur.execute(sql, values[0])
         else:
-            conn.executemany(sql, values)
+            cur.executemany(sql, values)
         if subtrees:
-            conn.executemany(
+            cur.executemany(
                 "INSERT INTO subtrees (session_id, level, idx, hash) VALUES (?, ?, ?, ?)",
-                [(sid, lv, i, h) for lv, i, h in subtrees],
+                [(sid, lv, i, blob(h)) for lv, i, h in subtrees],
             )
-        conn.execute("INSERT INTO heads (session_id, size, root, prev, seal) VALUES (?, ?, ?, ?, ?)", (sid, *head))
+        size, root, prev, seal = head
+        cur.execute("INSERT INTO heads (session_id, size, root, prev, seal) VALUES (?, ?, ?, ?, ?)",
+                     (sid, size, blob(root), prev, blob(seal)))
         self._head = self.written = head
         self._seq = self.seq_after = rows[-1].seq + 1
         return [r.seq for r in rows]
