@@ -1,19 +1,24 @@
 """Tree-head seals: a keyed BLAKE3 MAC when the store has a key, a plain digest otherwise.
 
 The seal binds a head to its session's name, so renaming a session in the database
-breaks every head of it. Without a key the seal only catches edits that do not
+breaks every head of it, and to the global sequence numbers (``seq``) of the events its
+write transaction added, so with a key the store-wide order of events across sessions is
+sealed too: moving an event before or after another session's changes its ``seq``.
+Without a key the seal only catches edits that do not
 recompute it; with a key, an attacker who rewrites the database and recomputes
 every hash still cannot produce a valid head.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+
 from blake3 import blake3
 
 from .errors import InvalidArgument
 
 _KEY_CONTEXT = "compactstore 2026-11 tree head MAC v1"
-_SEAL_DOMAIN = b"compactstore/seal/v1\x00"
+_SEAL_DOMAIN = b"compactstore/seal/v2\x00"
 _HEAD_DOMAIN = b"compactstore/head/v1\x00"
 _KEY_CHECK = b"compactstore/key-check/v1"
 
@@ -39,9 +44,58 @@ def _message(domain: bytes, session: str, size: int, root: bytes, prev: int) -> 
     )
 
 
-def seal(mac_key: bytes | None, session: str, size: int, root: bytes, prev: int) -> bytes:
-    """Return the seal of a stored tree head (``prev``: the size of the head before it, 0 first)."""
-    message = _message(_SEAL_DOMAIN, session, size, root, prev)
+def seq_runs(seqs: Sequence[int]) -> bytes:
+    """Return the sequence numbers of a commit's events, in position order, as stored and sealed.
+
+    Each maximal run of consecutive numbers is 16 bytes: its first number and its length,
+    8 bytes each, big-endian (signed, as for sizes). One writer's commit is one run;
+    writers drawing at once on PostgreSQL may interleave a batch's numbers.
+    """
+    if isinstance(seqs, range) and seqs.step == 1:  # the common case: one run, no loop
+        return seqs.start.to_bytes(8, "big", signed=True) + len(seqs).to_bytes(8, "big", signed=True) if seqs else b""
+    runs: list[tuple[int, int]] = []
+    start = count = 0
+    for q in seqs:
+        if count and q == start + count:
+            count += 1
+            continue
+        if count:
+            runs.append((start, count))
+        start, count = q, 1
+    if count:
+        runs.append((start, count))
+    return pack_runs(runs)
+
+
+def pack_runs(runs: Iterable[tuple[int, int]]) -> bytes:
+    """Return ``(first, length)`` runs packed as :func:`seq_runs` packs them (maximal runs give its bytes)."""
+    return b"".join(a.to_bytes(8, "big", signed=True) + n.to_bytes(8, "big", signed=True) for a, n in runs)
+
+
+def runs_of(packed: bytes) -> list[tuple[int, int]]:
+    """Return ``(first, length)`` of each run :func:`seq_runs` packed (a trailing partial run is dropped)."""
+    return [(int.from_bytes(packed[i : i + 8], "big", signed=True), int.from_bytes(packed[i + 8 : i + 16], "big", signed=True))
+            for i in range(0, len(packed) - 15, 16)]
+
+
+def seq_at(packed: bytes, index: int) -> int | None:
+    """Return the ``index``-th sequence number :func:`seq_runs` packed (0 first), None past the last."""
+    for first, length in runs_of(packed):
+        if index < length:
+            return first + index
+        index -= length
+    return None
+
+
+def seal(mac_key: bytes | None, session: str, size: int, root: bytes, prev: int, seqs: bytes) -> bytes:
+    """Return the seal of a stored tree head.
+
+    Args:
+        prev: the size of the session's head before it, 0 first.
+        seqs: the global sequence numbers of the events at positions ``[prev, size)``, as
+            :func:`seq_runs` packs them.
+    """
+    message = _message(_SEAL_DOMAIN, session, size, root, prev) + len(seqs).to_bytes(8, "big") + seqs
     return (blake3(message, key=mac_key) if mac_key else blake3(message)).digest()
 
 

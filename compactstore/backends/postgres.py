@@ -8,17 +8,22 @@ Triggers refuse UPDATE, DELETE and TRUNCATE on every log table.
 
 A write transaction takes a transaction-scoped advisory lock keyed on its session, so
 appends to one session are serialized (positions are read and written under the lock)
-while appends to different sessions run in parallel. Sequence numbers come from an
-identity column: unique and increasing within a session, but with gaps.
+while appends to different sessions run in parallel. Sequence numbers come from one
+sequence (``events_seq``, no cache), drawn by the append before its head is sealed (the
+seal covers them): unique, after those of every commit that ended before the append
+began, increasing within a session, but with gaps (a number drawn by a
+transaction that rolls back is not used again) and, between transactions that run at
+once, not in the order they commit. Nothing orders commits to different sessions
+against each other but what they could see, so no writer waits for another's.
 
 An append on the head this backend committed last (the common case: one process
-appending to a session) is one round trip and one statement, a prepared call of
-``compactstore_append`` (lock, check the head, insert) with its arguments in binary,
-committed as the implicit transaction of that statement. Otherwise an append costs two
-round trips, each one message: BEGIN with a call of the ``compactstore_open`` function
-(find or create the session, lock it, read its head), then a call of
-``compactstore_insert_indexed`` (the structural index's rows, the events, subtree roots
-and head) with COMMIT. A redaction commits after its erasures instead, and a batch of
+appending to a session) is two round trips: the draw of its seqs, then one statement, a
+prepared call of ``compactstore_append`` (lock, check the head, insert) with its
+arguments in binary, committed as the implicit transaction of that statement. Otherwise
+an append costs three round trips, each one message: BEGIN with a call of the
+``compactstore_open`` function (find or create the session, lock it, read its head), the
+draw, then a call of ``compactstore_insert_indexed`` (the structural index's rows, the
+events, subtree roots and head) with COMMIT. A redaction commits after its erasures instead, and a batch of
 more than :data:`INLINE_BYTES` of bodies commits in a third. The functions are created
 with the schema.
 
@@ -68,18 +73,20 @@ _SCHEMA = (
     'CREATE TABLE meta (name text COLLATE "C" PRIMARY KEY, value text COLLATE "C" NOT NULL)',
     'CREATE TABLE sessions (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, '
     'name text COLLATE "C" NOT NULL UNIQUE)',
-    # One sequence, one value at a time: within a session seqs follow the append order.
+    # No cache: a connection's cached numbers would be older than those others drew meanwhile.
+    "CREATE SEQUENCE events_seq AS bigint CACHE 1",
+    # seq is drawn from events_seq by the writer (see _DRAW): within a session seqs follow the append order.
     # Every unique key of the log tables leads with session_id, so a distributed engine
     # (Citus) can shard them by session as they are; seq is unique by construction.
     # body is NULL only once a redaction has erased it (see the events update trigger).
-    'CREATE TABLE events (seq bigint GENERATED ALWAYS AS IDENTITY (CACHE 1) NOT NULL, '
+    'CREATE TABLE events (seq bigint NOT NULL, '
     'session_id bigint NOT NULL, pos bigint NOT NULL, kind text COLLATE "C" NOT NULL, '
     'idem_key text COLLATE "C", leaf bytea NOT NULL, body bytea, PRIMARY KEY (session_id, pos))',
     "CREATE UNIQUE INDEX events_idem ON events (session_id, idem_key) WHERE idem_key IS NOT NULL",
     "CREATE TABLE subtrees (session_id bigint NOT NULL, level bigint NOT NULL, idx bigint NOT NULL, "
     "hash bytea NOT NULL, PRIMARY KEY (session_id, level, idx))",
     "CREATE TABLE heads (session_id bigint NOT NULL, size bigint NOT NULL, root bytea NOT NULL, "
-    "prev bigint NOT NULL, seal bytea NOT NULL, PRIMARY KEY (session_id, size))",
+    "prev bigint NOT NULL, seal bytea NOT NULL, seqs bytea NOT NULL, PRIMARY KEY (session_id, size))",
     "CREATE TABLE redactions (session_id bigint NOT NULL, pos bigint NOT NULL, by bigint NOT NULL, "
     "PRIMARY KEY (session_id, pos))",
     "CREATE FUNCTION compactstore_append_only() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
@@ -118,7 +125,7 @@ _SCHEMA = (
 #: Change its body only with a new schema version: a store keeps the functions it was made with.
 _OPEN_FUNCTION = (
     "CREATE FUNCTION compactstore_open(p_name text, OUT sid bigint, OUT head_size bigint, OUT head_root bytea, "
-    "OUT head_prev bigint, OUT head_seal bytea) LANGUAGE plpgsql VOLATILE AS $$ BEGIN "
+    "OUT head_prev bigint, OUT head_seal bytea, OUT head_seqs bytea) LANGUAGE plpgsql VOLATILE AS $$ BEGIN "
     "SELECT s.id INTO sid FROM sessions s WHERE s.name = p_name; "
     "IF sid IS NULL THEN "
     "INSERT INTO sessions AS s (name) VALUES (p_name) ON CONFLICT (name) DO NOTHING RETURNING s.id INTO sid; "
@@ -127,24 +134,23 @@ _OPEN_FUNCTION = (
     "USING ERRCODE = 'serialization_failure'; END IF; "
     "END IF; "
     f"PERFORM pg_advisory_xact_lock({_LOCK_SESSION}, {_fold_sql('sid')}); "
-    "SELECT h.size, h.root, h.prev, h.seal INTO head_size, head_root, head_prev, head_seal FROM heads h "
+    "SELECT h.size, h.root, h.prev, h.seal, h.seqs INTO head_size, head_root, head_prev, head_seal, head_seqs "
+    "FROM heads h "
     "WHERE h.session_id = sid ORDER BY h.size DESC LIMIT 1; "
     "END $$"
 )
 
-#: Insert a batch in one call: the structural index's rows, the events (seqs assigned in
-#: position order, returned in that order), the completed subtree roots and the head.
+#: Insert a batch in one call: the structural index's rows, the events (with the seqs the
+#: writer drew, returned in position order), the completed subtree roots and the head.
 #: Leaves, bodies and subtree roots arrive as one byte string each, sliced here (a body's
 #: offset is the sum of the lengths before it; length -1 is NULL): a long string literal
 #: costs the client one C call to write and the server one pass to read, where an array
-#: of byte strings costs a step per element on both sides. Rows are put in position order
-#: (so seqs follow it) before their bodies are cut out: a sort of wide rows would spill to
-#: disk past work_mem. The index rows come as arrays because a statement of their own,
+#: of byte strings costs a step per element on both sides. The index rows come as arrays because a statement of their own,
 #: sent as text, is parsed and planned on every append, where the plans here are cached.
 _INSERT_FUNCTION = (
-    "CREATE FUNCTION compactstore_insert_indexed(p_sid bigint, p_pos bigint[], p_kind text[], p_key text[], "
-    "p_len int4[], p_width int4, p_leaves bytea, p_bodies bytea, p_level bigint[], p_idx bigint[], p_hashes bytea, "
-    "p_size bigint, p_root bytea, p_prev bigint, p_seal bytea, "
+    "CREATE FUNCTION compactstore_insert_indexed(p_sid bigint, p_pos bigint[], p_seq bigint[], p_kind text[], "
+    "p_key text[], p_len int4[], p_width int4, p_leaves bytea, p_bodies bytea, p_level bigint[], p_idx bigint[], "
+    "p_hashes bytea, p_size bigint, p_root bytea, p_prev bigint, p_seal bytea, p_seqs bytea, "
     "p_ix_pos bigint[], p_ix_rel text[], p_ix_key text[], p_ix_num bigint[], p_ix_text text[]) "
     "RETURNS bigint[] LANGUAGE plpgsql VOLATILE AS $$ "
     "DECLARE seqs bigint[]; BEGIN "
@@ -156,14 +162,15 @@ _INSERT_FUNCTION = (
     "FROM unnest(p_ix_pos, p_ix_rel, p_ix_key, p_ix_num, p_ix_text) AS x(pos, rel, key, num, text); END IF; "
     # One event, the common append, takes the short way: no unnest, window or slicing.
     "IF cardinality(p_pos) = 1 THEN "
-    "INSERT INTO events (session_id, pos, kind, idem_key, leaf, body) VALUES (p_sid, p_pos[1], p_kind[1], p_key[1], "
+    "INSERT INTO events (seq, session_id, pos, kind, idem_key, leaf, body) "
+    "VALUES (p_seq[1], p_sid, p_pos[1], p_kind[1], p_key[1], "
     "p_leaves, CASE WHEN p_len[1] >= 0 THEN p_bodies END) RETURNING ARRAY[seq] INTO seqs; "
     "ELSE "
-    "WITH u AS (SELECT u.pos, u.kind, u.idem_key, u.len, u.i, "
+    "WITH u AS (SELECT u.pos, u.seq, u.kind, u.idem_key, u.len, u.i, "
     "sum(greatest(u.len, 0)) OVER (ORDER BY u.i) - greatest(u.len, 0) AS start "
-    "FROM unnest(p_pos, p_kind, p_key, p_len) WITH ORDINALITY AS u(pos, kind, idem_key, len, i) ORDER BY u.pos), "
-    "e AS (INSERT INTO events AS ev (session_id, pos, kind, idem_key, leaf, body) "
-    "SELECT p_sid, u.pos, u.kind, u.idem_key, substring(p_leaves FROM (p_width * (u.i - 1) + 1)::int4 FOR p_width), "
+    "FROM unnest(p_pos, p_seq, p_kind, p_key, p_len) WITH ORDINALITY AS u(pos, seq, kind, idem_key, len, i)), "
+    "e AS (INSERT INTO events AS ev (seq, session_id, pos, kind, idem_key, leaf, body) "
+    "SELECT u.seq, p_sid, u.pos, u.kind, u.idem_key, substring(p_leaves FROM (p_width * (u.i - 1) + 1)::int4 FOR p_width), "
     "CASE WHEN u.len >= 0 THEN substring(p_bodies FROM (u.start + 1)::int4 FOR u.len) END "
     "FROM u RETURNING ev.pos, ev.seq) "
     "SELECT array_agg(e.seq ORDER BY e.pos) INTO seqs FROM e; "
@@ -171,7 +178,7 @@ _INSERT_FUNCTION = (
     "IF cardinality(p_level) > 0 THEN INSERT INTO subtrees (session_id, level, idx, hash) "
     "SELECT p_sid, t.level, t.idx, substring(p_hashes FROM (p_width * (t.i - 1) + 1)::int4 FOR p_width) "
     "FROM unnest(p_level, p_idx) WITH ORDINALITY AS t(level, idx, i); END IF; "
-    "INSERT INTO heads (session_id, size, root, prev, seal) VALUES (p_sid, p_size, p_root, p_prev, p_seal); "
+    "INSERT INTO heads (session_id, size, root, prev, seal, seqs) VALUES (p_sid, p_size, p_root, p_prev, p_seal, p_seqs); "
     "RETURN seqs; END $$"
 )
 
@@ -181,17 +188,17 @@ _INSERT_FUNCTION = (
 #: under the lock (see :class:`compactstore.errors.StaleHead`). The sizes alone decide:
 #: heads are unique per size, and a session's size only grows.
 _APPEND_FUNCTION = (
-    "CREATE FUNCTION compactstore_append(p_expect bigint, p_sid bigint, p_pos bigint[], p_kind text[], "
+    "CREATE FUNCTION compactstore_append(p_expect bigint, p_sid bigint, p_pos bigint[], p_seq bigint[], p_kind text[], "
     "p_key text[], p_len int4[], p_width int4, p_leaves bytea, p_bodies bytea, p_level bigint[], p_idx bigint[], "
-    "p_hashes bytea, p_size bigint, p_root bytea, p_prev bigint, p_seal bytea, "
+    "p_hashes bytea, p_size bigint, p_root bytea, p_prev bigint, p_seal bytea, p_seqs bytea, "
     "p_ix_pos bigint[], p_ix_rel text[], p_ix_key text[], p_ix_num bigint[], p_ix_text text[]) "
     "RETURNS bigint[] LANGUAGE plpgsql VOLATILE AS $$ DECLARE got bigint; BEGIN "
     f"PERFORM pg_advisory_xact_lock({_LOCK_SESSION}, {_fold_sql('p_sid')}); "
     "SELECT h.size INTO got FROM heads h WHERE h.session_id = p_sid ORDER BY h.size DESC LIMIT 1; "
     "IF coalesce(got, 0) <> p_expect THEN "
     "RAISE EXCEPTION 'compactstore: the head moved on' USING ERRCODE = 'CSH01'; END IF; "
-    "RETURN compactstore_insert_indexed(p_sid, p_pos, p_kind, p_key, p_len, p_width, p_leaves, p_bodies, "
-    "p_level, p_idx, p_hashes, p_size, p_root, p_prev, p_seal, p_ix_pos, p_ix_rel, p_ix_key, p_ix_num, p_ix_text); "
+    "RETURN compactstore_insert_indexed(p_sid, p_pos, p_seq, p_kind, p_key, p_len, p_width, p_leaves, p_bodies, "
+    "p_level, p_idx, p_hashes, p_size, p_root, p_prev, p_seal, p_seqs, p_ix_pos, p_ix_rel, p_ix_key, p_ix_num, p_ix_text); "
     "END $$"
 )
 
@@ -419,7 +426,7 @@ class PostgresBackend(Reads):
 
     def head(self, session_id: int) -> HeadRow | None:
         got = self._all(
-            "SELECT size, root, prev, seal FROM heads WHERE session_id = %s ORDER BY size DESC LIMIT 1", (session_id,)
+            "SELECT size, root, prev, seal, seqs FROM heads WHERE session_id = %s ORDER BY size DESC LIMIT 1", (session_id,)
         )
         return HeadRow(*got[0]) if got else None
 
@@ -435,7 +442,7 @@ class PostgresBackend(Reads):
 
     def heads(self, session_id: int, after: int, limit: int) -> list[HeadRow]:
         got = self._all(
-            "SELECT size, root, prev, seal FROM heads WHERE session_id = %s AND size > %s ORDER BY size LIMIT %s",
+            "SELECT size, root, prev, seal, seqs FROM heads WHERE session_id = %s AND size > %s ORDER BY size LIMIT %s",
             (session_id, after, limit),
         )
         return [HeadRow(*r) for r in got]
@@ -504,13 +511,16 @@ def _hashes(cur: psycopg.Cursor[tuple[Any, ...]], session_id: int, coords: Seque
 _ERASING_KIND = "redaction"
 
 #: The SQL types of ``compactstore_insert_indexed``'s arguments, in order.
-_INSERT_TYPES = ("bigint", "bigint[]", "text[]", "text[]", "int4[]", "int4", "bytea", "bytea",
-                 "bigint[]", "bigint[]", "bytea", "bigint", "bytea", "bigint", "bytea",
+_INSERT_TYPES = ("bigint", "bigint[]", "bigint[]", "text[]", "text[]", "int4[]", "int4", "bytea", "bytea",
+                 "bigint[]", "bigint[]", "bytea", "bigint", "bytea", "bigint", "bytea", "bytea",
                  "bigint[]", "text[]", "text[]", "bigint[]", "text[]")
 #: The call of ``compactstore_append`` a writer sends alone, prepared: arrays as text (one
 #: literal each, see :func:`_array`), the rest in binary (integers as int8, see :func:`_cursors`).
 _APPEND_CALL = "SELECT compactstore_append(%b::bigint, " + ", ".join(
     f"%t::{t}" if t.endswith("[]") else f"%b::{t}" for t in _INSERT_TYPES) + ")"
+#: The draw of an append's seqs, prepared: a statement of its own, as the seal this
+#: process computes covers them. Sorted, as the order of an array's elements is not promised.
+_DRAW = "SELECT array(SELECT nextval('events_seq') AS q FROM generate_series(1, %b::bigint) ORDER BY q)"
 #: The insert of index rows a writer spells out when a statement must see them before its insert.
 _INDEX_INSERT = f"INSERT INTO {queries.TABLE} (session_id, pos, rel, key, num, text) VALUES "
 #: Up to this many bytes of bodies an insert is written inline, in the message that
@@ -530,16 +540,17 @@ def _insert_args(
     if len(rows) == 1 and not subtrees and not index:  # the common append, spelled out (the same values)
         r = rows[0]
         body = r.body
-        return (session_id, f"{{{int(r.pos)}}}", _array([r.kind]),
+        return (session_id, f"{{{int(r.pos)}}}", f"{{{int(r.seq)}}}", _array([r.kind]),
                 "{NULL}" if r.idem_key is None else _array([_text(r.idem_key, "idempotency_key")]),
                 "{-1}" if body is None else f"{{{len(body)}}}", len(r.leaf), r.leaf, b"" if body is None else body,
-                "{}", "{}", b"", head.size, head.root, head.prev, head.seal, "{}", "{}", "{}", "{}", "{}")
+                "{}", "{}", b"", head.size, head.root, head.prev, head.seal, head.seqs, "{}", "{}", "{}", "{}", "{}")
     width = len(rows[0].leaf) if rows else 32
     if any(len(r.leaf) != width for r in rows) or any(len(h) != width for _, _, h in subtrees):
         raise IntegrityError(f"hashes of different widths in one insert (want {width} bytes each)")
     return (
         session_id,
         _array([r.pos for r in rows]),
+        _array([r.seq for r in rows]),
         _array([r.kind for r in rows]),
         _array([None if r.idem_key is None else _text(r.idem_key, "idempotency_key") for r in rows]),
         _array([-1 if r.body is None else len(r.body) for r in rows]),
@@ -553,6 +564,7 @@ def _insert_args(
         head.root,
         head.prev,
         head.seal,
+        head.seqs,
         _array([r[0] for r in index]),
         _array([_plain_text(r[1]) for r in index]),
         _array([_plain_text(r[2]) for r in index]),
@@ -647,14 +659,14 @@ def _begin(
     with _unprepared(conn):
         text.execute(
             "BEGIN ISOLATION LEVEL READ COMMITTED; "
-            f"SELECT sid, head_size, head_root, head_prev, head_seal FROM compactstore_open({_quote(name)})"
+            f"SELECT sid, head_size, head_root, head_prev, head_seal, head_seqs FROM compactstore_open({_quote(name)})"
         )
         text.nextset()
         got = text.fetchone()
     if got is None:
         raise ConflictError(f"session {name!r} was neither found nor created", session=name)
-    sid, size, root, prev, seal = got
-    return int(sid), None if size is None else HeadRow(int(size), bytes(root), int(prev), bytes(seal))
+    sid, size, root, prev, seal, seqs = got
+    return int(sid), None if size is None else HeadRow(int(size), bytes(root), int(prev), bytes(seal), bytes(seqs))
 
 
 @contextmanager
@@ -769,7 +781,7 @@ class _PGWriter:
             return head  # read under the lock when the writer opened
         got = self._do(
             "read the latest head",
-            "SELECT size, root, prev, seal FROM heads WHERE session_id = %s ORDER BY size DESC LIMIT 1",
+            "SELECT size, root, prev, seal, seqs FROM heads WHERE session_id = %s ORDER BY size DESC LIMIT 1",
             (self.session_id,),
         )
         return HeadRow(*got[0]) if got else None
@@ -790,8 +802,18 @@ class _PGWriter:
         )
         return Row(*got[0]) if got else None
 
-    def next_seq(self) -> int | None:
-        return None  # the identity column assigns it
+    def next_seqs(self, count: int) -> list[int]:
+        # Not confirmed first: a speculating writer draws outside the lock (the numbers
+        # need none), and its one statement locks and checks.
+        self._open()
+        try:
+            self._cur.execute(_DRAW, (count,), prepare=True)
+            got = self._cur.fetchone()
+        except psycopg.Error as exc:
+            raise _error(exc, "draw sequence numbers") from exc
+        if got is None or len(got[0]) != count:
+            raise IntegrityError(f"drew {count} sequence numbers, got {got and len(got[0])}")
+        return [int(q) for q in got[0]]
 
     def insert(self, rows: Sequence[Row], subtrees: Sequence[tuple[int, int, bytes]], head: HeadRow) -> list[int]:
         # Unless an erasure follows, nothing more is written in this transaction (the
