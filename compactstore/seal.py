@@ -11,6 +11,7 @@ every hash still cannot produce a valid head.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterable, Sequence
 
 from blake3 import blake3
@@ -21,6 +22,8 @@ _KEY_CONTEXT = "compactstore 2026-11 tree head MAC v1"
 _SEAL_DOMAIN = b"compactstore/seal/v2\x00"
 _HEAD_DOMAIN = b"compactstore/head/v1\x00"
 _KEY_CHECK = b"compactstore/key-check/v1"
+#: One run of consecutive sequence numbers: the first and the length, signed 8-byte big-endian.
+_RUN = struct.Struct(">qq")
 
 
 def derive_key(key: bytes | str) -> bytes:
@@ -34,13 +37,13 @@ def derive_key(key: bytes | str) -> bytes:
     return blake3(raw, derive_key_context=_KEY_CONTEXT).digest()
 
 
-def _message(domain: bytes, session: str, size: int, root: bytes, prev: int) -> bytes:
+def _message(domain: bytes, session: str, size: int, root: bytes, prev: int, tail: bytes = b"") -> bytes:
     name = session.encode()
     return b"".join(
         # Signed: equal to unsigned for every real size, and a tampered negative one
         # still gets a seal (that does not match) instead of an OverflowError.
         (domain, len(name).to_bytes(4, "big"), name, size.to_bytes(8, "big", signed=True), root,
-         prev.to_bytes(8, "big", signed=True))
+         prev.to_bytes(8, "big", signed=True), tail)
     )
 
 
@@ -51,8 +54,8 @@ def seq_runs(seqs: Sequence[int]) -> bytes:
     8 bytes each, big-endian (signed, as for sizes). One writer's commit is one run;
     writers drawing at once on PostgreSQL may interleave a batch's numbers.
     """
-    if isinstance(seqs, range) and seqs.step == 1:  # the common case: one run, no loop
-        return seqs.start.to_bytes(8, "big", signed=True) + len(seqs).to_bytes(8, "big", signed=True) if seqs else b""
+    if type(seqs) is range and seqs.step == 1:  # the common case: one run, no loop
+        return _RUN.pack(seqs.start, len(seqs)) if seqs else b""
     runs: list[tuple[int, int]] = []
     start = count = 0
     for q in seqs:
@@ -69,7 +72,7 @@ def seq_runs(seqs: Sequence[int]) -> bytes:
 
 def pack_runs(runs: Iterable[tuple[int, int]]) -> bytes:
     """Return ``(first, length)`` runs packed as :func:`seq_runs` packs them (maximal runs give its bytes)."""
-    return b"".join(a.to_bytes(8, "big", signed=True) + n.to_bytes(8, "big", signed=True) for a, n in runs)
+    return b"".join(_RUN.pack(a, n) for a, n in runs)
 
 
 def runs_of(packed: bytes) -> list[tuple[int, int]]:
@@ -95,7 +98,8 @@ def seal(mac_key: bytes | None, session: str, size: int, root: bytes, prev: int,
         seqs: the global sequence numbers of the events at positions ``[prev, size)``, as
             :func:`seq_runs` packs them.
     """
-    message = _message(_SEAL_DOMAIN, session, size, root, prev) + len(seqs).to_bytes(8, "big") + seqs
+    # The seqs come last: the fields before have fixed widths or a length, so they need none.
+    message = _message(_SEAL_DOMAIN, session, size, root, prev, seqs)
     return (blake3(message, key=mac_key) if mac_key else blake3(message)).digest()
 
 

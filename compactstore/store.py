@@ -336,9 +336,10 @@ class Store:
         # Sizes are not checked as positions: verify seals the heads it reads, a tampered negative one included.
         ev.as_int("size", size)
         ev.as_int("prev", prev)
-        for field, value in (("session", session), ("root", root), ("seqs", seqs)):
-            if not isinstance(value, str if field == "session" else bytes):
-                raise InvalidArgument(field, f"want {'a str' if field == 'session' else 'bytes'}, got {type(value).__name__}")
+        if not isinstance(session, str) or not isinstance(root, bytes) or not isinstance(seqs, bytes):
+            field = "session" if not isinstance(session, str) else "root" if not isinstance(root, bytes) else "seqs"
+            raise InvalidArgument(field, f"want a str session, bytes root and seqs, got {type(session).__name__}, "
+                                  f"{type(root).__name__}, {type(seqs).__name__}")
         return seal(self.mac_key, session, size, root, prev, seqs)
 
 
@@ -516,7 +517,8 @@ class Session:
                 root = frontier.root()
                 prev = head.size if head else 0
                 runs = seq_runs(seqs)
-                new_head = HeadRow(frontier.size, root, prev, store.seal_head(self.name, frontier.size, root, prev, runs), runs)
+                new_head = _new_tuple(HeadRow, (frontier.size, root, prev,
+                                                store.seal_head(self.name, frontier.size, root, prev, runs), runs))
                 # The index first: an insert may be the transaction's last statement (it
                 # commits in the same message on PostgreSQL).
                 structure_index.extend(w, sid, prev, [p.event for p in fresh])

@@ -521,6 +521,8 @@ _APPEND_CALL = "SELECT compactstore_append(%b::bigint, " + ", ".join(
 #: The draw of an append's seqs, prepared: a statement of its own, as the seal this
 #: process computes covers them. Sorted, as the order of an array's elements is not promised.
 _DRAW = "SELECT array(SELECT nextval('events_seq') AS q FROM generate_series(1, %b::bigint) ORDER BY q)"
+#: The draw of one seq, the common append's: no subquery, sort or array to build.
+_DRAW_ONE = "SELECT nextval('events_seq')"
 #: The insert of index rows a writer spells out when a statement must see them before its insert.
 _INDEX_INSERT = f"INSERT INTO {queries.TABLE} (session_id, pos, rel, key, num, text) VALUES "
 #: Up to this many bytes of bodies an insert is written inline, in the message that
@@ -807,8 +809,13 @@ class _PGWriter:
         # need none), and its one statement locks and checks.
         self._open()
         try:
-            self._cur.execute(_DRAW, (count,), prepare=True)
-            got = self._cur.fetchone()
+            if count == 1:
+                self._cur.execute(_DRAW_ONE, prepare=True)
+                one = self._cur.fetchone()
+                got = None if one is None else ([one[0]],)
+            else:
+                self._cur.execute(_DRAW, (count,), prepare=True)
+                got = self._cur.fetchone()
         except psycopg.Error as exc:
             raise _error(exc, "draw sequence numbers") from exc
         if got is None or len(got[0]) != count:

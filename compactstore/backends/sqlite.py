@@ -592,7 +592,11 @@ class _SQLiteWriter:
                 "INSERT INTO subtrees (session_id, level, idx, hash) VALUES (?, ?, ?, ?)",
                 [(sid, lv, i, h) for lv, i, h in subtrees],
             )
-        conn.execute("INSERT INTO heads (session_id, size, root, prev, seal, seqs) VALUES (?, ?, ?, ?, ?, ?)", (sid, *head))
+        # Blobs as bytearrays: sqlite3 binds one as it is, where a bytes parameter costs an
+        # adapter lookup (it formats and drops an AttributeError) that copying 16 to 32 bytes undercuts.
+        size, root, prev, seal, seqs = head
+        conn.execute("INSERT INTO heads (session_id, size, root, prev, seal, seqs) VALUES (?, ?, ?, ?, ?, ?)",
+                     (sid, size, bytearray(root), prev, bytearray(seal), bytearray(seqs)))
         self._head = self.written = head
         self._seq = self.seq_after = rows[-1].seq + 1
         return [r.seq for r in rows]
