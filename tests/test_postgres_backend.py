@@ -442,3 +442,18 @@ def test_pool_connections_run_at_read_committed_whatever_the_servers_default(
         assert [r.pos for r in b.session("s").scan()] == list(range(6))
         assert a.verify().ok
     assert rebuilt == ["s"] * 4  # after each store's first, every append was built on a head the other had moved
+
+
+def test_one_writer_draws_the_seqs_it_expected_and_others_are_refused(pg_url: str) -> None:
+    """A lone handle's appends get exactly the seqs after its last, as on SQLite (1..n, no gap); two handles
+    drawing in turn miss their expectations, are refused and retried: gaps, but every seq sealed and in order."""
+    with cs.open(pg_url) as st:
+        s = st.session("a")
+        got = [s.append(cs.Turn("user", f"{i}")).seq for i in range(5)] + [r.seq for r in s.extend(_turns(3))]
+        assert got == list(range(1, 9))
+        with cs.open(pg_url) as other:
+            for i in range(4):
+                got.append(s.append(cs.Turn("user", f"again {i}")).seq)
+                got.append(other.session("b").append(cs.Turn("user", f"b {i}")).seq)
+        assert got == sorted(got) and got[-1] > len(got)  # refused draws leave gaps
+        assert st.verify().ok

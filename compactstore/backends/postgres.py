@@ -17,9 +17,12 @@ once, not in the order they commit. Nothing orders commits to different sessions
 against each other but what they could see, so no writer waits for another's.
 
 An append on the head this backend committed last (the common case: one process
-appending to a session) is two round trips: the draw of its seqs, then one statement, a
-prepared call of ``compactstore_append`` (lock, check the head, insert) with its
-arguments in binary, committed as the implicit transaction of that statement. Otherwise
+appending to a session) is one statement, a prepared call of ``compactstore_append``
+(lock, check the head, draw the seqs, insert) with its arguments in binary, committed as
+the implicit transaction of that statement: one round trip when its seqs are the ones
+after this backend's last (it seals them before the server draws them, and the server
+refuses others, see :meth:`PostgresBackend._expected_seq`), two where other processes
+draw too (the draw first, in a round trip of its own). Otherwise
 an append costs three round trips, each one message: BEGIN with a call of the
 ``compactstore_open`` function (find or create the session, lock it, read its head), the
 draw, then a call of ``compactstore_insert_indexed`` (the structural index's rows, the
@@ -191,12 +194,15 @@ _APPEND_FUNCTION = (
     "CREATE FUNCTION compactstore_append(p_expect bigint, p_sid bigint, p_pos bigint[], p_seq bigint[], p_kind text[], "
     "p_key text[], p_len int4[], p_width int4, p_leaves bytea, p_bodies bytea, p_level bigint[], p_idx bigint[], "
     "p_hashes bytea, p_size bigint, p_root bytea, p_prev bigint, p_seal bytea, p_seqs bytea, "
-    "p_ix_pos bigint[], p_ix_rel text[], p_ix_key text[], p_ix_num bigint[], p_ix_text text[]) "
+    "p_ix_pos bigint[], p_ix_rel text[], p_ix_key text[], p_ix_num bigint[], p_ix_text text[], p_drawn boolean) "
     "RETURNS bigint[] LANGUAGE plpgsql VOLATILE AS $$ DECLARE got bigint; BEGIN "
     f"PERFORM pg_advisory_xact_lock({_LOCK_SESSION}, {_fold_sql('p_sid')}); "
     "SELECT h.size INTO got FROM heads h WHERE h.session_id = p_sid ORDER BY h.size DESC LIMIT 1; "
     "IF coalesce(got, 0) <> p_expect THEN "
     "RAISE EXCEPTION 'compactstore: the head moved on' USING ERRCODE = 'CSH01'; END IF; "
+    # Seqs the writer expected rather than drew: drawn here, they must be those.
+    "IF NOT p_drawn AND p_seq <> ARRAY(SELECT nextval('events_seq') FROM generate_series(1, cardinality(p_seq))) THEN "
+    "RAISE EXCEPTION 'compactstore: another writer drew seqs' USING ERRCODE = 'CSQ01'; END IF; "
     "RETURN compactstore_insert_indexed(p_sid, p_pos, p_seq, p_kind, p_key, p_len, p_width, p_leaves, p_bodies, "
     "p_level, p_idx, p_hashes, p_size, p_root, p_prev, p_seal, p_seqs, p_ix_pos, p_ix_rel, p_ix_key, p_ix_num, p_ix_text); "
     "END $$"
@@ -230,6 +236,8 @@ _UNIQUE_VIOLATION = "23505"
 _RESTRICT_VIOLATION = "23001"  # raised by the append-only triggers
 #: Raised by ``compactstore_append`` when the head moved (see :class:`compactstore.errors.StaleHead`).
 _HEAD_MOVED = "CSH01"
+#: Raised by ``compactstore_append`` when the seqs it draws are not those the writer expected.
+_SEQS_MOVED = "CSQ01"
 
 
 def _error(exc: BaseException, doing: str, *, waits: bool = False) -> CompactStoreError:
@@ -289,6 +297,11 @@ class PostgresBackend(Reads):
         self._durable = durable
         #: session name -> (id, head) of the append this backend committed last, for speculation
         self._last: dict[str, tuple[int, HeadRow]] = {}
+        #: The seq after the last one this backend's appends drew, expected to be the next
+        #: (see :meth:`_expected_seq`); appends left before expecting again, and misses in a row.
+        self._next_seq: int | None = None
+        self._skip = 0
+        self._misses = 0
         #: The writers' cursors of each pooled connection (see :func:`_cursors`).
         self._cursors: dict[psycopg.Connection[tuple[Any, ...]], _Cursors] = {}
         try:
@@ -400,9 +413,14 @@ class PostgresBackend(Reads):
                     cursors = self._cursors[conn] = _cursors(conn)
                 # Speculating, the writer starts from the head this backend committed
                 # last, with no round trip; it locks and checks before any statement.
-                w = (_PGWriter(*cursors, last[0], last[1], speculative=name) if last
+                w = (_PGWriter(*cursors, last[0], last[1], speculative=name, expect_seq=self._expected_seq()) if last
                      else _PGWriter(*cursors, *_begin(conn, cursors[0], name)))
-                yield w
+                try:
+                    yield w
+                except StaleHead:
+                    if w.missed:
+                        self._missed()
+                    raise
                 if not w.committed:
                     w.flush()
                     conn.execute("COMMIT")
@@ -415,6 +433,28 @@ class PostgresBackend(Reads):
             raise _error(exc, f"append to session {name!r}", waits=True) from exc
         if w.written is not None:
             self._last[name] = (w.session_id, w.written)
+            self._next_seq = w.seq_after
+            if w.expected:
+                self._misses = 0
+
+    def _expected_seq(self) -> int | None:
+        """Return the seq a speculating append may expect to draw next, or None to draw it first.
+
+        With one process appending, the next value of the sequence is the one after this
+        backend's last, and the append costs one round trip (``compactstore_append`` draws
+        and compares). Where other writers draw too the expectation mostly fails, and a
+        failed one costs the append a retry: after each miss in a row, twice as many
+        appends (up to 64) draw first, in a round trip of their own, before expecting again.
+        """
+        if self._skip:
+            self._skip -= 1
+            return None
+        return self._next_seq
+
+    def _missed(self) -> None:
+        self._misses += 1
+        self._skip = min(64, 2 ** self._misses)
+        self._next_seq = None
 
     def row(self, session_id: int, pos: int) -> Row | None:
         got = self._all(f"SELECT {_ROW} FROM events WHERE session_id = %s AND pos = %s", (session_id, pos))
@@ -517,7 +557,7 @@ _INSERT_TYPES = ("bigint", "bigint[]", "bigint[]", "text[]", "text[]", "int4[]",
 #: The call of ``compactstore_append`` a writer sends alone, prepared: arrays as text (one
 #: literal each, see :func:`_array`), the rest in binary (integers as int8, see :func:`_cursors`).
 _APPEND_CALL = "SELECT compactstore_append(%b::bigint, " + ", ".join(
-    f"%t::{t}" if t.endswith("[]") else f"%b::{t}" for t in _INSERT_TYPES) + ")"
+    f"%t::{t}" if t.endswith("[]") else f"%b::{t}" for t in _INSERT_TYPES) + ", %b::boolean)"
 #: The draw of an append's seqs, prepared: a statement of its own, as the seal this
 #: process computes covers them. Sorted, as the order of an array's elements is not promised.
 _DRAW = "SELECT array(SELECT nextval('events_seq') AS q FROM generate_series(1, %b::bigint) ORDER BY q)"
@@ -696,11 +736,12 @@ def _rollback(conn: psycopg.Connection[tuple[Any, ...]]) -> None:
 
 
 class _PGWriter:
-    __slots__ = ("_cur", "_deferred", "_expect", "_head", "_index", "_reads", "_spec", "_text", "committed",
-                 "session_id", "written")
+    __slots__ = ("_cur", "_deferred", "_expect", "_expect_seq", "_head", "_index", "_reads", "_spec", "_text",
+                 "committed", "expected", "missed", "seq_after", "session_id", "written")
 
     def __init__(self, text: psycopg.Cursor[tuple[Any, ...]], binary: psycopg.Cursor[tuple[Any, ...]],
-                 session_id: int, head: HeadRow | None | _Unread, *, speculative: str | None = None) -> None:
+                 session_id: int, head: HeadRow | None | _Unread, *, speculative: str | None = None,
+                 expect_seq: int | None = None) -> None:
         #: For messages of literal SQL (the simple query protocol); parameters go through _cur.
         self._text = text
         self._cur = binary
@@ -710,8 +751,14 @@ class _PGWriter:
         self._spec = speculative
         #: The size of that head (head() hands the head over only once).
         self._expect = head.size if isinstance(head, HeadRow) else 0
-        #: The head insert() wrote, once its transaction committed.
+        #: The head insert() wrote, once its transaction committed, and the seq after its events'.
         self.written: HeadRow | None = None
+        self.seq_after: int | None = None
+        #: The seq a speculating writer expects to draw next (None: draw first); whether
+        #: next_seqs() gave expected seqs, and whether the server drew others.
+        self._expect_seq = expect_seq
+        self.expected = False
+        self.missed = False
         #: Whether insert() has already committed the transaction.
         self.committed = False
         #: Index inserts as literal SQL, sent with the next statement instead of a round trip each.
@@ -804,10 +851,17 @@ class _PGWriter:
         )
         return Row(*got[0]) if got else None
 
-    def next_seqs(self, count: int) -> list[int]:
+    def next_seqs(self, count: int) -> Sequence[int]:
         # Not confirmed first: a speculating writer draws outside the lock (the numbers
         # need none), and its one statement locks and checks.
         self._open()
+        if self._spec is not None and self._expect_seq is not None:
+            # Drawn and compared by the insert's statement (or by _check_expected before another).
+            self.expected = True
+            return range(self._expect_seq, self._expect_seq + count)
+        return self._draw(count)
+
+    def _draw(self, count: int) -> list[int]:
         try:
             if count == 1:
                 self._cur.execute(_DRAW_ONE, prepare=True)
@@ -834,6 +888,9 @@ class _PGWriter:
             return self._append(rows, head, args)
         inline = sum(len(r.body or b"") for r in rows) <= INLINE_BYTES
         self.confirm()
+        if self.expected and list(self._draw(len(rows))) != [r.seq for r in rows]:
+            self.missed = True
+            raise StaleHead("another writer drew sequence numbers since this backend's last append")
         try:
             if inline:
                 # One message, so one round trip: the simple query protocol carries
@@ -858,6 +915,7 @@ class _PGWriter:
         self.committed = final
         if final:
             self.written = head
+            self.seq_after = rows[-1].seq + 1
         return _seqs(rows, got)
 
     def _append(self, rows: Sequence[Row], head: HeadRow, args: Sequence[object]) -> list[int]:
@@ -871,15 +929,20 @@ class _PGWriter:
         """
         expect = self._expect
         try:
-            self._cur.execute(_APPEND_CALL, (expect, *args), prepare=True)
+            self._cur.execute(_APPEND_CALL, (expect, *args, not self.expected), prepare=True)
             got = self._cur.fetchone()
         except psycopg.Error as exc:
             if getattr(exc, "sqlstate", None) == _HEAD_MOVED:
                 raise StaleHead(f"session {self._spec!r} moved on from size {expect}", session=self._spec) from exc
+            if getattr(exc, "sqlstate", None) == _SEQS_MOVED:
+                self.missed = True
+                raise StaleHead(f"another writer drew sequence numbers; session {self._spec!r} is unchanged",
+                                session=self._spec) from exc
             raise _error(exc, "append events, subtree roots and the head", waits=True) from exc
         self._spec = None
         self.committed = True
         self.written = head
+        self.seq_after = rows[-1].seq + 1
         return _seqs(rows, got)
 
     def index_rows(self, rels: Sequence[str], lo: int, hi: int) -> list[IndexRow]:
