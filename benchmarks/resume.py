@@ -247,7 +247,7 @@ class Log:
 
         def head_seal() -> None:
             backend.head(sid)
-            store.seal_head(s.name, head.size, head.root, head.prev)
+            store.seal_head(s.name, head.size, head.root, head.prev, head.seqs)
 
         return {
             "node row": lambda: void(backend.row(sid, pos)),

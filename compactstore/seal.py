@@ -1,21 +1,29 @@
 """Tree-head seals: a keyed BLAKE3 MAC when the store has a key, a plain digest otherwise.
 
 The seal binds a head to its session's name, so renaming a session in the database
-breaks every head of it. Without a key the seal only catches edits that do not
+breaks every head of it, and to the global sequence numbers (``seq``) of the events its
+write transaction added, so with a key the store-wide order of events across sessions is
+sealed too: moving an event before or after another session's changes its ``seq``.
+Without a key the seal only catches edits that do not
 recompute it; with a key, an attacker who rewrites the database and recomputes
 every hash still cannot produce a valid head.
 """
 
 from __future__ import annotations
 
+import struct
+from collections.abc import Iterable, Sequence
+
 from blake3 import blake3
 
 from .errors import InvalidArgument
 
 _KEY_CONTEXT = "compactstore 2026-11 tree head MAC v1"
-_SEAL_DOMAIN = b"compactstore/seal/v1\x00"
+_SEAL_DOMAIN = b"compactstore/seal/v2\x00"
 _HEAD_DOMAIN = b"compactstore/head/v1\x00"
 _KEY_CHECK = b"compactstore/key-check/v1"
+#: One run of consecutive sequence numbers: the first and the length, signed 8-byte big-endian.
+_RUN = struct.Struct(">qq")
 
 
 def derive_key(key: bytes | str) -> bytes:
@@ -29,19 +37,69 @@ def derive_key(key: bytes | str) -> bytes:
     return blake3(raw, derive_key_context=_KEY_CONTEXT).digest()
 
 
-def _message(domain: bytes, session: str, size: int, root: bytes, prev: int) -> bytes:
+def _message(domain: bytes, session: str, size: int, root: bytes, prev: int, tail: bytes = b"") -> bytes:
     name = session.encode()
     return b"".join(
         # Signed: equal to unsigned for every real size, and a tampered negative one
         # still gets a seal (that does not match) instead of an OverflowError.
         (domain, len(name).to_bytes(4, "big"), name, size.to_bytes(8, "big", signed=True), root,
-         prev.to_bytes(8, "big", signed=True))
+         prev.to_bytes(8, "big", signed=True), tail)
     )
 
 
-def seal(mac_key: bytes | None, session: str, size: int, root: bytes, prev: int) -> bytes:
-    """Return the seal of a stored tree head (``prev``: the size of the head before it, 0 first)."""
-    message = _message(_SEAL_DOMAIN, session, size, root, prev)
+def seq_runs(seqs: Sequence[int]) -> bytes:
+    """Return the sequence numbers of a commit's events, in position order, as stored and sealed.
+
+    Each maximal run of consecutive numbers is 16 bytes: its first number and its length,
+    8 bytes each, big-endian (signed, as for sizes). One writer's commit is one run;
+    writers drawing at once on PostgreSQL may interleave a batch's numbers.
+    """
+    if type(seqs) is range and seqs.step == 1:  # the common case: one run, no loop
+        return _RUN.pack(seqs.start, len(seqs)) if seqs else b""
+    runs: list[tuple[int, int]] = []
+    start = count = 0
+    for q in seqs:
+        if count and q == start + count:
+            count += 1
+            continue
+        if count:
+            runs.append((start, count))
+        start, count = q, 1
+    if count:
+        runs.append((start, count))
+    return pack_runs(runs)
+
+
+def pack_runs(runs: Iterable[tuple[int, int]]) -> bytes:
+    """Return ``(first, length)`` runs packed as :func:`seq_runs` packs them (maximal runs give its bytes)."""
+    return b"".join(_RUN.pack(a, n) for a, n in runs)
+
+
+def runs_of(packed: bytes) -> list[tuple[int, int]]:
+    """Return ``(first, length)`` of each run :func:`seq_runs` packed (a trailing partial run is dropped)."""
+    return [(int.from_bytes(packed[i : i + 8], "big", signed=True), int.from_bytes(packed[i + 8 : i + 16], "big", signed=True))
+            for i in range(0, len(packed) - 15, 16)]
+
+
+def seq_at(packed: bytes, index: int) -> int | None:
+    """Return the ``index``-th sequence number :func:`seq_runs` packed (0 first), None past the last."""
+    for first, length in runs_of(packed):
+        if index < length:
+            return first + index
+        index -= length
+    return None
+
+
+def seal(mac_key: bytes | None, session: str, size: int, root: bytes, prev: int, seqs: bytes) -> bytes:
+    """Return the seal of a stored tree head.
+
+    Args:
+        prev: the size of the session's head before it, 0 first.
+        seqs: the global sequence numbers of the events at positions ``[prev, size)``, as
+            :func:`seq_runs` packs them.
+    """
+    # The seqs come last: the fields before have fixed widths or a length, so they need none.
+    message = _message(_SEAL_DOMAIN, session, size, root, prev, seqs)
     return (blake3(message, key=mac_key) if mac_key else blake3(message)).digest()
 
 

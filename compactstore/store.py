@@ -50,7 +50,7 @@ from .index import Index
 from .markers import Marker
 from .policy import CompactionPolicy, Maintenance, Step
 from .resolver import Artifact, Resolution, RestoredSpan
-from .seal import derive_key, head_mac, key_check, seal, store_id, store_id_ok
+from .seal import derive_key, head_mac, key_check, seal, seq_at, seq_runs, store_id, store_id_ok
 from .structure import build
 from .summarize import Summarizer
 from .verify import Problem, VerifyReport, verify_store
@@ -323,15 +323,19 @@ class Store:
             raise CompactStoreError("no key: open the store with its key to check head MACs")
         return head.mac is not None and head.mac == head_mac(self.mac_key, head.session, head.size, head.root)
 
-    def seal_head(self, session: str, size: int, root: bytes, prev: int) -> bytes:
-        """Return the seal a stored head of ``session`` must carry (a keyed MAC when the store has a key)."""
+    def seal_head(self, session: str, size: int, root: bytes, prev: int, seqs: bytes) -> bytes:
+        """Return the seal a stored head of ``session`` must carry (a keyed MAC when the store has a key).
+
+        ``seqs``: the global sequence numbers of its events, as :func:`compactstore.seal.seq_runs` packs them.
+        """
         # Sizes are not checked as positions: verify seals the heads it reads, a tampered negative one included.
         ev.as_int("size", size)
         ev.as_int("prev", prev)
-        if not isinstance(session, str) or not isinstance(root, bytes):
-            raise InvalidArgument("session" if not isinstance(session, str) else "root",
-                                  f"want a str session and a bytes root, got {type(session).__name__}, {type(root).__name__}")
-        return seal(self.mac_key, session, size, root, prev)
+        if not isinstance(session, str) or not isinstance(root, bytes) or not isinstance(seqs, bytes):
+            field = "session" if not isinstance(session, str) else "root" if not isinstance(root, bytes) else "seqs"
+            raise InvalidArgument(field, f"want a str session, bytes root and seqs, got {type(session).__name__}, "
+                                  f"{type(root).__name__}, {type(seqs).__name__}")
+        return seal(self.mac_key, session, size, root, prev, seqs)
 
 
 class Session:
@@ -480,16 +484,14 @@ class Session:
             rows: list[Row] = []
             new: list[Record] = []
             if fresh:
-                seq = w.next_seq()
-                base = seq if seq is not None else 0
-                step = 1 if seq is not None else 0
+                seqs = w.next_seqs(len(fresh))
                 # The leaves in one call (hashed side by side), then one pass while each
                 # event is at hand: its row and its record (no body is decoded again).
                 leaves = merkle.leaf_hashes([p.body for p in fresh], HASH)
                 kinds, name = _KINDS, self.name
                 for j, (p, leaf) in enumerate(zip(fresh, leaves)):
                     body, event = p.body, p.event
-                    kind, at = kinds[type(event)], base + j * step
+                    kind, at = kinds[type(event)], seqs[j]
                     # tuple.__new__ is Row(...) without the Python-level __new__ a NamedTuple adds.
                     rows.append(_new_tuple(Row, (at, sid, first + j, kind, p.key, leaf, body)))
                     new.append(Record(name, at, first + j, kind, event, body, leaf))
@@ -499,14 +501,14 @@ class Session:
                 nodes = frontier.extend(leaves, every=merkle.TILE_HEIGHT)  # the levels a store keeps
                 root = frontier.root()
                 prev = head.size if head else 0
+                runs = seq_runs(seqs)
                 # seal() itself: seal_head's checks are for heads read back, these values are ours.
-                new_head = HeadRow(frontier.size, root, prev, seal(store.mac_key, self.name, frontier.size, root, prev))
+                new_head = _new_tuple(HeadRow, (frontier.size, root, prev,
+                                                seal(store.mac_key, self.name, frontier.size, root, prev, runs), runs))
                 # The index first: an insert may be the transaction's last statement (it
                 # commits in the same message on PostgreSQL).
                 structure_index.extend(w, sid, prev, [p.event for p in fresh])
-                seqs = w.insert(rows, nodes, new_head)
-                if seq is None:  # the database assigned them
-                    new = [msgspec.structs.replace(r, seq=s) for r, s in zip(new, seqs)]
+                w.insert(rows, nodes, new_head)
                 for redaction, by in erasures:
                     self._check_erasable(redaction, by)
                     w.erase(redaction.positions, by)
@@ -1176,7 +1178,7 @@ class Session:
         if store.keyed and store.mac_key is None:
             raise KeyRequired("certify a restoration", session=name)
         head = backend.head(sid)
-        if head is None or head.seal != store.seal_head(name, head.size, head.root, head.prev):
+        if head is None or head.seal != store.seal_head(name, head.size, head.root, head.prev, head.seqs):
             raise IntegrityError("the latest tree head's seal does not verify", session=name)
         if not 0 <= n.start < n.stop <= pos < head.size:
             raise IntegrityError(f"node at pos {pos} covers [{n.start}, {n.stop}), not a span before it", session=name, pos=pos)
@@ -1541,7 +1543,7 @@ class Session:
             raise KeyRequired("certify", session=name)
         sid = self._require_sid()
         row = store.backend.head(sid)
-        if row is None or row.seal != store.seal_head(name, row.size, row.root, row.prev):
+        if row is None or row.seal != store.seal_head(name, row.size, row.root, row.prev, row.seqs):
             raise IntegrityError("the latest tree head's seal does not verify", session=name)
         size = row.size if size is None else size
         if not isinstance(size, int) or isinstance(size, bool) or not 0 <= size <= row.size:
@@ -1774,12 +1776,15 @@ class _ReadCheck:
     handle's proven prefix is carried to the head by a consistency proof, so a leaf
     proven before is checked by one comparison; the rest of a run of rows is hashed up
     and joined with stored roots (:func:`merkle.run_root_with`), which must give the
-    head's root: an edited stored root does not pass.
+    head's root: an edited stored root does not pass. The rows the head's own commit
+    added must carry the global seqs it seals; older rows' seqs are held by ``verify()``.
     """
 
     def __init__(self, session: Session, sid: int | None) -> None:
         self.session, self.sid = session, sid
         self.size, self.root = 0, _EMPTY_ROOT
+        #: the latest head's ``prev`` and ``seqs``: the first position of its commit and the seqs it seals
+        self.tail, self.seqs = 0, b""
         self.prefix = _Prefix(session.name, 0, self.root)
         if sid is not None:
             self._head(sid)
@@ -1807,7 +1812,7 @@ class _ReadCheck:
         if known == row.size:
             if known_root != row.root:
                 raise self._fail(f"the sealed head of size {known} changed its root", known)
-            self.size, self.root, self.prefix = row.size, row.root, prefix
+            self.size, self.root, self.prefix, self.tail, self.seqs = row.size, row.root, prefix, row.prev, row.seqs
             return
         proof = session._roots(merkle.consistency_spans(known, row.size), sid)
         if known and not merkle.verify_consistency(known, row.size, known_root, row.root, proof, HASH):
@@ -1816,7 +1821,7 @@ class _ReadCheck:
         with store._cache_lock:
             if prefix.size < row.size:
                 prefix.size, prefix.root = row.size, row.root
-        self.size, self.root, self.prefix = row.size, row.root, prefix
+        self.size, self.root, self.prefix, self.tail, self.seqs = row.size, row.root, prefix, row.prev, row.seqs
 
     def _sealed(self, sid: int) -> HeadRow | None:
         """Return the latest stored head, its seal checked."""
@@ -1828,7 +1833,7 @@ class _ReadCheck:
             prefix = store._verified.get(sid)
             if prefix is not None and prefix.name == name and prefix.sealed == row:
                 return row
-        if row.seal != store.seal_head(name, row.size, row.root, row.prev):
+        if row.seal != store.seal_head(name, row.size, row.root, row.prev, row.seqs):
             raise self._fail(f"the latest tree head (size {row.size}) has a seal that does not verify", row.size)
         if prefix is not None and prefix.name == name:
             prefix.sealed = row
@@ -1847,7 +1852,8 @@ class _ReadCheck:
         """Check a run of rows at consecutive positions (each body already checked against its leaf).
 
         Raises:
-            IntegrityError: naming the first position whose leaf is not the one the sealed head holds.
+            IntegrityError: naming the first position whose leaf is not the one the sealed head holds,
+                or, among the latest commit's rows, whose seq is not the one it seals.
         """
         first, stop = rows[0].pos, rows[-1].pos + 1
         if stop > self.size and self.sid is not None:
@@ -1868,6 +1874,8 @@ class _ReadCheck:
         if rest < stop and not self._extend(rest, leaves[rest - first :]):
             bad = self._first_bad(rest, leaves[rest - first :])
             raise self._fail(f"the event at pos {bad} is not in the tree of the latest sealed head (size {self.size})", bad)
+        if stop > self.tail:
+            self._seqs(rows[max(0, self.tail - first):])
 
     def _extend(self, start: int, leaves: Sequence[bytes]) -> bool:
         """Prove ``leaves`` at ``start..`` (the prefix ends at ``start`` or later) and add them to the proven prefix.
@@ -1927,6 +1935,17 @@ class _ReadCheck:
         if rest and self.session.root_with({r.pos: r.leaf for r in rest}, self.size) != self.root:
             bad = next((r.pos for r in rest if self._fails(r)), rest[0].pos)
             raise self._fail(f"the event at pos {bad} is not in the tree of the latest sealed head (size {self.size})", bad)
+        if stop > self.tail:
+            self._seqs([r for r in rows if r.pos >= self.tail])
+
+    def _seqs(self, rows: Sequence[Row]) -> None:
+        """Check the global seqs of rows of the latest head's commit against those its seal covers."""
+        tail, seqs = self.tail, self.seqs
+        for r in rows:
+            want = seq_at(seqs, r.pos - tail)
+            if r.seq != want:
+                raise self._fail(f"the event at pos {r.pos} has seq {r.seq}, where the latest sealed head holds "
+                                 f"{want}", r.pos)
 
     def _fails(self, row: Row) -> bool:
         """Return whether ``row``'s leaf fails its own inclusion proof from stored roots."""

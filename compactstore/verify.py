@@ -13,6 +13,8 @@ processes read and summarise chunks and the calling process only folds the summa
 order, O(log n) hashes per chunk and per head; so from a database file of
 ``PARALLEL_BYTES`` on, where reading and decoding the bodies is most of the work. Every other chunk is checked row by row,
 in order, which is what a summary stands for: the report is the same either way.
+Each head is also held to the global seqs of the events its commit added (``heads.seqs``,
+under its seal): a chunk carries its seqs as runs of consecutive numbers, a few bytes.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from .backends.queries import TABLE
 from .backends import Backend, HeadRow, Row, all_heads, open_backend
 from .content import content_digest_of
 from .errors import IntegrityError, InvalidEvent
+from .seal import pack_runs, runs_of
 
 
 
@@ -51,7 +54,7 @@ class Sealed(Protocol):
     keyed: bool
     mac_key: bytes | None
 
-    def seal_head(self, session: str, size: int, root: bytes, prev: int) -> bytes: ...
+    def seal_head(self, session: str, size: int, root: bytes, prev: int, seqs: bytes) -> bytes: ...
 
 MAX_PROBLEMS = 10_000
 #: Every name the meta table may hold.
@@ -270,6 +273,8 @@ class _Chunk(NamedTuple):
     clean: bool
     first_seq: int
     last_seq: int
+    #: the rows' seqs as ``(first, length)`` runs of consecutive numbers
+    seq_runs: list[tuple[int, int]]
     #: ``cover(start, start + count)`` as (level, root), left to right: one level-12 root
     #: for a whole chunk
     pieces: list[tuple[int, bytes]]
@@ -315,7 +320,7 @@ def _check_chunk(backend: Backend, sid: int, start: int, reds: _Redactions, keep
             if p in reds.by:
                 done.append(p)
     if not clean:
-        return _Chunk(start, n, False, 0, 0, [], {}, [], 0, [], checked.indexed, checked.digests, checked)
+        return _Chunk(start, n, False, 0, 0, [], [], {}, [], 0, [], checked.indexed, checked.digests, checked)
     levels = merkle.subtree_levels(checked.leaves)
     subtrees: list[tuple[int, str]] = []
     for level in range(1, len(levels)):
@@ -334,8 +339,11 @@ def _check_chunk(backend: Backend, sid: int, start: int, reds: _Redactions, keep
         if h.size <= start + n
     }
     pieces = [(lv, levels[lv][i]) for lv, i in merkle.cover(0, n)]
-    return _Chunk(start, n, True, seqs[0], seqs[-1], pieces, tails, subtrees, redacted, done, checked.indexed,
-                  checked.digests, checked if keep_rows else None)
+    runs = _SeqRuns()
+    for q in seqs:
+        runs.add(q)
+    return _Chunk(start, n, True, seqs[0], seqs[-1], runs.pairs(), pieces, tails, subtrees, redacted, done,
+                  checked.indexed, checked.digests, checked if keep_rows else None)
 
 
 # One backend per worker process, opened by the pool's initializer, and the redaction
@@ -565,6 +573,60 @@ class _Heads:
         self._ahead.extendleft(reversed(heads))
 
 
+class _SeqRuns:
+    """Global seqs of consecutive positions as runs of consecutive numbers: those read and not yet held to a head."""
+
+    __slots__ = ("runs",)
+
+    def __init__(self) -> None:
+        self.runs: deque[list[int]] = deque()
+
+    def add(self, seq: int) -> None:
+        runs = self.runs
+        if runs and runs[-1][0] + runs[-1][1] == seq:
+            runs[-1][1] += 1
+        else:
+            runs.append([seq, 1])
+
+    def extend(self, runs: Sequence[tuple[int, int]]) -> None:
+        mine = self.runs
+        for first, n in runs:
+            if mine and mine[-1][0] + mine[-1][1] == first:
+                mine[-1][1] += n
+            else:
+                mine.append([first, n])
+
+    def pairs(self) -> list[tuple[int, int]]:
+        return [(a, n) for a, n in self.runs]
+
+    def take(self, count: int) -> bytes:
+        """Remove the seqs of the next ``count`` positions; return them packed as a head stores them."""
+        runs, out = self.runs, []
+        while count > 0 and runs:
+            first, n = runs[0]
+            if n <= count:
+                runs.popleft()
+                out.append((first, n))
+                count -= n
+            else:
+                out.append((first, count))
+                runs[0] = [first + count, n - count]
+                count = 0
+        return pack_runs(out)
+
+
+def _seq_problem(stored: bytes, got: bytes, prev: int, size: int) -> tuple[int, str]:
+    """Return the first position of ``[prev, size)`` whose seq differs from the one its head seals, and what is wrong."""
+    def each(packed: bytes) -> Iterator[int]:
+        for first, n in runs_of(packed):
+            yield from range(first, first + n)
+
+    for pos, (want, have) in enumerate(zip(each(stored), each(got)), prev):
+        if want != have:
+            return pos, f"sequence number {have}, where the head of size {size} seals {want}"
+    return prev, f"the head of size {size} seals other sequence numbers for positions [{prev}, {size})"
+
+
 class _SessionCheck:
     """The checks of one session that need its rows in order: tree, heads, sequence, redactions."""
 
@@ -574,6 +636,8 @@ class _SessionCheck:
         self.heads = _Heads(store.backend, sid)
         self.prev = 0
         self.last_seq = 0
+        #: the seqs of positions from ``prev`` on
+        self.seqs = _SeqRuns()
         self.reds = _Redactions.of(store.backend, sid)
         #: redaction records not yet met by their redaction event
         self.erased_by = {b: set(ps) for b, ps in self.reds.by.items()}
@@ -595,8 +659,10 @@ class _SessionCheck:
             return False
         found, name = self.found, self.name
         prefix = self.tree.hashes  # the roots of cover(0, start): fold them onto each head's part
+        self.seqs.extend(chunk.seq_runs)
         for head in due:
-            _check_head(self.store, name, head, self.prev, merkle.fold([*prefix, chunk.tails[head.size]]), found)
+            _check_head(self.store, name, head, self.prev, merkle.fold([*prefix, chunk.tails[head.size]]),
+                        self.seqs.take(head.size - self.prev), found)
             self.prev = head.size
         self.last_seq = chunk.last_seq
         found.redacted += chunk.redacted
@@ -628,6 +694,7 @@ class _SessionCheck:
             if seq <= self.last_seq:
                 found.add(name, "events", row_pos, f"sequence number {seq} not after {self.last_seq}")
             self.last_seq = seq
+            self.seqs.add(seq)
             for table, what in issues.get(row_pos, ()):
                 found.add(name, table, row_pos, what)
             if row_pos in chunk.erased:
@@ -651,7 +718,7 @@ class _SessionCheck:
                     made[level][idx] = h
             while (head := self.heads.peek()) is not None and head.size <= frontier.size:
                 root = frontier.root() if head.size == frontier.size else None
-                _check_head(store, name, head, self.prev, root, found)
+                _check_head(store, name, head, self.prev, root, self.seqs.take(head.size - self.prev), found)
                 self.prev = head.size
                 self.heads.pop()
         self._check_made(made)
@@ -715,11 +782,17 @@ def _check_body(
     return event
 
 
-def _check_head(store: Sealed, name: str, head: HeadRow, prev: int, root: bytes | None, found: _Problems) -> None:
-    """Check a head against ``root``, the tree's root at its size (None: the log never had that size in order)."""
+def _check_head(store: Sealed, name: str, head: HeadRow, prev: int, root: bytes | None, seqs: bytes,
+                found: _Problems) -> None:
+    """Check a head against ``root``, the tree's root at its size (None: the log never had that size in order).
+
+    ``seqs``: the seqs of the events at positions ``[prev, size)``, packed as a head stores them.
+    """
     if root is None:
         found.add(name, "heads", head.size, "head of a size that was skipped")
         return
+    if head.seqs != seqs:
+        found.add(name, "events", *_seq_problem(head.seqs, seqs, prev, head.size))
     if head.root != root:
         found.add(name, "heads", head.size, f"root mismatch: got {_short(head.root)}, want {_short(root)}")
     if head.prev != prev:
@@ -728,8 +801,9 @@ def _check_head(store: Sealed, name: str, head: HeadRow, prev: int, root: bytes 
     # the store-wide check reports ("the store is keyed") says why; no tamper alarm per head.
     if store.keyed and store.mac_key is None:
         return
-    if head.seal != store.seal_head(name, head.size, head.root, head.prev):
-        found.add(name, "heads", head.size, "seal does not match (session name, size, root, prev)" + (" under the key" if store.mac_key else ""))
+    if head.seal != store.seal_head(name, head.size, head.root, head.prev, head.seqs):
+        found.add(name, "heads", head.size, "seal does not match (session name, size, root, prev, seqs)"
+                  + (" under the key" if store.mac_key else ""))
 
 
 def _content_digest_problem(backend: Backend, sid: int, pos: int, node: ev.Summary) -> str | None:

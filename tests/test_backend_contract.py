@@ -20,6 +20,7 @@ from compactstore import events as ev
 from compactstore import index, merkle
 from compactstore.backends import SCHEMA_VERSION, Backend, HeadRow, Row, Writer, open_backend
 from compactstore.errors import LockTimeout
+from compactstore.seal import seq_runs
 from compactstore.structure import IndexRow
 
 #: The history every test reads: a failed call, a binding rebound (so the first is
@@ -265,7 +266,7 @@ def test_index_after_streams_the_whole_index_in_order(backend: Backend) -> None:
 
 
 def test_a_writer_reads_its_session_inside_its_transaction(store: cs.Store, backend: Backend) -> None:
-    """A writer's head, hashes, idempotency lookup, next seq and index reads agree with the backend's."""
+    """A writer's head, hashes, idempotency lookup, next seqs and index reads agree with the backend's."""
     sid = _sid(backend)
     with pytest.raises(_Rollback), backend.writer("s") as w:
         assert w.session_id == sid
@@ -274,8 +275,8 @@ def test_a_writer_reads_its_session_inside_its_transaction(store: cs.Store, back
         assert w.hashes([(4, 0), (0, 1)]) == backend.hashes(sid, [(4, 0), (0, 1)])
         found = w.find_idempotent("k")
         assert found is not None and found.pos == KEYED and w.find_idempotent("nope") is None
-        seq = w.next_seq()
-        assert seq is None or seq == backend.seq_bounds()[2] + 1
+        seqs = w.next_seqs(3)
+        assert len(seqs) == 3 and seqs[0] > backend.seq_bounds()[2] and list(seqs) == sorted(set(seqs))
         assert w.index_rows(("negative",), 0, 10) == backend.index_rows(sid, ("negative",), 0, 10)
         assert w.index_rows_at("open", [4, 6]) == backend.index_rows_at(sid, "open", [4, 6])
         assert w.latest_binding("rollback", 30) == backend.latest_binding(sid, "rollback", 30)
@@ -287,12 +288,13 @@ def test_a_writer_inserts_events_subtree_roots_a_head_and_index_rows(backend: Ba
     """insert_index() then insert() store exactly what they are given, in a new session."""
     body = ev.encode(cs.Turn("user", "hello"))
     leaf = merkle.leaf_hash(body)
-    head = HeadRow(1, leaf, 0, b"\x01" * 32)
     rows = [IndexRow(0, "binding", "k", 0, ""), IndexRow(0, "negative", "failed", 0, "it's {x}")]
     with backend.writer("w") as w:
         assert w.head() is None
+        (seq,) = w.next_seqs(1)
+        head = HeadRow(1, leaf, 0, b"\x01" * 32, seq_runs([seq]))
         w.insert_index(rows)
-        seqs = w.insert([Row(w.next_seq() or 0, w.session_id, 0, "turn", None, leaf, body)], [], head)
+        seqs = w.insert([Row(seq, w.session_id, 0, "turn", None, leaf, body)], [], head)
     sid = _sid(backend, "w")
     stored = backend.row(sid, 0)
     assert stored is not None and [stored.seq] == seqs and (stored.leaf, stored.body) == (leaf, body)

@@ -220,7 +220,7 @@ def test_a_nul_in_an_idempotency_key_is_refused_before_the_server(pg_url: str) -
 
 
 def test_sequence_numbers_are_unique_and_ordered_but_may_have_gaps(pg_url: str) -> None:
-    """seq comes from an identity column: verify does not ask for 1..n, only order within a session."""
+    """seq comes from a sequence, drawn by each append: verify does not ask for 1..n, only order within a session."""
     with cs.open(pg_url) as st:
         assert st.backend.gapless_seq is False
         a, b = st.session("a"), st.session("b")
@@ -303,10 +303,10 @@ def test_nothing_runs_in_a_writer_after_its_insert_committed(pg_url: str) -> Non
             with st.backend.writer("s") as w:
                 row = st.backend.row(sid, 0)
                 assert row is not None
-                w.insert([row._replace(pos=1)], [], HeadRow(2, head.root, 1, head.seal))
-                assert st.backend.head(sid) == HeadRow(2, head.root, 1, head.seal)  # visible: committed
+                w.insert([row._replace(pos=1, seq=row.seq + 1)], [], HeadRow(2, head.root, 1, head.seal, head.seqs))
+                assert st.backend.head(sid) == HeadRow(2, head.root, 1, head.seal, head.seqs)  # visible: committed
                 w.find_idempotent("k")
-        assert st.backend.head(sid) == HeadRow(2, head.root, 1, head.seal)  # and not rolled back
+        assert st.backend.head(sid) == HeadRow(2, head.root, 1, head.seal, head.seqs)  # and not rolled back
 
 
 def _one_event(st: cs.Store) -> tuple[int, Any, Any]:
@@ -335,7 +335,7 @@ def test_a_writers_index_rows_reach_the_index_exactly(pg_url: str, owner: psycop
             if read_first:
                 got = w.index_rows(("binding", "open_at"), 5, 6)
                 assert sorted(got) == sorted(rows)
-            w.insert([row._replace(pos=1)], [], HeadRow(2, head.root, 1, head.seal))
+            w.insert([row._replace(pos=1, seq=row.seq + 1)], [], HeadRow(2, head.root, 1, head.seal, head.seqs))
     stored = owner.execute(f"SELECT pos, rel, key, num, text FROM {INDEX_TABLE} WHERE pos = 5 ORDER BY rel, num").fetchall()
     assert stored == sorted(rows, key=lambda r: (r[1], r[3]))
 
@@ -350,7 +350,7 @@ def test_a_nul_in_an_index_row_is_refused_before_the_server(pg_url: str) -> None
         with pytest.raises(cs.CompactStoreError, match="NUL"):
             with st.backend.writer("s") as w:
                 w.insert_index([IndexRow(1, "binding", "a\x00b", 0, "")])
-                w.insert([row._replace(pos=1)], [], HeadRow(2, head.root, 1, head.seal))
+                w.insert([row._replace(pos=1, seq=row.seq + 1)], [], HeadRow(2, head.root, 1, head.seal, head.seqs))
         assert st.session("s").size == 1
 
 
@@ -442,3 +442,18 @@ def test_pool_connections_run_at_read_committed_whatever_the_servers_default(
         assert [r.pos for r in b.session("s").scan()] == list(range(6))
         assert a.verify().ok
     assert rebuilt == ["s"] * 4  # after each store's first, every append was built on a head the other had moved
+
+
+def test_one_writer_draws_the_seqs_it_expected_and_others_are_refused(pg_url: str) -> None:
+    """A lone handle's appends get exactly the seqs after its last, as on SQLite (1..n, no gap); two handles
+    drawing in turn miss their expectations, are refused and retried: gaps, but every seq sealed and in order."""
+    with cs.open(pg_url) as st:
+        s = st.session("a")
+        got = [s.append(cs.Turn("user", f"{i}")).seq for i in range(5)] + [r.seq for r in s.extend(_turns(3))]
+        assert got == list(range(1, 9))
+        with cs.open(pg_url) as other:
+            for i in range(4):
+                got.append(s.append(cs.Turn("user", f"again {i}")).seq)
+                got.append(other.session("b").append(cs.Turn("user", f"b {i}")).seq)
+        assert got == sorted(got) and got[-1] > len(got)  # refused draws leave gaps
+        assert st.verify().ok

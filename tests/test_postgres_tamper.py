@@ -2,9 +2,8 @@
 
 The owner can do anything: drop the append-only triggers and the identity columns'
 protection first. Every change must then be reported by ``verify()`` (or refused when
-the store is opened). ``events.seq`` is a storage coordinate outside every hash; with
-gaps allowed, only its order within a session is checked, so its mutations here are
-ones that break that order.
+the store is opened). ``events.seq`` is sealed by the head of its commit (gaps allowed);
+its single-cell mutations here also break its order within the session.
 """
 
 from __future__ import annotations
@@ -41,7 +40,7 @@ def _build(url: str, key: bytes | None) -> None:
 
 @pytest.fixture
 def attacker(pg_url: str) -> Iterator[psycopg.Connection[Any]]:
-    """Return the owner's connection with triggers and identity protection removed."""
+    """Return the owner's connection (see _disarm for removing the triggers and identity protection)."""
     with psycopg.connect(pg_url, autocommit=True) as conn:
         yield conn
 
@@ -51,7 +50,6 @@ def _disarm(conn: psycopg.Connection[Any]) -> None:
         "SELECT tgrelid::regclass::text, tgname FROM pg_trigger WHERE NOT tgisinternal"
     ).fetchall():
         conn.execute(f"DROP TRIGGER {name} ON {table}")
-    conn.execute("ALTER TABLE events ALTER COLUMN seq DROP IDENTITY")
     conn.execute("ALTER TABLE sessions ALTER COLUMN id DROP IDENTITY")
 
 
@@ -151,9 +149,11 @@ def test_a_consistent_rewrite_without_the_key_is_caught(pg_url: str, attacker: p
                 attacker.execute("INSERT INTO subtrees VALUES (%s, %s, %s, %s)", (sid, level, idx, h))
     for size in range(1, len(leaves) + 1):
         root = merkle.root_of_leaves(leaves[:size])
+        got = attacker.execute("SELECT seqs FROM heads WHERE session_id = %s AND size = %s", (sid, size)).fetchone()
+        assert got is not None
         attacker.execute(
             "UPDATE heads SET root = %s, seal = %s WHERE session_id = %s AND size = %s",
-            (root, seal(None, "agent-b", size, root, size - 1), sid, size),
+            (root, seal(None, "agent-b", size, root, size - 1, got[0]), sid, size),
         )
     with cs.open(pg_url, key=key) as st:
         report = st.verify()

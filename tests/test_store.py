@@ -202,8 +202,8 @@ def test_keyed_head_recomputed_without_the_key_fails(sqlite_target: str) -> None
         st.session("s").extend(_turns(4))
     conn = sqlite3.connect(target)
     conn.execute("DROP TRIGGER heads_no_update")
-    size, root, prev = conn.execute("SELECT size, root, prev FROM heads ORDER BY size DESC LIMIT 1").fetchone()
-    conn.execute("UPDATE heads SET seal = ? WHERE size = ?", (seal(None, "s", size, root, prev), size))
+    size, root, prev, seqs = conn.execute("SELECT size, root, prev, seqs FROM heads ORDER BY size DESC LIMIT 1").fetchone()
+    conn.execute("UPDATE heads SET seal = ? WHERE size = ?", (seal(None, "s", size, root, prev, seqs), size))
     conn.commit()
     conn.close()
     with cs.open(target, key=b"secret") as st:

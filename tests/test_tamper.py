@@ -163,8 +163,9 @@ def test_a_consistent_rewrite_without_the_key_is_caught(tmp_path: Path) -> None:
                 conn.execute("INSERT INTO subtrees VALUES (?, ?, ?, ?)", (sid, level, idx, h))
     for size in range(1, len(leaves) + 1):
         root = merkle.root_of_leaves(leaves[:size])
+        (seqs,) = conn.execute("SELECT seqs FROM heads WHERE session_id = ? AND size = ?", (sid, size)).fetchone()
         conn.execute("UPDATE heads SET root = ?, seal = ? WHERE session_id = ? AND size = ?",
-                     (root, seal(None, "agent-b", size, root, size - 1), sid, size))
+                     (root, seal(None, "agent-b", size, root, size - 1, seqs), sid, size))
     conn.commit()
     conn.close()
     with cs.open(str(path), key=b"k" * 32) as st:

@@ -13,10 +13,12 @@ Tables (the same in every backend):
   ``H(0x00 || body)``; ``kind`` and ``idem_key`` repeat what the body says, for indexes.
 - ``subtrees(session_id, level, idx, hash)``: the root of every complete subtree at a
   stored level above the leaves (the leaves are ``events.leaf``).
-- ``heads(session_id, size, root, prev, seal)``: a tree head per write transaction,
-  chained to the previous one by its size ``prev``, sealed with a keyed BLAKE3 MAC
-  when the store has a key (a plain BLAKE3 digest otherwise). The chain makes a
-  removed head as visible as a changed one.
+- ``heads(session_id, size, root, prev, seal, seqs)``: a tree head per write
+  transaction, chained to the previous one by its size ``prev``, with the global ``seq``
+  of each event the transaction added (``seqs``, runs of consecutive numbers), sealed
+  with a keyed BLAKE3 MAC when the store has a key (a plain BLAKE3 digest otherwise).
+  The chain makes a removed head as visible as a changed one; ``seqs`` puts the order of
+  events across sessions under the seals.
 - ``structure_index(session_id, pos, rel, key, num, text)``: the structural facts
   of each session's events (see :mod:`compactstore.backends.queries`), insert-only.
 - ``redactions(session_id, pos, by)``: positions whose body was erased by the

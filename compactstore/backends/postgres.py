@@ -8,17 +8,25 @@ Triggers refuse UPDATE, DELETE and TRUNCATE on every log table.
 
 A write transaction takes a transaction-scoped advisory lock keyed on its session, so
 appends to one session are serialized (positions are read and written under the lock)
-while appends to different sessions run in parallel. Sequence numbers come from an
-identity column: unique and increasing within a session, but with gaps.
+while appends to different sessions run in parallel. Sequence numbers come from one
+sequence (``events_seq``, no cache), drawn by the append before its head is sealed (the
+seal covers them): unique, after those of every commit that ended before the append
+began, increasing within a session, but with gaps (a number drawn by a
+transaction that rolls back is not used again) and, between transactions that run at
+once, not in the order they commit. Nothing orders commits to different sessions
+against each other but what they could see, so no writer waits for another's.
 
 An append on the head this backend committed last (the common case: one process
-appending to a session) is one round trip and one statement, a prepared call of
-``compactstore_append`` (lock, check the head, insert) with its arguments in binary,
-committed as the implicit transaction of that statement. Otherwise an append costs two
-round trips, each one message: BEGIN with a call of the ``compactstore_open`` function
-(find or create the session, lock it, read its head), then a call of
-``compactstore_insert_indexed`` (the structural index's rows, the events, subtree roots
-and head) with COMMIT. A redaction commits after its erasures instead, and a batch of
+appending to a session) is one statement, a prepared call of ``compactstore_append``
+(lock, check the head, draw the seqs, insert) with its arguments in binary, committed as
+the implicit transaction of that statement: one round trip when its seqs are the ones
+after this backend's last (it seals them before the server draws them, and the server
+refuses others, see :meth:`PostgresBackend._expected_seq`), two where other processes
+draw too (the draw first, in a round trip of its own). Otherwise
+an append costs three round trips, each one message: BEGIN with a call of the
+``compactstore_open`` function (find or create the session, lock it, read its head), the
+draw, then a call of ``compactstore_insert_indexed`` (the structural index's rows, the
+events, subtree roots and head) with COMMIT. A redaction commits after its erasures instead, and a batch of
 more than :data:`INLINE_BYTES` of bodies commits in a third. The functions are created
 with the schema.
 
@@ -68,18 +76,20 @@ _SCHEMA = (
     'CREATE TABLE meta (name text COLLATE "C" PRIMARY KEY, value text COLLATE "C" NOT NULL)',
     'CREATE TABLE sessions (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, '
     'name text COLLATE "C" NOT NULL UNIQUE)',
-    # One sequence, one value at a time: within a session seqs follow the append order.
+    # No cache: a connection's cached numbers would be older than those others drew meanwhile.
+    "CREATE SEQUENCE events_seq AS bigint CACHE 1",
+    # seq is drawn from events_seq by the writer (see _DRAW): within a session seqs follow the append order.
     # Every unique key of the log tables leads with session_id, so a distributed engine
     # (Citus) can shard them by session as they are; seq is unique by construction.
     # body is NULL only once a redaction has erased it (see the events update trigger).
-    'CREATE TABLE events (seq bigint GENERATED ALWAYS AS IDENTITY (CACHE 1) NOT NULL, '
+    'CREATE TABLE events (seq bigint NOT NULL, '
     'session_id bigint NOT NULL, pos bigint NOT NULL, kind text COLLATE "C" NOT NULL, '
     'idem_key text COLLATE "C", leaf bytea NOT NULL, body bytea, PRIMARY KEY (session_id, pos))',
     "CREATE UNIQUE INDEX events_idem ON events (session_id, idem_key) WHERE idem_key IS NOT NULL",
     "CREATE TABLE subtrees (session_id bigint NOT NULL, level bigint NOT NULL, idx bigint NOT NULL, "
     "hash bytea NOT NULL, PRIMARY KEY (session_id, level, idx))",
     "CREATE TABLE heads (session_id bigint NOT NULL, size bigint NOT NULL, root bytea NOT NULL, "
-    "prev bigint NOT NULL, seal bytea NOT NULL, PRIMARY KEY (session_id, size))",
+    "prev bigint NOT NULL, seal bytea NOT NULL, seqs bytea NOT NULL, PRIMARY KEY (session_id, size))",
     "CREATE TABLE redactions (session_id bigint NOT NULL, pos bigint NOT NULL, by bigint NOT NULL, "
     "PRIMARY KEY (session_id, pos))",
     "CREATE FUNCTION compactstore_append_only() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
@@ -118,7 +128,7 @@ _SCHEMA = (
 #: Change its body only with a new schema version: a store keeps the functions it was made with.
 _OPEN_FUNCTION = (
     "CREATE FUNCTION compactstore_open(p_name text, OUT sid bigint, OUT head_size bigint, OUT head_root bytea, "
-    "OUT head_prev bigint, OUT head_seal bytea) LANGUAGE plpgsql VOLATILE AS $$ BEGIN "
+    "OUT head_prev bigint, OUT head_seal bytea, OUT head_seqs bytea) LANGUAGE plpgsql VOLATILE AS $$ BEGIN "
     "SELECT s.id INTO sid FROM sessions s WHERE s.name = p_name; "
     "IF sid IS NULL THEN "
     "INSERT INTO sessions AS s (name) VALUES (p_name) ON CONFLICT (name) DO NOTHING RETURNING s.id INTO sid; "
@@ -127,24 +137,23 @@ _OPEN_FUNCTION = (
     "USING ERRCODE = 'serialization_failure'; END IF; "
     "END IF; "
     f"PERFORM pg_advisory_xact_lock({_LOCK_SESSION}, {_fold_sql('sid')}); "
-    "SELECT h.size, h.root, h.prev, h.seal INTO head_size, head_root, head_prev, head_seal FROM heads h "
+    "SELECT h.size, h.root, h.prev, h.seal, h.seqs INTO head_size, head_root, head_prev, head_seal, head_seqs "
+    "FROM heads h "
     "WHERE h.session_id = sid ORDER BY h.size DESC LIMIT 1; "
     "END $$"
 )
 
-#: Insert a batch in one call: the structural index's rows, the events (seqs assigned in
-#: position order, returned in that order), the completed subtree roots and the head.
+#: Insert a batch in one call: the structural index's rows, the events (with the seqs the
+#: writer drew, returned in position order), the completed subtree roots and the head.
 #: Leaves, bodies and subtree roots arrive as one byte string each, sliced here (a body's
 #: offset is the sum of the lengths before it; length -1 is NULL): a long string literal
 #: costs the client one C call to write and the server one pass to read, where an array
-#: of byte strings costs a step per element on both sides. Rows are put in position order
-#: (so seqs follow it) before their bodies are cut out: a sort of wide rows would spill to
-#: disk past work_mem. The index rows come as arrays because a statement of their own,
+#: of byte strings costs a step per element on both sides. The index rows come as arrays because a statement of their own,
 #: sent as text, is parsed and planned on every append, where the plans here are cached.
 _INSERT_FUNCTION = (
-    "CREATE FUNCTION compactstore_insert_indexed(p_sid bigint, p_pos bigint[], p_kind text[], p_key text[], "
-    "p_len int4[], p_width int4, p_leaves bytea, p_bodies bytea, p_level bigint[], p_idx bigint[], p_hashes bytea, "
-    "p_size bigint, p_root bytea, p_prev bigint, p_seal bytea, "
+    "CREATE FUNCTION compactstore_insert_indexed(p_sid bigint, p_pos bigint[], p_seq bigint[], p_kind text[], "
+    "p_key text[], p_len int4[], p_width int4, p_leaves bytea, p_bodies bytea, p_level bigint[], p_idx bigint[], "
+    "p_hashes bytea, p_size bigint, p_root bytea, p_prev bigint, p_seal bytea, p_seqs bytea, "
     "p_ix_pos bigint[], p_ix_rel text[], p_ix_key text[], p_ix_num bigint[], p_ix_text text[]) "
     "RETURNS bigint[] LANGUAGE plpgsql VOLATILE AS $$ "
     "DECLARE seqs bigint[]; BEGIN "
@@ -156,14 +165,15 @@ _INSERT_FUNCTION = (
     "FROM unnest(p_ix_pos, p_ix_rel, p_ix_key, p_ix_num, p_ix_text) AS x(pos, rel, key, num, text); END IF; "
     # One event, the common append, takes the short way: no unnest, window or slicing.
     "IF cardinality(p_pos) = 1 THEN "
-    "INSERT INTO events (session_id, pos, kind, idem_key, leaf, body) VALUES (p_sid, p_pos[1], p_kind[1], p_key[1], "
+    "INSERT INTO events (seq, session_id, pos, kind, idem_key, leaf, body) "
+    "VALUES (p_seq[1], p_sid, p_pos[1], p_kind[1], p_key[1], "
     "p_leaves, CASE WHEN p_len[1] >= 0 THEN p_bodies END) RETURNING ARRAY[seq] INTO seqs; "
     "ELSE "
-    "WITH u AS (SELECT u.pos, u.kind, u.idem_key, u.len, u.i, "
+    "WITH u AS (SELECT u.pos, u.seq, u.kind, u.idem_key, u.len, u.i, "
     "sum(greatest(u.len, 0)) OVER (ORDER BY u.i) - greatest(u.len, 0) AS start "
-    "FROM unnest(p_pos, p_kind, p_key, p_len) WITH ORDINALITY AS u(pos, kind, idem_key, len, i) ORDER BY u.pos), "
-    "e AS (INSERT INTO events AS ev (session_id, pos, kind, idem_key, leaf, body) "
-    "SELECT p_sid, u.pos, u.kind, u.idem_key, substring(p_leaves FROM (p_width * (u.i - 1) + 1)::int4 FOR p_width), "
+    "FROM unnest(p_pos, p_seq, p_kind, p_key, p_len) WITH ORDINALITY AS u(pos, seq, kind, idem_key, len, i)), "
+    "e AS (INSERT INTO events AS ev (seq, session_id, pos, kind, idem_key, leaf, body) "
+    "SELECT u.seq, p_sid, u.pos, u.kind, u.idem_key, substring(p_leaves FROM (p_width * (u.i - 1) + 1)::int4 FOR p_width), "
     "CASE WHEN u.len >= 0 THEN substring(p_bodies FROM (u.start + 1)::int4 FOR u.len) END "
     "FROM u RETURNING ev.pos, ev.seq) "
     "SELECT array_agg(e.seq ORDER BY e.pos) INTO seqs FROM e; "
@@ -171,7 +181,7 @@ _INSERT_FUNCTION = (
     "IF cardinality(p_level) > 0 THEN INSERT INTO subtrees (session_id, level, idx, hash) "
     "SELECT p_sid, t.level, t.idx, substring(p_hashes FROM (p_width * (t.i - 1) + 1)::int4 FOR p_width) "
     "FROM unnest(p_level, p_idx) WITH ORDINALITY AS t(level, idx, i); END IF; "
-    "INSERT INTO heads (session_id, size, root, prev, seal) VALUES (p_sid, p_size, p_root, p_prev, p_seal); "
+    "INSERT INTO heads (session_id, size, root, prev, seal, seqs) VALUES (p_sid, p_size, p_root, p_prev, p_seal, p_seqs); "
     "RETURN seqs; END $$"
 )
 
@@ -181,17 +191,20 @@ _INSERT_FUNCTION = (
 #: under the lock (see :class:`compactstore.errors.StaleHead`). The sizes alone decide:
 #: heads are unique per size, and a session's size only grows.
 _APPEND_FUNCTION = (
-    "CREATE FUNCTION compactstore_append(p_expect bigint, p_sid bigint, p_pos bigint[], p_kind text[], "
+    "CREATE FUNCTION compactstore_append(p_expect bigint, p_sid bigint, p_pos bigint[], p_seq bigint[], p_kind text[], "
     "p_key text[], p_len int4[], p_width int4, p_leaves bytea, p_bodies bytea, p_level bigint[], p_idx bigint[], "
-    "p_hashes bytea, p_size bigint, p_root bytea, p_prev bigint, p_seal bytea, "
-    "p_ix_pos bigint[], p_ix_rel text[], p_ix_key text[], p_ix_num bigint[], p_ix_text text[]) "
+    "p_hashes bytea, p_size bigint, p_root bytea, p_prev bigint, p_seal bytea, p_seqs bytea, "
+    "p_ix_pos bigint[], p_ix_rel text[], p_ix_key text[], p_ix_num bigint[], p_ix_text text[], p_drawn boolean) "
     "RETURNS bigint[] LANGUAGE plpgsql VOLATILE AS $$ DECLARE got bigint; BEGIN "
     f"PERFORM pg_advisory_xact_lock({_LOCK_SESSION}, {_fold_sql('p_sid')}); "
     "SELECT h.size INTO got FROM heads h WHERE h.session_id = p_sid ORDER BY h.size DESC LIMIT 1; "
     "IF coalesce(got, 0) <> p_expect THEN "
     "RAISE EXCEPTION 'compactstore: the head moved on' USING ERRCODE = 'CSH01'; END IF; "
-    "RETURN compactstore_insert_indexed(p_sid, p_pos, p_kind, p_key, p_len, p_width, p_leaves, p_bodies, "
-    "p_level, p_idx, p_hashes, p_size, p_root, p_prev, p_seal, p_ix_pos, p_ix_rel, p_ix_key, p_ix_num, p_ix_text); "
+    # Seqs the writer expected rather than drew: drawn here, they must be those.
+    "IF NOT p_drawn AND p_seq <> ARRAY(SELECT nextval('events_seq') FROM generate_series(1, cardinality(p_seq))) THEN "
+    "RAISE EXCEPTION 'compactstore: another writer drew seqs' USING ERRCODE = 'CSQ01'; END IF; "
+    "RETURN compactstore_insert_indexed(p_sid, p_pos, p_seq, p_kind, p_key, p_len, p_width, p_leaves, p_bodies, "
+    "p_level, p_idx, p_hashes, p_size, p_root, p_prev, p_seal, p_seqs, p_ix_pos, p_ix_rel, p_ix_key, p_ix_num, p_ix_text); "
     "END $$"
 )
 
@@ -223,6 +236,8 @@ _UNIQUE_VIOLATION = "23505"
 _RESTRICT_VIOLATION = "23001"  # raised by the append-only triggers
 #: Raised by ``compactstore_append`` when the head moved (see :class:`compactstore.errors.StaleHead`).
 _HEAD_MOVED = "CSH01"
+#: Raised by ``compactstore_append`` when the seqs it draws are not those the writer expected.
+_SEQS_MOVED = "CSQ01"
 
 
 def _error(exc: BaseException, doing: str, *, waits: bool = False) -> CompactStoreError:
@@ -282,6 +297,11 @@ class PostgresBackend(Reads):
         self._durable = durable
         #: session name -> (id, head) of the append this backend committed last, for speculation
         self._last: dict[str, tuple[int, HeadRow]] = {}
+        #: The seq after the last one this backend's appends drew, expected to be the next
+        #: (see :meth:`_expected_seq`); appends left before expecting again, and misses in a row.
+        self._next_seq: int | None = None
+        self._skip = 0
+        self._misses = 0
         #: The writers' cursors of each pooled connection (see :func:`_cursors`).
         self._cursors: dict[psycopg.Connection[tuple[Any, ...]], _Cursors] = {}
         try:
@@ -393,9 +413,14 @@ class PostgresBackend(Reads):
                     cursors = self._cursors[conn] = _cursors(conn)
                 # Speculating, the writer starts from the head this backend committed
                 # last, with no round trip; it locks and checks before any statement.
-                w = (_PGWriter(*cursors, last[0], last[1], speculative=name) if last
+                w = (_PGWriter(*cursors, last[0], last[1], speculative=name, expect_seq=self._expected_seq()) if last
                      else _PGWriter(*cursors, *_begin(conn, cursors[0], name)))
-                yield w
+                try:
+                    yield w
+                except StaleHead:
+                    if w.missed:
+                        self._missed()
+                    raise
                 if not w.committed:
                     w.flush()
                     conn.execute("COMMIT")
@@ -408,6 +433,28 @@ class PostgresBackend(Reads):
             raise _error(exc, f"append to session {name!r}", waits=True) from exc
         if w.written is not None:
             self._last[name] = (w.session_id, w.written)
+            self._next_seq = w.seq_after
+            if w.expected:
+                self._misses = 0
+
+    def _expected_seq(self) -> int | None:
+        """Return the seq a speculating append may expect to draw next, or None to draw it first.
+
+        With one process appending, the next value of the sequence is the one after this
+        backend's last, and the append costs one round trip (``compactstore_append`` draws
+        and compares). Where other writers draw too the expectation mostly fails, and a
+        failed one costs the append a retry: after each miss in a row, twice as many
+        appends (up to 64) draw first, in a round trip of their own, before expecting again.
+        """
+        if self._skip:
+            self._skip -= 1
+            return None
+        return self._next_seq
+
+    def _missed(self) -> None:
+        self._misses += 1
+        self._skip = min(64, 2 ** self._misses)
+        self._next_seq = None
 
     def row(self, session_id: int, pos: int) -> Row | None:
         got = self._all(f"SELECT {_ROW} FROM events WHERE session_id = %s AND pos = %s", (session_id, pos))
@@ -419,7 +466,7 @@ class PostgresBackend(Reads):
 
     def head(self, session_id: int) -> HeadRow | None:
         got = self._all(
-            "SELECT size, root, prev, seal FROM heads WHERE session_id = %s ORDER BY size DESC LIMIT 1", (session_id,)
+            "SELECT size, root, prev, seal, seqs FROM heads WHERE session_id = %s ORDER BY size DESC LIMIT 1", (session_id,)
         )
         return HeadRow(*got[0]) if got else None
 
@@ -442,7 +489,7 @@ class PostgresBackend(Reads):
 
     def heads(self, session_id: int, after: int, limit: int) -> list[HeadRow]:
         got = self._all(
-            "SELECT size, root, prev, seal FROM heads WHERE session_id = %s AND size > %s ORDER BY size LIMIT %s",
+            "SELECT size, root, prev, seal, seqs FROM heads WHERE session_id = %s AND size > %s ORDER BY size LIMIT %s",
             (session_id, after, limit),
         )
         return [HeadRow(*r) for r in got]
@@ -511,13 +558,18 @@ def _hashes(cur: psycopg.Cursor[tuple[Any, ...]], session_id: int, coords: Seque
 _ERASING_KIND = "redaction"
 
 #: The SQL types of ``compactstore_insert_indexed``'s arguments, in order.
-_INSERT_TYPES = ("bigint", "bigint[]", "text[]", "text[]", "int4[]", "int4", "bytea", "bytea",
-                 "bigint[]", "bigint[]", "bytea", "bigint", "bytea", "bigint", "bytea",
+_INSERT_TYPES = ("bigint", "bigint[]", "bigint[]", "text[]", "text[]", "int4[]", "int4", "bytea", "bytea",
+                 "bigint[]", "bigint[]", "bytea", "bigint", "bytea", "bigint", "bytea", "bytea",
                  "bigint[]", "text[]", "text[]", "bigint[]", "text[]")
 #: The call of ``compactstore_append`` a writer sends alone, prepared: arrays as text (one
 #: literal each, see :func:`_array`), the rest in binary (integers as int8, see :func:`_cursors`).
 _APPEND_CALL = "SELECT compactstore_append(%b::bigint, " + ", ".join(
-    f"%t::{t}" if t.endswith("[]") else f"%b::{t}" for t in _INSERT_TYPES) + ")"
+    f"%t::{t}" if t.endswith("[]") else f"%b::{t}" for t in _INSERT_TYPES) + ", %b::boolean)"
+#: The draw of an append's seqs, prepared: a statement of its own, as the seal this
+#: process computes covers them. Sorted, as the order of an array's elements is not promised.
+_DRAW = "SELECT array(SELECT nextval('events_seq') AS q FROM generate_series(1, %b::bigint) ORDER BY q)"
+#: The draw of one seq, the common append's: no subquery, sort or array to build.
+_DRAW_ONE = "SELECT nextval('events_seq')"
 #: The insert of index rows a writer spells out when a statement must see them before its insert.
 _INDEX_INSERT = f"INSERT INTO {queries.TABLE} (session_id, pos, rel, key, num, text) VALUES "
 #: Up to this many bytes of bodies an insert is written inline, in the message that
@@ -537,16 +589,17 @@ def _insert_args(
     if len(rows) == 1 and not subtrees and not index:  # the common append, spelled out (the same values)
         r = rows[0]
         body = r.body
-        return (session_id, f"{{{int(r.pos)}}}", _array([r.kind]),
+        return (session_id, f"{{{int(r.pos)}}}", f"{{{int(r.seq)}}}", _array([r.kind]),
                 "{NULL}" if r.idem_key is None else _array([_text(r.idem_key, "idempotency_key")]),
                 "{-1}" if body is None else f"{{{len(body)}}}", len(r.leaf), r.leaf, b"" if body is None else body,
-                "{}", "{}", b"", head.size, head.root, head.prev, head.seal, "{}", "{}", "{}", "{}", "{}")
+                "{}", "{}", b"", head.size, head.root, head.prev, head.seal, head.seqs, "{}", "{}", "{}", "{}", "{}")
     width = len(rows[0].leaf) if rows else 32
     if any(len(r.leaf) != width for r in rows) or any(len(h) != width for _, _, h in subtrees):
         raise IntegrityError(f"hashes of different widths in one insert (want {width} bytes each)")
     return (
         session_id,
         _array([r.pos for r in rows]),
+        _array([r.seq for r in rows]),
         _array([r.kind for r in rows]),
         _array([None if r.idem_key is None else _text(r.idem_key, "idempotency_key") for r in rows]),
         _array([-1 if r.body is None else len(r.body) for r in rows]),
@@ -560,6 +613,7 @@ def _insert_args(
         head.root,
         head.prev,
         head.seal,
+        head.seqs,
         _array([r[0] for r in index]),
         _array([_plain_text(r[1]) for r in index]),
         _array([_plain_text(r[2]) for r in index]),
@@ -654,14 +708,14 @@ def _begin(
     with _unprepared(conn):
         text.execute(
             "BEGIN ISOLATION LEVEL READ COMMITTED; "
-            f"SELECT sid, head_size, head_root, head_prev, head_seal FROM compactstore_open({_quote(name)})"
+            f"SELECT sid, head_size, head_root, head_prev, head_seal, head_seqs FROM compactstore_open({_quote(name)})"
         )
         text.nextset()
         got = text.fetchone()
     if got is None:
         raise ConflictError(f"session {name!r} was neither found nor created", session=name)
-    sid, size, root, prev, seal = got
-    return int(sid), None if size is None else HeadRow(int(size), bytes(root), int(prev), bytes(seal))
+    sid, size, root, prev, seal, seqs = got
+    return int(sid), None if size is None else HeadRow(int(size), bytes(root), int(prev), bytes(seal), bytes(seqs))
 
 
 @contextmanager
@@ -689,11 +743,12 @@ def _rollback(conn: psycopg.Connection[tuple[Any, ...]]) -> None:
 
 
 class _PGWriter:
-    __slots__ = ("_cur", "_deferred", "_expect", "_head", "_index", "_reads", "_spec", "_text", "committed",
-                 "session_id", "written")
+    __slots__ = ("_cur", "_deferred", "_expect", "_expect_seq", "_head", "_index", "_reads", "_spec", "_text",
+                 "committed", "expected", "missed", "seq_after", "session_id", "written")
 
     def __init__(self, text: psycopg.Cursor[tuple[Any, ...]], binary: psycopg.Cursor[tuple[Any, ...]],
-                 session_id: int, head: HeadRow | None | _Unread, *, speculative: str | None = None) -> None:
+                 session_id: int, head: HeadRow | None | _Unread, *, speculative: str | None = None,
+                 expect_seq: int | None = None) -> None:
         #: For messages of literal SQL (the simple query protocol); parameters go through _cur.
         self._text = text
         self._cur = binary
@@ -703,8 +758,14 @@ class _PGWriter:
         self._spec = speculative
         #: The size of that head (head() hands the head over only once).
         self._expect = head.size if isinstance(head, HeadRow) else 0
-        #: The head insert() wrote, once its transaction committed.
+        #: The head insert() wrote, once its transaction committed, and the seq after its events'.
         self.written: HeadRow | None = None
+        self.seq_after: int | None = None
+        #: The seq a speculating writer expects to draw next (None: draw first); whether
+        #: next_seqs() gave expected seqs, and whether the server drew others.
+        self._expect_seq = expect_seq
+        self.expected = False
+        self.missed = False
         #: Whether insert() has already committed the transaction.
         self.committed = False
         #: Index inserts as literal SQL, sent with the next statement instead of a round trip each.
@@ -776,7 +837,7 @@ class _PGWriter:
             return head  # read under the lock when the writer opened
         got = self._do(
             "read the latest head",
-            "SELECT size, root, prev, seal FROM heads WHERE session_id = %s ORDER BY size DESC LIMIT 1",
+            "SELECT size, root, prev, seal, seqs FROM heads WHERE session_id = %s ORDER BY size DESC LIMIT 1",
             (self.session_id,),
         )
         return HeadRow(*got[0]) if got else None
@@ -797,8 +858,30 @@ class _PGWriter:
         )
         return Row(*got[0]) if got else None
 
-    def next_seq(self) -> int | None:
-        return None  # the identity column assigns it
+    def next_seqs(self, count: int) -> Sequence[int]:
+        # Not confirmed first: a speculating writer draws outside the lock (the numbers
+        # need none), and its one statement locks and checks.
+        self._open()
+        if self._spec is not None and self._expect_seq is not None:
+            # Drawn and compared by the insert's statement (or by _check_expected before another).
+            self.expected = True
+            return range(self._expect_seq, self._expect_seq + count)
+        return self._draw(count)
+
+    def _draw(self, count: int) -> list[int]:
+        try:
+            if count == 1:
+                self._cur.execute(_DRAW_ONE, prepare=True)
+                one = self._cur.fetchone()
+                got = None if one is None else ([one[0]],)
+            else:
+                self._cur.execute(_DRAW, (count,), prepare=True)
+                got = self._cur.fetchone()
+        except psycopg.Error as exc:
+            raise _error(exc, "draw sequence numbers") from exc
+        if got is None or len(got[0]) != count:
+            raise IntegrityError(f"drew {count} sequence numbers, got {got and len(got[0])}")
+        return [int(q) for q in got[0]]
 
     def insert(self, rows: Sequence[Row], subtrees: Sequence[tuple[int, int, bytes]], head: HeadRow) -> list[int]:
         # Unless an erasure follows, nothing more is written in this transaction (the
@@ -812,6 +895,9 @@ class _PGWriter:
             return self._append(rows, head, args)
         inline = sum(len(r.body or b"") for r in rows) <= INLINE_BYTES
         self.confirm()
+        if self.expected and list(self._draw(len(rows))) != [r.seq for r in rows]:
+            self.missed = True
+            raise StaleHead("another writer drew sequence numbers since this backend's last append")
         try:
             if inline:
                 # One message, so one round trip: the simple query protocol carries
@@ -836,6 +922,7 @@ class _PGWriter:
         self.committed = final
         if final:
             self.written = head
+            self.seq_after = rows[-1].seq + 1
         return _seqs(rows, got)
 
     def _append(self, rows: Sequence[Row], head: HeadRow, args: Sequence[object]) -> list[int]:
@@ -849,15 +936,20 @@ class _PGWriter:
         """
         expect = self._expect
         try:
-            self._cur.execute(_APPEND_CALL, (expect, *args), prepare=True)
+            self._cur.execute(_APPEND_CALL, (expect, *args, not self.expected), prepare=True)
             got = self._cur.fetchone()
         except psycopg.Error as exc:
             if getattr(exc, "sqlstate", None) == _HEAD_MOVED:
                 raise StaleHead(f"session {self._spec!r} moved on from size {expect}", session=self._spec) from exc
+            if getattr(exc, "sqlstate", None) == _SEQS_MOVED:
+                self.missed = True
+                raise StaleHead(f"another writer drew sequence numbers; session {self._spec!r} is unchanged",
+                                session=self._spec) from exc
             raise _error(exc, "append events, subtree roots and the head", waits=True) from exc
         self._spec = None
         self.committed = True
         self.written = head
+        self.seq_after = rows[-1].seq + 1
         return _seqs(rows, got)
 
     def index_rows(self, rels: Sequence[str], lo: int, hi: int) -> list[IndexRow]:

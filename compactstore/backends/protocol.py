@@ -15,8 +15,9 @@ from ..structure import IndexRow
 #: The schema this library writes and reads; a store of any other version is refused.
 #: 4: a failed tool result's negative fact holds its exact output (3 cut it at 160
 #: characters), redactions blank the fact texts they erase, and a store carries its
-#: identity in meta; a store written by 3 no longer verifies.
-SCHEMA_VERSION = "4"
+#: identity in meta; a store written by 3 no longer verifies. 5: each head stores and
+#: seals the global sequence numbers of the events its commit added (``heads.seqs``).
+SCHEMA_VERSION = "5"
 
 
 class Row(NamedTuple):
@@ -38,6 +39,8 @@ class HeadRow(NamedTuple):
     root: bytes
     prev: int
     seal: bytes
+    #: the ``seq`` of each event at positions ``[prev, size)``, packed by :func:`compactstore.seal.seq_runs`
+    seqs: bytes
 
 
 class Writer(Protocol):
@@ -65,8 +68,14 @@ class Writer(Protocol):
         """
         ...
 
-    def next_seq(self) -> int | None:
-        """Return the next global sequence number, or None when the database assigns it."""
+    def next_seqs(self, count: int) -> Sequence[int]:
+        """Return the global sequence numbers of the next ``count`` events, increasing.
+
+        Taken inside the transaction, so they are after those of every commit that ended
+        before it began (the head's seal covers them). Consecutive on a backend with one
+        writer at a time; where writers run at once they may interleave, and numbers taken
+        by a transaction that rolls back are not used again.
+        """
         ...
 
     def insert(
@@ -75,7 +84,7 @@ class Writer(Protocol):
         subtrees: Sequence[tuple[int, int, bytes]],
         head: HeadRow,
     ) -> list[int]:
-        """Insert events, completed subtree roots and the new head; return the events' seqs.
+        """Insert events (their seqs from :meth:`next_seqs`), completed subtree roots and the new head; return the seqs.
 
         The last write of the transaction, but for the ``erase`` of a redaction among
         ``rows``: without one, a writer may commit here, in the same round trip.

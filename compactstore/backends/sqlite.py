@@ -72,7 +72,8 @@ def _schema(db: sqlite_utils.Database) -> None:
     )
     db.execute(
         'CREATE TABLE "heads" (\n   "session_id" INTEGER,\n   "size" INTEGER,\n   "root" BLOB NOT NULL,\n'
-        '   "prev" INTEGER NOT NULL,\n   "seal" BLOB NOT NULL,\n   PRIMARY KEY ("session_id", "size")\n'
+        '   "prev" INTEGER NOT NULL,\n   "seal" BLOB NOT NULL,\n   "seqs" BLOB NOT NULL,\n'
+        '   PRIMARY KEY ("session_id", "size")\n'
         ') STRICT, WITHOUT ROWID'
     )
     db.table("redactions").create(
@@ -259,7 +260,7 @@ class SQLiteBackend(Reads):
 
     def head(self, session_id: int) -> HeadRow | None:
         got = self._all(
-            "SELECT size, root, prev, seal FROM heads WHERE session_id = ? ORDER BY size DESC LIMIT 1", (session_id,)
+            "SELECT size, root, prev, seal, seqs FROM heads WHERE session_id = ? ORDER BY size DESC LIMIT 1", (session_id,)
         )
         return HeadRow(*got[0]) if got else None
 
@@ -296,7 +297,7 @@ class SQLiteBackend(Reads):
 
     def heads(self, session_id: int, after: int, limit: int) -> list[HeadRow]:
         got = self._all(
-            "SELECT size, root, prev, seal FROM heads WHERE session_id = ? AND size > ? ORDER BY size LIMIT ?",
+            "SELECT size, root, prev, seal, seqs FROM heads WHERE session_id = ? AND size > ? ORDER BY size LIMIT ?",
             (session_id, after, limit),
         )
         return [HeadRow(*r) for r in got]
@@ -568,7 +569,7 @@ class _SQLiteWriter:
         if self._head is not None:
             return self._head
         got = self._conn.execute(
-            "SELECT size, root, prev, seal FROM heads WHERE session_id = ? ORDER BY size DESC LIMIT 1", (self.session_id,)
+            "SELECT size, root, prev, seal, seqs FROM heads WHERE session_id = ? ORDER BY size DESC LIMIT 1", (self.session_id,)
         ).fetchone()
         return HeadRow(*got) if got else None
 
@@ -585,11 +586,12 @@ class _SQLiteWriter:
         ).fetchone()
         return Row(*got) if got else None
 
-    def next_seq(self) -> int | None:
-        if self._seq is not None:
-            return self._seq
-        # Under the write lock max(seq) + 1 is exactly what SQLite would assign.
-        return int(self._conn.execute("SELECT coalesce(max(seq), 0) + 1 FROM events").fetchone()[0])
+    def next_seqs(self, count: int) -> range:
+        first = self._seq
+        if first is None:
+            # Under the write lock max(seq) + 1 is exactly what SQLite would assign.
+            first = int(self._conn.execute("SELECT coalesce(max(seq), 0) + 1 FROM events").fetchone()[0])
+        return range(first, first + count)
 
     def insert(self, rows: Sequence[Row], subtrees: Sequence[tuple[int, int, bytes]], head: HeadRow) -> list[int]:
         cur, sid, blob = self._cur, self.session_id, bytearray
@@ -613,9 +615,9 @@ class _SQLiteWriter:
                 "INSERT INTO subtrees (session_id, level, idx, hash) VALUES (?, ?, ?, ?)",
                 [(sid, lv, i, blob(h)) for lv, i, h in subtrees],
             )
-        size, root, prev, seal = head
-        cur.execute("INSERT INTO heads (session_id, size, root, prev, seal) VALUES (?, ?, ?, ?, ?)",
-                     (sid, size, blob(root), prev, blob(seal)))
+        size, root, prev, seal, seqs = head
+        cur.execute("INSERT INTO heads (session_id, size, root, prev, seal, seqs) VALUES (?, ?, ?, ?, ?, ?)",
+                    (sid, size, blob(root), prev, blob(seal), blob(seqs)))
         self._head = self.written = head
         self._seq = self.seq_after = rows[-1].seq + 1
         return [r.seq for r in rows]

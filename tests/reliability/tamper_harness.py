@@ -45,7 +45,7 @@ import msgspec
 import compactstore as cs
 from compactstore import index, merkle
 from compactstore.backends import Row
-from compactstore.seal import seal
+from compactstore.seal import seal, seq_runs
 
 KEY = b"tamper-campaign-key-0123456789ab"
 _enc = msgspec.json.Encoder(order="sorted")
@@ -250,9 +250,9 @@ def rehash(conn: sqlite3.Connection, sid: int, level: str) -> None:
     for size in sizes:
         if size == 0:
             continue
-        root = roots[size]
-        conn.execute("INSERT INTO heads (session_id, size, root, prev, seal) VALUES (?, ?, ?, ?, ?)",
-                     (sid, size, root, prev, seal(None, name, size, root, prev)))
+        root, seqs = roots[size], seq_runs([q for q, *_ in rows[prev:size]])  # the seqs as the rows hold them
+        conn.execute("INSERT INTO heads (session_id, size, root, prev, seal, seqs) VALUES (?, ?, ?, ?, ?, ?)",
+                     (sid, size, root, prev, seal(None, name, size, root, prev, seqs), seqs))
         prev = size
     # The structural index too: derived again from the rewritten log, as the library derives it.
     try:
@@ -374,9 +374,9 @@ def m_inject(conn: sqlite3.Connection, rng: random.Random, keyed: bool) -> str |
         conn.execute("INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?)", (seq, sid, pos, row[0], None, row[2], row[3]))
         return f"inject event at {sid}:{pos} (seq {seq})"
     if choice == "head":
-        row = rng.choice(conn.execute("SELECT root, prev, seal FROM heads WHERE session_id = ?", (sid,)).fetchall())
+        row = rng.choice(conn.execute("SELECT root, prev, seal, seqs FROM heads WHERE session_id = ?", (sid,)).fetchall())
         size = -rng.randint(0, 3)
-        conn.execute("INSERT INTO heads VALUES (?, ?, ?, ?, ?)", (sid, size, *row))
+        conn.execute("INSERT INTO heads VALUES (?, ?, ?, ?, ?, ?)", (sid, size, *row))
         return f"inject head of size {size} in session {sid}"
     hashes = [h for (h,) in conn.execute("SELECT hash FROM subtrees WHERE session_id = ?", (sid,))]
     h = rng.choice(hashes) if hashes else b"\0" * 32

@@ -21,6 +21,7 @@ import tamper_harness as th
 
 import compactstore as cs
 from compactstore import merkle
+from compactstore.seal import seal, seq_runs
 
 #: Misses and untyped errors known and accepted: none. Each gap the campaign found has a
 #: test of its own below, which now passes.
@@ -112,33 +113,53 @@ def test_without_a_key_a_full_forgery_passes_verify(stores: dict[str, Path], tmp
     assert th.detect(work, None) == "missed"
 
 
-def test_a_tail_rollback_needs_a_head_held_outside_the_store(stores: dict[str, Path], tmp_path: Path) -> None:
-    """Removing a session's latest events with their heads and subtrees leaves a consistent, shorter log:
-    verify() cannot see it, even keyed; a tree head the caller kept (MAC'd) exposes it."""
-    with cs.open(str(stores["keyed"]), key=th.KEY) as st:
-        held = st.session("agent-b").head()
-    work = tmp_path / "w.db"
-    conn = _copy(stores["keyed"], work)
-    (sid,) = conn.execute("SELECT id FROM sessions WHERE name = 'agent-b'").fetchone()
-    size = held.size - 1
+def _roll_back(work: Path, name: str, size: int) -> None:
+    """Remove session ``name``'s events from ``size`` on with their heads and subtrees, and renumber seqs 1..n."""
+    conn = sqlite3.connect(work)
+    th.drop_triggers(conn)
+    (sid,) = conn.execute("SELECT id FROM sessions WHERE name = ?", (name,)).fetchone()
     conn.execute("DELETE FROM events WHERE session_id = ? AND pos >= ?", (sid, size))
     conn.execute("DELETE FROM heads WHERE session_id = ? AND size > ?", (sid, size))
     for level in range(1, 8):
         conn.execute("DELETE FROM subtrees WHERE session_id = ? AND level = ? AND idx >= ?", (sid, level, size >> level))
-    # The last head of the batch before is at a size <= `size`; keep the log at exactly that head.
-    (last,) = conn.execute("SELECT max(size) FROM heads WHERE session_id = ?", (sid,)).fetchone()
-    conn.execute("DELETE FROM events WHERE session_id = ? AND pos >= ?", (sid, last))
-    for level in range(1, 8):
-        conn.execute("DELETE FROM subtrees WHERE session_id = ? AND level = ? AND idx >= ?", (sid, level, last >> level))
-    # The structural index as the shorter log gives it.
-    heads = [n for (n,) in conn.execute("SELECT size FROM heads WHERE session_id = ?", (sid,))]
-    th.reindex(conn, sid, max(heads, default=0))
-    # The rolled-back events must hold the largest seqs for the gapless check not to see it: renumber.
+    th.reindex(conn, sid, size)  # the structural index as the shorter log gives it
+    # The gapless check would see the removed seqs: renumber.
     rows = conn.execute("SELECT seq FROM events ORDER BY seq").fetchall()
     for new, (old,) in enumerate(rows, 1):
         conn.execute("UPDATE events SET seq = ? WHERE seq = ?", (new, old))
     conn.commit()
     conn.close()
+
+
+def _reseal(work: Path) -> None:
+    """Do what a keyless forger can after moving seqs: store the seqs of each head whose events moved as they now
+    hold them, and recompute its plain seal."""
+    conn = sqlite3.connect(work)
+    th.drop_triggers(conn)
+    for sid, name in conn.execute("SELECT id, name FROM sessions").fetchall():
+        seqs = [q for (q,) in conn.execute("SELECT seq FROM events WHERE session_id = ? ORDER BY pos", (sid,))]
+        for size, root, prev, stored in conn.execute("SELECT size, root, prev, seqs FROM heads WHERE session_id = ?",
+                                                     (sid,)).fetchall():
+            runs = seq_runs(seqs[prev:size])
+            if runs != stored:
+                conn.execute("UPDATE heads SET seqs = ?, seal = ? WHERE session_id = ? AND size = ?",
+                             (runs, seal(None, name, size, root, prev, runs), sid, size))
+    conn.commit()
+    conn.close()
+
+
+def test_a_tail_rollback_needs_a_head_held_outside_the_store(stores: dict[str, Path], tmp_path: Path) -> None:
+    """Removing the store's latest commits (here two of agent-b) with their heads and subtrees leaves a consistent,
+    shorter log: verify() cannot see it, even keyed; a tree head the caller kept (MAC'd) exposes it."""
+    work = tmp_path / "w.db"
+    shutil.copyfile(stores["keyed"], work)
+    with cs.open(str(work), key=th.KEY) as st:
+        s = st.session("agent-b")
+        before = s.size
+        s.append(cs.Turn("assistant", "b6"))
+        s.append(cs.Turn("assistant", "b7"))
+        held = s.head()
+    _roll_back(work, "agent-b", before)
     with cs.open(str(work), key=th.KEY) as st:
         assert st.verify().ok
         s = st.session("agent-b")
@@ -148,12 +169,32 @@ def test_a_tail_rollback_needs_a_head_held_outside_the_store(stores: dict[str, P
             s.consistency_proof(held.size)
 
 
-def test_the_order_of_commits_across_sessions_is_outside_the_hashes(stores: dict[str, Path], tmp_path: Path) -> None:
-    """The boundary of what is sealed: swapping the global sequence numbers of two adjacent events of
-    different sessions changes the recorded commit order, and nothing sees it, keyed or not. Positions
-    within a session, bodies and heads are sealed; ``seq`` is a storage coordinate."""
-    work = tmp_path / "w.db"
-    conn = _copy(stores["keyed"], work)
+def test_a_rollback_of_a_commit_another_session_followed_is_caught_with_the_key(stores: dict[str, Path],
+                                                                                tmp_path: Path) -> None:
+    """Removing agent-b's latest commit, when session c committed after it, leaves a gap in the seqs; closing it
+    moves c's sealed seqs: caught keyed. (Without a key the forger reseals c's head too, and is not.)"""
+    for keyed in ("keyed", "unkeyed"):
+        work = tmp_path / f"{keyed}.db"
+        shutil.copyfile(stores[keyed], work)
+        conn = sqlite3.connect(work)
+        (sid,) = conn.execute("SELECT id FROM sessions WHERE name = 'agent-b'").fetchone()
+        (prev,) = conn.execute("SELECT prev FROM heads WHERE session_id = ? ORDER BY size DESC LIMIT 1", (sid,)).fetchone()
+        conn.close()
+        _roll_back(work, "agent-b", prev)
+        _reseal(work)
+        with cs.open(str(work), key=th.KEY if keyed == "keyed" else None) as st:
+            report = st.verify()
+        if keyed == "unkeyed":
+            assert report.ok, [str(p) for p in report.problems]
+        else:
+            assert [(p.session, p.table, "seal does not match" in p.what) for p in report.problems] == [
+                ("c/../'; DROP TABLE events; --", "heads", True)]
+
+
+def _swap_across_sessions(work: Path) -> tuple[int, int]:
+    """Swap the seqs of the first two adjacent events (by seq) of different sessions; return their seqs."""
+    conn = sqlite3.connect(work)
+    th.drop_triggers(conn)
     rows = conn.execute("SELECT seq, session_id FROM events ORDER BY seq").fetchall()
     (s1, a), (s2, b) = next((x, y) for x, y in zip(rows, rows[1:]) if x[1] != y[1])
     assert a != b
@@ -162,7 +203,36 @@ def test_the_order_of_commits_across_sessions_is_outside_the_hashes(stores: dict
     conn.execute("UPDATE events SET seq = ? WHERE seq = -1", (s2,))
     conn.commit()
     conn.close()
-    assert th.detect(work, th.KEY) == "missed"
+    return s1, s2
+
+
+@pytest.mark.parametrize("keyed", ["keyed", "unkeyed"])
+def test_a_swap_of_seqs_across_sessions_is_caught(stores: dict[str, Path], tmp_path: Path, keyed: str) -> None:
+    """Swapping the global sequence numbers of two adjacent events of different sessions moves each out of the
+    seqs its head seals: verify() reports both, keyed or not."""
+    work = tmp_path / "w.db"
+    shutil.copyfile(stores[keyed], work)
+    s1, s2 = _swap_across_sessions(work)
+    with cs.open(str(work), key=th.KEY if keyed == "keyed" else None) as st:
+        report = st.verify()
+    assert sorted((p.table, p.what.split(",")[0]) for p in report.problems) == [
+        ("events", f"sequence number {s1}"), ("events", f"sequence number {s2}")]
+
+
+def test_a_reorder_across_sessions_passes_only_without_the_key(stores: dict[str, Path], tmp_path: Path) -> None:
+    """The boundary of the unkeyed store, for the order across sessions: a forger who swaps seqs and stores and
+    reseals the heads' seqs without a key is not caught; with a key the two seals give it away."""
+    for keyed in ("unkeyed", "keyed"):
+        work = tmp_path / f"{keyed}.db"
+        shutil.copyfile(stores[keyed], work)
+        _swap_across_sessions(work)
+        _reseal(work)
+        with cs.open(str(work), key=th.KEY if keyed == "keyed" else None) as st:
+            report = st.verify()
+        if keyed == "unkeyed":
+            assert report.ok, [str(p) for p in report.problems]
+        else:
+            assert [(p.table, "seal does not match" in p.what) for p in report.problems] == [("heads", True)] * 2
 
 
 # --- gaps the campaign found, each checked on its own ------------------------------------------------
@@ -191,7 +261,7 @@ def test_an_event_at_a_negative_position_is_reported(stores: dict[str, Path], tm
 @pytest.mark.parametrize("size", [0, -1])
 def test_a_head_of_size_zero_or_less_is_reported(stores: dict[str, Path], tmp_path: Path, size: int) -> None:
     """A head row of size 0 or less (a copy of a genuine one) is reported."""
-    work = _mutated(stores, tmp_path, "INSERT INTO heads SELECT session_id, ?, root, prev, seal FROM heads "
+    work = _mutated(stores, tmp_path, "INSERT INTO heads SELECT session_id, ?, root, prev, seal, seqs FROM heads "
                     "WHERE session_id = 1 AND size = 1", (size,))
     assert th.detect(work, th.KEY) == "verify"
 
