@@ -1407,15 +1407,21 @@ class Session:
         """
         return _Reading((id(self.store), self.name))
 
-    def _check(self, sid: int | None) -> _ReadCheck:
-        """Return the check of an open :meth:`reading` context, else a new one (which reads the head)."""
+    def _check(self) -> _ReadCheck:
+        """Return the check of an open :meth:`reading` context, else a new one (which reads the id and the head).
+
+        The context's check carries the session id it read with its head, so later reads
+        inside look neither up again: the id, like the head, is the context's.
+        """
         group = _READING.get()
         key = (id(self.store), self.name)
         if group is None or key not in group:
-            return _ReadCheck(self, sid)
+            return _ReadCheck(self, self._sid())
         check = group[key]
-        if check is None or check.sid != sid:
-            check = group[key] = _ReadCheck(self, sid)
+        if check is None or check.sid is None:  # an empty session may gain its first events meanwhile
+            sid = self._sid()
+            if check is None or check.sid != sid:
+                check = group[key] = _ReadCheck(self, sid)
         return check
 
     def read(self, pos: int, *, verify: bool = True) -> Record:
@@ -1435,10 +1441,10 @@ class Session:
         ev.as_flag("verify", verify)
         if self.store.watch is not None:
             self.store.watch.check(self.name)
-        sid = self._sid()
+        # A row committed after the head was read is past it, and run() reads the head again.
+        check = self._check() if verify else None
+        sid = check.sid if check is not None else self._sid()
         row = self.store.backend.row(sid, pos) if sid is not None else None
-        # The head is read after the row: a row committed before it is under it.
-        check = self._check(sid) if verify else None
         if row is None:
             if check is not None and pos < check.size:
                 raise IntegrityError(f"position {pos} is missing under the sealed head of size {check.size}",
@@ -1466,15 +1472,15 @@ class Session:
         ev.as_flag("verify", verify)
         if self.store.watch is not None:
             self.store.watch.check(self.name)
-        sid = self._sid()
+        check = self._check() if verify else None
+        sid = check.sid if check is not None else self._sid()
         if sid is None:
             return
         erasures = _Erasures(self, sid)  # read once, and only if a redacted row comes up
-        if not verify:
+        if check is None:
             for row in self.store.backend.rows(sid, start, stop, _CHUNK):
                 yield self._record(row, erasures)
             return
-        check = self._check(sid)
         rows, pos = self.store.backend.rows(sid, start, stop, _CHUNK), start
         while chunk := list(islice(rows, _CHUNK)):
             # Positions come in increasing order, each once: the chunk is gapless when its ends are.
@@ -1699,14 +1705,17 @@ class _EventReader:
             IntegrityError: a body does not match its leaf, or a leaf is not the one the head holds.
         """
         session = self.session
-        sid = session._sid()
         wanted = sorted({p for p in positions if 0 <= p < self.size and p not in self.events})
-        if sid is None or not wanted:
+        if not wanted:
+            return
+        check = session._check()
+        sid = check.sid
+        if sid is None:
             return
         erasures = _Erasures(session, sid)
         rows = sorted(session.store.backend.rows_at(sid, wanted), key=lambda r: r.pos)
         if rows:  # scattered positions: held to the head by one multi-proof, not one per run
-            session._check(sid).scattered(rows)
+            check.scattered(rows)
         for row in rows:
             self.add(session._record(row, erasures))
 
@@ -1768,6 +1777,10 @@ class _Prefix:
         self.sealed: HeadRow | None = None
 
 
+#: the proven prefix of a check under an empty head (no read reaches under it, so none adds leaves)
+_NO_PREFIX = _Prefix("", 0, _EMPTY_ROOT)
+
+
 class _ReadCheck:
     """Holds the rows one read returns to the session's latest sealed head.
 
@@ -1780,12 +1793,14 @@ class _ReadCheck:
     added must carry the global seqs it seals; older rows' seqs are held by ``verify()``.
     """
 
+    __slots__ = ("session", "sid", "size", "root", "prefix", "tail", "seqs")
+
     def __init__(self, session: Session, sid: int | None) -> None:
         self.session, self.sid = session, sid
         self.size, self.root = 0, _EMPTY_ROOT
         #: the latest head's ``prev`` and ``seqs``: the first position of its commit and the seqs it seals
         self.tail, self.seqs = 0, b""
-        self.prefix = _Prefix(session.name, 0, self.root)
+        self.prefix = _NO_PREFIX  # nothing is proven under an empty head: no read adds to it
         if sid is not None:
             self._head(sid)
 
@@ -1796,15 +1811,24 @@ class _ReadCheck:
         """Read the latest sealed head, check its seal and carry the handle's proven prefix to it."""
         session = self.session
         store = session.store
-        row = self._sealed(sid)
+        row = store.backend.head(sid)
         if row is None:
             return
+        with store._cache_lock:
+            prefix = store._verified.get(sid)
+            # The head row this handle last checked, its seal and its root: the proven prefix is at it already.
+            if (prefix is not None and prefix.sealed == row and prefix.name == session.name
+                    and prefix.size == row.size and prefix.root == row.root):
+                self.size, self.root, self.prefix, self.tail, self.seqs = row.size, row.root, prefix, row.prev, row.seqs
+                return
+        row = self._sealed(sid, row)
         prefix, known, known_root = self._known(sid, row)
         if known > row.size:
             # Another thread of this handle may have read a newer head meanwhile: read it again once.
-            row = self._sealed(sid)
-            if row is None:
+            again = store.backend.head(sid)
+            if again is None:
                 raise self._fail(f"the sealed heads are gone, though this handle proved size {known}", 0)
+            row = self._sealed(sid, again)
             prefix, known, known_root = self._known(sid, row)
         # The head is taken only once it passed: a check kept for a reading() context never holds one that failed.
         if known > row.size:
@@ -1823,11 +1847,10 @@ class _ReadCheck:
                 prefix.size, prefix.root = row.size, row.root
         self.size, self.root, self.prefix, self.tail, self.seqs = row.size, row.root, prefix, row.prev, row.seqs
 
-    def _sealed(self, sid: int) -> HeadRow | None:
-        """Return the latest stored head, its seal checked."""
+    def _sealed(self, sid: int, row: HeadRow) -> HeadRow:
+        """Return ``row``, the latest stored head, its seal checked."""
         store, name = self.session.store, self.session.name
-        row = store.backend.head(sid)
-        if row is None or (store.keyed and store.mac_key is None):
+        if store.keyed and store.mac_key is None:
             return row
         with store._cache_lock:
             prefix = store._verified.get(sid)
