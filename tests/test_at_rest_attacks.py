@@ -29,7 +29,7 @@ from langgraph.checkpoint.base import empty_checkpoint  # noqa: E402
 
 import compactstore as cs  # noqa: E402
 from compactstore import merkle  # noqa: E402
-from compactstore.adapters.langgraph import CompactStoreSaver  # noqa: E402
+from compactstore.adapters.langgraph import LIST_PAGE, CompactStoreSaver  # noqa: E402
 from compactstore.adapters.openai_agents import CompactStoreSession  # noqa: E402
 from sqlite_edit import unguarded  # noqa: E402
 
@@ -285,7 +285,7 @@ def _count_head_reads(st: cs.Store, monkeypatch: pytest.MonkeyPatch) -> list[int
 
 
 def test_one_adapter_call_reads_and_checks_the_head_once(sqlite_target: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A verified get_tuple and get_items each read the session's latest head once, however many reads the call makes; list once per tuple and once to find them."""
+    """A verified get_tuple, get_items and list each read the session's latest head once, however many reads the call makes (list: once per page)."""
     with cs.open(sqlite_target, key=KEY, clock=cs.events.tick_clock()) as st:
         _write(st, range(5))
     with cs.open(sqlite_target, key=KEY) as st:
@@ -296,10 +296,34 @@ def test_one_adapter_call_reads_and_checks_the_head_once(sqlite_target: str, mon
         for call in calls:
             call()  # warm: the threads are indexed, the prefix proven
         heads = _count_head_reads(st, monkeypatch)
-        for call, once in zip(calls, (1, 2, 1)):
+        for call, once in zip(calls, (1, 1, 1)):
             before = len(heads)
             assert call()
             assert len(heads) - before == once
+
+
+def test_list_checks_the_head_once_per_page_and_a_head_moved_between_pages_is_caught(sqlite_target: str,
+                                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A verified list reads a thread's head once per page of tuples; a rollback of the head made while a page is consumed is refused by the next page."""
+    n = LIST_PAGE + 8
+    with cs.open(sqlite_target, clock=cs.events.tick_clock()) as st:
+        saver = CompactStoreSaver(st)
+        for i in range(n):
+            _put(saver, "t1", i)
+    with cs.open(sqlite_target) as st:
+        saver = CompactStoreSaver(st)
+        config: Any = {"configurable": {"thread_id": "t1"}}
+        assert len(list(saver.list(config))) == n  # warm
+        heads = _count_head_reads(st, monkeypatch)
+        assert len(list(saver.list(config))) == n
+        assert len(heads) == 2  # two pages, the first also finding the candidates
+        listed = saver.list(config)
+        assert len([next(listed) for _ in range(LIST_PAGE)]) == LIST_PAGE
+        with _db(sqlite_target) as run:
+            sid = _sid(run, "langgraph:t1")
+            _rollback_replay(run, sid, _last(run, sid), "langgraph:t1")
+        with pytest.raises(cs.IntegrityError):
+            next(listed)
 
 
 def test_a_head_changed_within_one_call_is_caught_by_the_next(sqlite_target: str) -> None:
@@ -317,6 +341,40 @@ def test_a_head_changed_within_one_call_is_caught_by_the_next(sqlite_target: str
             s.read(4)
         with pytest.raises(cs.IntegrityError), s.reading():
             list(s.scan())
+
+
+@pytest.mark.parametrize("edit", ["root", "seal"])
+def test_a_head_row_edited_in_place_after_it_was_checked_is_refused(sqlite_target: str, edit: str) -> None:
+    """A handle skips the seal check only for the very head row it checked: the same size with another root or seal is checked again and refused."""
+    with cs.open(sqlite_target, key=KEY, clock=cs.events.tick_clock()) as st:
+        _write(st, range(3))
+    with cs.open(sqlite_target, key=KEY) as st:
+        s = st.session("agent-a")
+        assert len(list(s.scan())) == 3  # the head row checked, the prefix proven
+        with _db(sqlite_target) as run:
+            sid = _sid(run, "agent-a")
+            root, seal = run("SELECT root, seal FROM heads WHERE session_id = ? AND size = 3", sid)[0]
+            new = (bytes(32), seal) if edit == "root" else (root, bytes(len(seal)))
+            run("UPDATE heads SET root = ?, seal = ? WHERE session_id = ? AND size = 3", *new, sid)
+        with pytest.raises(cs.IntegrityError):
+            s.read(0)
+        with pytest.raises(cs.IntegrityError):
+            list(s.scan())
+
+
+def test_a_session_renamed_within_one_call_is_caught_by_the_next(sqlite_target: str) -> None:
+    """Inside reading() the session id read with the head serves every read; names swapped meanwhile are refused by the next call."""
+    with cs.open(sqlite_target, clock=cs.events.tick_clock()) as st:
+        _write(st, range(3))
+    with cs.open(sqlite_target) as st:
+        s = st.session("agent-a")
+        with s.reading():
+            first = s.read(1).event
+            _metadata(sqlite_target, {})
+            assert s.read(1).event == first  # the rows of the id the context read
+            assert len(list(s.scan())) == 3
+        with pytest.raises(cs.IntegrityError):
+            s.read(1)
 
 
 def test_reading_contexts_nest_and_keep_to_their_session(sqlite_target: str, monkeypatch: pytest.MonkeyPatch) -> None:

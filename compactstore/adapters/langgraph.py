@@ -53,6 +53,7 @@ import os
 import random
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextlib import ExitStack
 from typing import Any, TypeVar
 
 import msgspec
@@ -96,6 +97,8 @@ STATE_KINDS = (ev.GraphState, ev.Write)
 STRATEGIES = ("keep_latest", "delete")
 #: Records a copy reads from the source thread at a time.
 COPY_CHUNK = 512
+#: Tuples ``list`` builds under one head check per thread before it yields them.
+LIST_PAGE = 32
 
 T = TypeVar("T")
 
@@ -323,18 +326,19 @@ class CompactStoreSaver(StoreUser, BaseCheckpointSaver[str]):
             pending_writes=pending,
         )
 
-    def _candidates(self, config: RunnableConfig | None,
+    def _scope(self, config: RunnableConfig | None) -> tuple[list[tuple[ThreadIndex, Any]], str | None, str | None]:
+        """Return the ``(thread, thread id or None)`` pairs :meth:`list` looks in, the namespace and the checkpoint id it wants."""
+        if config is None:
+            return [(t, None) for t in self._all_threads()], None, None
+        conf = config["configurable"]
+        one = self._thread(str(conf["thread_id"]), create=False)
+        threads = [(one, conf["thread_id"])] if one is not None else []
+        return threads, conf.get("checkpoint_ns"), get_checkpoint_id(config)
+
+    @staticmethod
+    def _candidates(threads: Sequence[tuple[ThreadIndex, Any]], ns_wanted: str | None, cid_wanted: str | None,
                     before: RunnableConfig | None) -> list[tuple[ThreadIndex, Any, str, str]]:
         """Return ``(thread, thread id or None, namespace, checkpoint id)`` of what :meth:`list` may yield, in order."""
-        if config is not None:
-            conf = config["configurable"]
-            one = self._thread(str(conf["thread_id"]), create=False)
-            threads = [(one, conf["thread_id"])] if one is not None else []
-            ns_wanted = conf.get("checkpoint_ns")
-            cid_wanted = get_checkpoint_id(config)
-        else:
-            threads = [(t, None) for t in self._all_threads()]
-            ns_wanted = cid_wanted = None
         below = get_checkpoint_id(before) if before is not None else None
         found: list[tuple[str, int, ThreadIndex, Any, str]] = []
         for n, (thread, thread_id) in enumerate(threads):
@@ -349,7 +353,7 @@ class CompactStoreSaver(StoreUser, BaseCheckpointSaver[str]):
     def _listed(self, thread: ThreadIndex, thread_id: Any, ns: str, cid: str,
                 wanted: dict[str, Any] | None) -> CheckpointTuple | None:
         """Return the tuple of checkpoint ``cid`` if it is still live and its metadata matches ``wanted``."""
-        with thread.lock, reading(thread.session, self.verify):
+        with thread.lock:
             found = thread.current(ns, cid)
             if found is None:
                 return None
@@ -363,6 +367,12 @@ class CompactStoreSaver(StoreUser, BaseCheckpointSaver[str]):
                     return None
             tid = thread_id if thread_id is not None else self._thread_id(thread)
             return self._tuple(thread, tid, ns, cid, found[1], records)
+
+    def _hold(self, held: ExitStack, checked: set[int], thread: ThreadIndex) -> None:
+        """Enter ``thread``'s reading context on ``held`` unless ``checked`` says it is entered already."""
+        if id(thread) not in checked:
+            checked.add(id(thread))
+            held.enter_context(reading(thread.session, self.verify))
 
     def list(
         self,
@@ -378,18 +388,38 @@ class CompactStoreSaver(StoreUser, BaseCheckpointSaver[str]):
         namespace (all when absent) and its ``checkpoint_id`` one checkpoint;
         ``filter`` keeps those whose metadata has every given key equal to the given
         value; ``before`` keeps ids below its checkpoint id; ``limit`` caps the count.
+
+        Tuples are built a page (``LIST_PAGE``) at a time, each page under one
+        :meth:`Session.reading` context per thread it reads (the first one also finds
+        the candidates), and yielded after: a verified list checks a thread's head once
+        per page, and a head moved between pages is caught by the next page.
         """
         if limit is not None and limit <= 0:
             return
-        count = 0
-        for thread, thread_id, ns, cid in self._candidates(config, before):
-            tup = self._listed(thread, thread_id, ns, cid, filter)
-            if tup is None:
-                continue
-            yield tup
-            count += 1
-            if limit is not None and count >= limit:
-                return
+        threads, ns_wanted, cid_wanted = self._scope(config)
+        todo: list[tuple[ThreadIndex, Any, str, str]] | None = None
+        left = limit
+        while todo is None or todo:
+            page: list[CheckpointTuple] = []
+            # A generator cannot hold a reading() context across its yields: the page is read, then yielded.
+            with ExitStack() as held:
+                checked: set[int] = set()
+                if todo is None:
+                    for thread, _ in threads:
+                        self._hold(held, checked, thread)
+                    todo = self._candidates(threads, ns_wanted, cid_wanted, before)[::-1]  # popped newest first
+                size = LIST_PAGE if left is None else min(LIST_PAGE, left)
+                while todo and len(page) < size:
+                    thread, thread_id, ns, cid = todo.pop()
+                    self._hold(held, checked, thread)
+                    tup = self._listed(thread, thread_id, ns, cid, filter)
+                    if tup is not None:
+                        page.append(tup)
+            yield from page
+            if left is not None:
+                left -= len(page)
+                if left <= 0:
+                    return
 
     # --- writing ---------------------------------------------------------------------
 
