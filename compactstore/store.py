@@ -1422,6 +1422,8 @@ class Session:
             sid = self._sid()
             if check is None or check.sid != sid:
                 check = group[key] = _ReadCheck(self, sid)
+                return check
+        check.fresh = False
         return check
 
     def read(self, pos: int, *, verify: bool = True) -> Record:
@@ -1460,8 +1462,10 @@ class Session:
         Each chunk of rows is held against the latest sealed head at once (its leaves
         hashed up and joined with stored roots of the rest, one query per chunk), before
         any of it is yielded; leaves proven once are kept per store handle, so reading
-        them again costs a comparison. ``verify=False`` skips the check against the head,
-        as in :meth:`read`, and does not notice missing positions.
+        them again costs a comparison. A scan starting at or past the latest sealed head
+        reads no rows (none past it is served): the head read answers a poll for what is
+        new. ``verify=False`` skips the check against the head, as in :meth:`read`, and
+        does not notice missing positions.
 
         Raises:
             IntegrityError: as :meth:`read`; also when a position under the head is missing.
@@ -1481,6 +1485,11 @@ class Session:
             for row in self.store.backend.rows(sid, start, stop, _CHUNK):
                 yield self._record(row, erasures)
             return
+        if start >= check.size:
+            if not check.fresh:  # a reading() context's head, read earlier: a writer may have committed since
+                check.renew()
+            if start >= check.size:
+                return
         rows, pos = self.store.backend.rows(sid, start, stop, _CHUNK), start
         while chunk := list(islice(rows, _CHUNK)):
             # Positions come in increasing order, each once: the chunk is gapless when its ends are.
@@ -1793,16 +1802,23 @@ class _ReadCheck:
     added must carry the global seqs it seals; older rows' seqs are held by ``verify()``.
     """
 
-    __slots__ = ("session", "sid", "size", "root", "prefix", "tail", "seqs")
+    __slots__ = ("session", "sid", "size", "root", "prefix", "tail", "seqs", "fresh")
 
     def __init__(self, session: Session, sid: int | None) -> None:
         self.session, self.sid = session, sid
         self.size, self.root = 0, _EMPTY_ROOT
         #: the latest head's ``prev`` and ``seqs``: the first position of its commit and the seqs it seals
         self.tail, self.seqs = 0, b""
+        #: whether the head was read for the read at hand (a reading() context's check is not, once reused)
+        self.fresh = True
         self.prefix = _NO_PREFIX  # nothing is proven under an empty head: no read adds to it
         if sid is not None:
             self._head(sid)
+
+    def renew(self) -> None:
+        """Read the latest sealed head again (checked as on creation), for a read that reaches past this one."""
+        if self.sid is not None:
+            self._head(self.sid)
 
     def _fail(self, message: str, pos: int | None) -> IntegrityError:
         return IntegrityError(message, session=self.session.name, pos=pos)

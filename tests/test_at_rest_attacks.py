@@ -377,6 +377,30 @@ def test_a_session_renamed_within_one_call_is_caught_by_the_next(sqlite_target: 
             s.read(1)
 
 
+def test_a_poll_at_the_head_reads_no_rows_and_a_context_reads_the_head_again(sqlite_target: str) -> None:
+    """A verified scan from the sealed head's size serves nothing past it; inside reading() it reads the head again, so what another handle appended meanwhile is seen."""
+    with cs.open(sqlite_target, clock=cs.events.tick_clock()) as st:
+        _write(st, range(3))
+    with _db(sqlite_target) as run:  # a row past the sealed head, no head sealed over it
+        sid = _sid(run, "agent-a")
+        seq = run("SELECT max(seq) FROM events")[0][0] + 1
+        body = cs.events.canonical(cs.Turn("user", "unsealed", ts=1))[1]
+        run("INSERT INTO events (seq, session_id, pos, kind, idem_key, leaf, body) VALUES (?, ?, 3, 'turn', NULL, ?, ?)",
+            seq, sid, merkle.leaf_hash(body), body)
+    with cs.open(sqlite_target) as st, cs.open(sqlite_target) as other:
+        s = st.session("agent-a")
+        assert list(s.scan(3)) == []
+        assert list(s.scan(3, verify=False))[0].event == cs.Turn("user", "unsealed", ts=1)
+        with pytest.raises(cs.IntegrityError):
+            s.read(3)
+        b = st.session("agent-b")
+        with b.reading():
+            assert len(list(b.scan())) == 3
+            assert list(b.scan(3)) == []
+            other.session("agent-b").append(cs.Turn("user", "later"))
+            assert [r.event.content for r in b.scan(3) if isinstance(r.event, cs.Turn)] == ["later"]
+
+
 def test_reading_contexts_nest_and_keep_to_their_session(sqlite_target: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A nested reading() shares the outer head check; another session's reads inside are checked on their own."""
     with cs.open(sqlite_target, clock=cs.events.tick_clock()) as st:
