@@ -1,8 +1,8 @@
 """What verified reads cost: the same calls with ``verify=True`` (the default) and ``verify=False``, in one run.
 
-Three reads: ``CompactStoreSaver.get_tuple`` of a thread's latest checkpoint,
-``CompactStoreSession.get_items`` of a session's items, and a ``Session.scan`` of 10,000
-events. Each is timed on one store handle whose readers read once before (as a running
+Four reads: ``CompactStoreSaver.get_tuple`` of a thread's latest checkpoint, its
+``list`` of all 50 checkpoints, ``CompactStoreSession.get_items`` of a session's items,
+and a ``Session.scan`` of 10,000 events. Each is timed on one store handle whose readers read once before (as a running
 agent's do), so a verified call pays the head read, the seal check and a comparison per
 row against the proven prefix; ``--cold`` opens a new handle per call (the whole proof
 each time). Rounds alternate the order of the two modes so that the machine's noise
@@ -55,6 +55,7 @@ def readers(st: cs.Store, verify: bool) -> dict[str, Callable[[], object]]:
     scan = st.session("scan")
     return {
         "get_tuple": lambda: saver.get_tuple({"configurable": {"thread_id": "t"}}),
+        "list 50": lambda: sum(1 for _ in saver.list({"configurable": {"thread_id": "t"}})),
         "get_items": lambda: items._get(None),  # what get_items runs in its worker thread
         "scan 10k": lambda: sum(1 for _ in scan.scan(verify=verify)),
     }
@@ -88,7 +89,7 @@ def main() -> None:
             for r in range(args.rounds):
                 for verify in ((True, False) if r % 2 == 0 else (False, True)):
                     for name in warm[verify]:
-                        n = max(1, args.calls // 20) if name == "scan 10k" else args.calls
+                        n = max(1, args.calls // (20 if name == "scan 10k" else 10 if name == "list 50" else 1))
                         if args.cold:
                             def call(name: str = name, verify: bool = verify) -> object:
                                 with cs.open(path) as fresh:
@@ -97,7 +98,7 @@ def main() -> None:
                             call = warm[verify][name]
                         times.setdefault((name, verify), []).append(timed(call, n))
     print(f"{'read':<12}{'unverified µs':>15}{'verified µs':>13}{'unverified/verified':>21}")
-    for name in ("get_tuple", "get_items", "scan 10k"):
+    for name in ("get_tuple", "list 50", "get_items", "scan 10k"):
         off, on = statistics.median(times[(name, False)]), statistics.median(times[(name, True)])
         print(f"{name:<12}{off * 1e6:>15.0f}{on * 1e6:>13.0f}{off / on:>21.2f}")
 
