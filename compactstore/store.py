@@ -15,7 +15,6 @@ import re
 import threading
 from contextlib import AbstractContextManager
 from contextvars import ContextVar, Token
-from functools import partial
 from itertools import islice
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
@@ -1499,7 +1498,8 @@ class Session:
                 if not chunk:
                     break
             check.run(chunk)
-            yield from map(partial(self._record, erasures=erasures), chunk)
+            for row in chunk:
+                yield self._record(row, erasures)
             pos += len(chunk)
             if gap:
                 break
