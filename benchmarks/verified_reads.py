@@ -9,12 +9,21 @@ each time). Rounds alternate the order of the two modes so that the machine's no
 falls on both alike; the ratio is of the medians (unverified / verified: 1.0 is free).
 
     .venv/bin/python benchmarks/verified_reads.py [--rounds 7] [--calls 200] [--cold]
+
+Instructions per call, without the noise of a shared machine: ``--count NAME`` builds the
+store in ``--db`` (once), warms one reader and runs ``--calls`` calls of it inside
+``functools.reduce``, so that callgrind can count that loop alone:
+
+    OPENBLAS_NUM_THREADS=1 valgrind --tool=callgrind --collect-atstart=no \
+        --toggle-collect=functools_reduce .venv/bin/python benchmarks/verified_reads.py \
+        --count get_tuple [--unverified] --calls 1000 --db /tmp/reads.db
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import platform
 import statistics
 import sys
@@ -74,7 +83,18 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--calls", type=int, default=200)
     ap.add_argument("--cold", action="store_true", help="a new store handle per call")
+    ap.add_argument("--count", metavar="NAME", help="only run NAME --calls times on a warm reader (for callgrind)")
+    ap.add_argument("--unverified", action="store_true", help="with --count: verify=False")
+    ap.add_argument("--db", default="verified_reads.db", help="with --count: the store, built when missing")
     args = ap.parse_args()
+    if args.count:
+        if not Path(args.db).exists():
+            build(args.db)
+        with cs.open(args.db) as st:
+            read = readers(st, not args.unverified)[args.count]
+            read()
+            functools.reduce(lambda _, __: read(), range(args.calls), None)
+        return
     print("$", " ".join([Path(sys.executable).name, *sys.argv]))
     print(f"# {platform.platform()}, Python {platform.python_version()}, merkle {cs.merkle.IMPLEMENTATION}")
     times: dict[tuple[str, bool], list[float]] = {}
