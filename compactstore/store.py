@@ -1397,9 +1397,10 @@ class Session:
     def reading(self) -> AbstractContextManager[None]:
         """Return a context in which this session's verified reads check the latest sealed head once.
 
-        The first verified read inside reads the head and checks its seal and the handle's
-        proven prefix against it; later reads inside hold their rows to that same head (one
-        reaching past it reads the head again, as any read does). A head changed meanwhile
+        The first verified read inside reads the session id and the head and checks its
+        seal and the handle's proven prefix against it; later reads inside take that id and
+        hold their rows to that same head (one reaching past it, or a scan from its size,
+        reads the head again). A head changed meanwhile
         is caught by the first read after the context. Meant for one call of an adapter,
         which reads a session several times; nested contexts share the outermost's head.
         Not for sharing across threads: the context is this thread's (or task's).
