@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 import compactstore as cs
+from compactstore import index
 
 HARNESS = Path(__file__).with_name("close_harness.py")
 
@@ -68,14 +69,14 @@ def test_close_waits_for_a_write_in_flight(store: cs.Store, monkeypatch: pytest.
     s = store.session("a")
     inside, release = threading.Event(), threading.Event()
     done: list[object] = []
-    seal = store.seal_head
+    extend = index.extend
 
-    def slow_seal(*args: object) -> bytes:
-        inside.set()  # the head is sealed inside the write transaction
+    def slow_index(*args: object) -> None:
+        inside.set()  # the index rows are written inside the write transaction
         release.wait(10)
-        return seal(*args)  # type: ignore[arg-type]
+        extend(*args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(store, "seal_head", slow_seal)
+    monkeypatch.setattr(index, "extend", slow_index)
     writer = threading.Thread(target=lambda: done.append(s.append(cs.Turn("user", "x"))))
     writer.start()
     assert inside.wait(10)
