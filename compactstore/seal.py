@@ -12,7 +12,9 @@ every hash still cannot produce a valid head.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable, Sequence
+from bisect import bisect_right
+from collections.abc import Callable, Iterable, Sequence
+from itertools import accumulate
 
 from blake3 import blake3
 
@@ -81,13 +83,23 @@ def runs_of(packed: bytes) -> list[tuple[int, int]]:
             for i in range(0, len(packed) - 15, 16)]
 
 
-def seq_at(packed: bytes, index: int) -> int | None:
-    """Return the ``index``-th sequence number :func:`seq_runs` packed (0 first), None past the last."""
-    for first, length in runs_of(packed):
-        if index < length:
-            return first + index
-        index -= length
-    return None
+def seq_lookup(packed: bytes) -> Callable[[int], int | None]:
+    """Return a function giving the ``index``-th sequence number :func:`seq_runs` packed (0 first), None outside them.
+
+    The runs are unpacked once, and each lookup is a bisection over their starts.
+    """
+    runs = runs_of(packed)
+    starts = list(accumulate((n for _, n in runs), initial=0))
+    firsts = [f for f, _ in runs]
+    total = starts[-1]
+
+    def at(index: int) -> int | None:
+        if not 0 <= index < total:
+            return None
+        k = bisect_right(starts, index) - 1
+        return firsts[k] + index - starts[k]
+
+    return at
 
 
 def seal(mac_key: bytes | None, session: str, size: int, root: bytes, prev: int, seqs: bytes) -> bytes:

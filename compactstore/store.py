@@ -49,7 +49,7 @@ from .index import Index
 from .markers import Marker
 from .policy import CompactionPolicy, Maintenance, Step
 from .resolver import Artifact, Resolution, RestoredSpan
-from .seal import derive_key, head_mac, key_check, seal, seq_at, seq_runs, store_id, store_id_ok
+from .seal import derive_key, head_mac, key_check, seal, seq_lookup, seq_runs, store_id, store_id_ok
 from .structure import build
 from .summarize import Summarizer
 from .verify import Problem, VerifyReport, verify_store
@@ -1980,9 +1980,9 @@ class _ReadCheck:
 
     def _seqs(self, rows: Sequence[Row]) -> None:
         """Check the global seqs of rows of the latest head's commit against those its seal covers."""
-        tail, seqs = self.tail, self.seqs
+        tail, at = self.tail, seq_lookup(self.seqs)  # the runs unpacked once per check, not per row
         for r in rows:
-            want = seq_at(seqs, r.pos - tail)
+            want = at(r.pos - tail)
             if r.seq != want:
                 raise self._fail(f"the event at pos {r.pos} has seq {r.seq}, where the latest sealed head holds "
                                  f"{want}", r.pos)

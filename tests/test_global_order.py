@@ -12,10 +12,12 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from sqlite_edit import unguarded
 
 import compactstore as cs
-from compactstore.seal import runs_of, seal, seq_runs
+from compactstore.seal import runs_of, seal, seq_lookup, seq_runs
 
 KEY = b"global order key"
 Run = Callable[..., list[tuple[Any, ...]]]
@@ -154,3 +156,12 @@ def test_a_later_commit_takes_later_seqs_whichever_handle_writes(target: str) ->
             order += [r.seq for r in two.session("b").extend([cs.Turn("user", f"two {i}"), cs.Turn("user", f"two {i}'")])]
         assert one.verify().ok
     assert order == sorted(order) and order[0] > 7 and len(set(order)) == 9
+
+
+@given(st.lists(st.integers(min_value=-(2**40), max_value=2**40), max_size=60),
+       st.integers(min_value=-3, max_value=70))
+def test_seq_lookup_gives_each_packed_seq_by_index(seqs: list[int], index: int) -> None:
+    """seq_lookup over seq_runs' packing gives the index-th seq, None outside them, however the runs fall."""
+    at = seq_lookup(seq_runs(seqs))
+    assert at(index) == (seqs[index] if 0 <= index < len(seqs) else None)
+    assert [at(i) for i in range(len(seqs))] == seqs
