@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import sqlite_utils
 
@@ -272,22 +272,18 @@ class SQLiteBackend(Reads):
             raise _error(exc, "read subtree roots") from exc
 
     def bodies(self, session_id: int, start: int, stop: int) -> list[bytes | None]:
+        return self._span_column("body", session_id, start, stop)
+
+    def leaves(self, session_id: int, start: int, stop: int) -> list[bytes]:
+        # The leaf column comes before the body: a long body's overflow pages are not read.
+        return self._span_column("leaf", session_id, start, stop)
+
+    def _span_column(self, column: Literal["body", "leaf"], session_id: int, start: int, stop: int) -> list[Any]:
+        """Return ``column`` of the events at positions ``[start, stop)`` in order, in one query."""
         # Within a session seq follows pos, so the span is one range of the table's own
         # key: read it there rather than seeking the table once per index entry.
         got = self._all(
-            "SELECT body FROM events WHERE +session_id = ?1 AND +pos >= ?2 AND +pos < ?3 "
-            "AND seq >= (SELECT seq FROM events WHERE session_id = ?1 AND pos >= ?2 ORDER BY pos LIMIT 1) "
-            "AND seq <= (SELECT seq FROM events WHERE session_id = ?1 AND pos < ?3 ORDER BY pos DESC LIMIT 1) "
-            "ORDER BY seq",
-            (session_id, start, stop),
-        )
-        return [b for (b,) in got]
-
-    def leaves(self, session_id: int, start: int, stop: int) -> list[bytes]:
-        # The same one range of the table's own key as bodies(); the leaf column comes
-        # before the body, so a long body's overflow pages are not read.
-        got = self._all(
-            "SELECT leaf FROM events WHERE +session_id = ?1 AND +pos >= ?2 AND +pos < ?3 "
+            f"SELECT {column} FROM events WHERE +session_id = ?1 AND +pos >= ?2 AND +pos < ?3 "
             "AND seq >= (SELECT seq FROM events WHERE session_id = ?1 AND pos >= ?2 ORDER BY pos LIMIT 1) "
             "AND seq <= (SELECT seq FROM events WHERE session_id = ?1 AND pos < ?3 ORDER BY pos DESC LIMIT 1) "
             "ORDER BY seq",
