@@ -13,9 +13,7 @@ read the intact store before (its proven prefix cached) and through one opened a
 from __future__ import annotations
 
 import asyncio
-import sqlite3
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +29,7 @@ import compactstore as cs  # noqa: E402
 from compactstore import merkle  # noqa: E402
 from compactstore.adapters.langgraph import LIST_PAGE, CompactStoreSaver  # noqa: E402
 from compactstore.adapters.openai_agents import CompactStoreSession  # noqa: E402
-from sqlite_edit import unguarded  # noqa: E402
+from sqlite_edit import edited as _db  # noqa: E402
 
 KEY = b"at-rest attack key"
 TABLES = ("meta", "sessions", "events", "subtrees", "heads", "redactions", "structure_index")
@@ -40,31 +38,6 @@ PAIRS = {"agent-a": "agent-b", "langgraph:t1": "langgraph:t2", "openai-agents:s1
 Snapshot = dict[str, list[tuple[Any, ...]]]
 
 
-@contextmanager
-def _db(target: str) -> Iterator[Callable[..., list[tuple[Any, ...]]]]:
-    """Yield ``run(sql, *args)`` over the store's database, its triggers dropped; commit at the end."""
-    if target.startswith("postgresql"):
-        import psycopg
-
-        conn: Any = psycopg.connect(target, autocommit=False)
-        for table, name in conn.execute(
-            "SELECT tgrelid::regclass::text, tgname FROM pg_trigger WHERE NOT tgisinternal"
-        ).fetchall():
-            conn.execute(f"DROP TRIGGER {name} ON {table}")
-        mark = "%s"
-    else:
-        conn = unguarded(target)
-        mark = "?"
-
-    def run(sql: str, *args: object) -> list[tuple[Any, ...]]:
-        cur = conn.execute(sql.replace("?", mark), args)
-        return list(cur.fetchall()) if cur.description else []
-
-    try:
-        yield run
-        conn.commit()
-    finally:
-        conn.close()
 
 
 def _sid(run: Callable[..., list[tuple[Any, ...]]], name: str) -> int:

@@ -7,45 +7,16 @@ keyed and unkeyed, and checks what ``verify()`` and the verified reads make of i
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from typing import Any
-
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from sqlite_edit import unguarded
+from sqlite_edit import Run
+from sqlite_edit import edited as _db
 
 import compactstore as cs
 from compactstore.seal import runs_of, seal, seq_lookup, seq_runs
 
 KEY = b"global order key"
-Run = Callable[..., list[tuple[Any, ...]]]
-
-
-@contextmanager
-def _db(target: str) -> Iterator[Run]:
-    """Yield ``run(sql, *args)`` over the store's database, its triggers dropped; commit at the end."""
-    if target.startswith("postgresql"):
-        import psycopg
-
-        conn: Any = psycopg.connect(target, autocommit=False)
-        for table, name in conn.execute("SELECT tgrelid::regclass::text, tgname FROM pg_trigger WHERE NOT tgisinternal"):
-            conn.execute(f"DROP TRIGGER {name} ON {table}")
-        mark = "%s"
-    else:
-        conn = unguarded(target)
-        mark = "?"
-
-    def run(sql: str, *args: object) -> list[tuple[Any, ...]]:
-        cur = conn.execute(sql.replace("?", mark), args)
-        return list(cur.fetchall()) if cur.description else []
-
-    try:
-        yield run
-        conn.commit()
-    finally:
-        conn.close()
 
 
 def _build(target: str, key: bytes | None) -> None:
