@@ -111,7 +111,10 @@ def seal(mac_key: bytes | None, session: str, size: int, root: bytes, prev: int,
             :func:`seq_runs` packs them.
     """
     # The seqs come last: the fields before have fixed widths or a length, so they need none.
-    message = _message(_SEAL_DOMAIN, session, size, root, prev, seqs)
+    # _message spelled out: a seal is made on every commit.
+    name = session.encode()
+    message = b"".join((_SEAL_DOMAIN, len(name).to_bytes(4, "big"), name, size.to_bytes(8, "big", signed=True), root,
+                        prev.to_bytes(8, "big", signed=True), seqs))
     return (blake3(message, key=mac_key) if mac_key else blake3(message)).digest()
 
 

@@ -624,16 +624,19 @@ class _SQLiteWriter:
         # through its adapter lookup first (a failed attribute lookup each), which costs
         # more than the copy (benchmarks/README.md has the figures). The stored bytes are the same.
         values: list[tuple[object, ...]]
-        if not any(map(_KEY, rows)):  # keys are non-empty strings: only an absent one is falsy
-            sql = _INSERT_KEYLESS
+        if len(rows) == 1:  # one append: its row bound directly, no list built
+            r = rows[0]
+            body = None if r[6] is None else blob(r[6])
+            if r[4] is None:
+                cur.execute(_INSERT_KEYLESS, (r[0], r[1], r[2], r[3], blob(r[5]), body))
+            else:
+                cur.execute(_INSERT, (r[0], r[1], r[2], r[3], r[4], blob(r[5]), body))
+        elif not any(map(_KEY, rows)):  # keys are non-empty strings: only an absent one is falsy
             values = [(r[0], r[1], r[2], r[3], blob(r[5]), None if r[6] is None else blob(r[6])) for r in rows]
+            cur.executemany(_INSERT_KEYLESS, values)
         else:
-            sql = _INSERT
             values = [(r[0], r[1], r[2], r[3], r[4], blob(r[5]), None if r[6] is None else blob(r[6])) for r in rows]
-        if len(values) == 1:
-            cur.execute(sql, values[0])
-        else:
-            cur.executemany(sql, values)
+            cur.executemany(_INSERT, values)
         if subtrees:
             cur.executemany(
                 "INSERT INTO subtrees (session_id, level, idx, hash) VALUES (?, ?, ?, ?)",
