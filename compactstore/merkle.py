@@ -423,3 +423,19 @@ class Frontier(merkle_pure.Frontier):
     def root(self) -> bytes:
         """Return the RFC 9162 root of the tree so far."""
         return fold(self.hashes, self._algo)
+
+    def extend_root(self, leaves: Iterable[bytes], *, every: int = 1) -> tuple[list[tuple[int, int, bytes]], bytes]:
+        """Add leaf hashes ``leaves`` as :meth:`extend` does; return what it returns and then the new :meth:`root`.
+
+        One native call for both, every commit's step: the roots the leaves leave alone are kept as they are.
+        """
+        cur = _listed(leaves)
+        if self._algo == "blake3" and native is not None and self.size + len(cur) < _U64:
+            try:
+                made, root = native.frontier_push(self.size, self.hashes, cur, every)
+            except (ValueError, OverflowError, TypeError):  # not all 32-byte hashes, every < 1, or not a list
+                pass
+            else:
+                self.size += len(cur)
+                return made, root
+        return super().extend_root(cur, every=every)

@@ -667,6 +667,11 @@ class Frontier:
         """Return the RFC 9162 root of the tree so far."""
         return fold(self.hashes, self._algo)
 
+    def extend_root(self, leaves: Iterable[bytes], *, every: int = 1) -> tuple[list[tuple[int, int, bytes]], bytes]:
+        """Add leaf hashes ``leaves`` as :meth:`extend` does; return what it returns and then the new :meth:`root`."""
+        made = self.extend(leaves, every=every)
+        return made, self.root()
+
     def copy(self) -> Self:
         """Return an independent copy."""
         # Not through __init__: this frontier's hashes are already known to fit its size.

@@ -610,6 +610,21 @@ def test_frontier_extend_equals_appends_one_by_one(merkle: ModuleType, entries: 
     assert (tiled.size, tiled.hashes) == (one.size, one.hashes)
 
 
+@FAST
+@given(entries=sts.any_entry_lists(300), cuts=st.lists(st.integers(0, 300), max_size=6), algo=sts.algos)
+def test_frontier_extend_root_equals_extend_then_root(merkle: ModuleType, entries: list[bytes], cuts: list[int],
+                                                      algo: str) -> None:
+    """extend_root reports what extend reports and the root after it, chunk by chunk, and keeps the same hashes."""
+    leaves = merkle.leaf_hashes(entries, algo)
+    both, apart = merkle.Frontier(algo=algo), merkle.Frontier(algo=algo)
+    bounds = sorted({0, len(leaves), *(c for c in cuts if c <= len(leaves))})
+    for a, b in zip(bounds, bounds[1:]):
+        made, root = both.extend_root(leaves[a:b], every=merkle.TILE_HEIGHT)
+        assert (made, root) == (apart.extend(leaves[a:b], every=merkle.TILE_HEIGHT), apart.root())
+        assert (both.size, both.hashes) == (apart.size, apart.hashes)
+    assert both.root() == naive.mth(entries, algo)
+
+
 @pytest.mark.parametrize("algo", ALGOS)
 def test_append_subtree_equals_appending_its_leaves(merkle: ModuleType, algo: str) -> None:
     """Appending whole subtrees of 1, 2, 4 or 8 leaves gives the hashes and completed subtrees of leaf appends."""
