@@ -59,6 +59,17 @@ def _listed(items: Iterable[bytes]) -> Sequence[bytes]:
     return items if isinstance(items, (list, tuple)) else list(items)
 
 
+def digest_fn() -> Callable[[bytes, bytes | None], bytes]:
+    """Return ``digest(data, key)``: the BLAKE3 hash of ``data``, keyed with the 32-byte ``key`` unless it is None.
+
+    One call, where the ``blake3`` package makes a hasher object per hash (a head's seal
+    is one such hash on every commit).
+    """
+    if native is not None:
+        return native.digest
+    return merkle_pure.digest
+
+
 def leaf_fn(algo: str = "blake3") -> Callable[[bytes], bytes]:
     """Return a leaf hasher for a loop of the calling thread (not to be handed to another)."""
     if algo == "blake3" and native is not None:

@@ -66,3 +66,6 @@ def frontier_push(
     of ``every`` (at least 1) and the new tree's root; ``hashes`` is unchanged when an
     argument is refused.
     """
+
+def digest(data: bytes, key: bytes | None, /) -> bytes:
+    """Return the BLAKE3 hash of ``data``, keyed with the 32-byte ``key`` unless it is None."""

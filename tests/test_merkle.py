@@ -625,6 +625,16 @@ def test_frontier_extend_root_equals_extend_then_root(merkle: ModuleType, entrie
     assert both.root() == naive.mth(entries, algo)
 
 
+def test_digest_is_blake3_keyed_or_not(merkle: ModuleType) -> None:
+    """digest_fn() hashes as the blake3 package does, with a 32-byte key or none: what head seals are made with."""
+    from blake3 import blake3
+
+    digest, key = merkle.digest_fn(), bytes(range(32))
+    for data in (b"", b"x", bytes(range(256)) * 5, bytes(70_000)):
+        assert digest(data, None) == blake3(data).digest()
+        assert digest(data, key) == blake3(data, key=key).digest()
+
+
 @pytest.mark.parametrize("algo", ALGOS)
 def test_append_subtree_equals_appending_its_leaves(merkle: ModuleType, algo: str) -> None:
     """Appending whole subtrees of 1, 2, 4 or 8 leaves gives the hashes and completed subtrees of leaf appends."""

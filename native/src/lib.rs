@@ -80,6 +80,22 @@ fn leaf_hashes<'py>(py: Python<'py>, entries: Vec<PyBackedBytes>) -> PyResult<Bo
     bytes_list(py, &out)
 }
 
+/// Return the BLAKE3 hash of ``data``, keyed with the 32-byte ``key`` unless it is None.
+#[pyfunction]
+#[pyo3(signature = (data, key, /))]
+fn digest<'py>(py: Python<'py>, data: PyBackedBytes, key: Option<PyBackedBytes>) -> PyResult<Bound<'py, PyBytes>> {
+    let h = match key {
+        None => blake3::hash(&data),
+        Some(k) => {
+            let k: &[u8; 32] = (&*k)
+                .try_into()
+                .map_err(|_| PyValueError::new_err("key must be 32 bytes"))?;
+            blake3::keyed_hash(k, &data)
+        }
+    };
+    Ok(PyBytes::new(py, h.as_bytes()))
+}
+
 /// Return ``H(0x01 || left || right)``.
 #[pyfunction]
 fn node_hash<'py>(py: Python<'py>, left: PyBackedBytes, right: PyBackedBytes) -> Bound<'py, PyBytes> {
@@ -326,6 +342,7 @@ fn merkle_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(leaf_hash, m)?)?;
     m.add_function(wrap_pyfunction!(leaf_hashes, m)?)?;
     m.add_function(wrap_pyfunction!(node_hash, m)?)?;
+    m.add_function(wrap_pyfunction!(digest, m)?)?;
     m.add_function(wrap_pyfunction!(tree_root, m)?)?;
     m.add_function(wrap_pyfunction!(root_of_leaves, m)?)?;
     m.add_function(wrap_pyfunction!(subtree_levels, m)?)?;
