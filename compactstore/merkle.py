@@ -59,6 +59,17 @@ def _listed(items: Iterable[bytes]) -> Sequence[bytes]:
     return items if isinstance(items, (list, tuple)) else list(items)
 
 
+def digest_fn() -> Callable[[bytes, bytes | None], bytes]:
+    """Return ``digest(data, key)``: the BLAKE3 hash of ``data``, keyed with the 32-byte ``key`` unless it is None.
+
+    One call, where the ``blake3`` package makes a hasher object per hash (a head's seal
+    is one such hash on every commit).
+    """
+    if native is not None:
+        return native.digest
+    return merkle_pure.digest
+
+
 def leaf_fn(algo: str = "blake3") -> Callable[[bytes], bytes]:
     """Return a leaf hasher for a loop of the calling thread (not to be handed to another)."""
     if algo == "blake3" and native is not None:
@@ -423,3 +434,19 @@ class Frontier(merkle_pure.Frontier):
     def root(self) -> bytes:
         """Return the RFC 9162 root of the tree so far."""
         return fold(self.hashes, self._algo)
+
+    def extend_root(self, leaves: Iterable[bytes], *, every: int = 1) -> tuple[list[tuple[int, int, bytes]], bytes]:
+        """Add leaf hashes ``leaves`` as :meth:`extend` does; return what it returns and then the new :meth:`root`.
+
+        One native call for both, every commit's step: the roots the leaves leave alone are kept as they are.
+        """
+        cur = _listed(leaves)
+        if self._algo == "blake3" and native is not None and self.size + len(cur) < _U64:
+            try:
+                made, root = native.frontier_push(self.size, self.hashes, cur, every)
+            except (ValueError, OverflowError, TypeError):  # not all 32-byte hashes, every < 1, or not a list
+                pass
+            else:
+                self.size += len(cur)
+                return made, root
+        return super().extend_root(cur, every=every)

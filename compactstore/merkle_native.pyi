@@ -56,3 +56,16 @@ def frontier_extend(
     Returns the new frontier and the completed subtrees ``(level, index, root)`` at
     levels that are multiples of ``every`` (at least 1).
     """
+
+def frontier_push(
+    size: int, hashes: list[bytes], leaves: Iterable[bytes], every: int, /
+) -> tuple[list[tuple[int, int, bytes]], bytes]:
+    """Add leaf hashes to the frontier ``hashes`` of a tree of ``size`` leaves, in place.
+
+    Returns the completed subtrees ``(level, index, root)`` at levels that are multiples
+    of ``every`` (at least 1) and the new tree's root; ``hashes`` is unchanged when an
+    argument is refused.
+    """
+
+def digest(data: bytes, key: bytes | None, /) -> bytes:
+    """Return the BLAKE3 hash of ``data``, keyed with the 32-byte ``key`` unless it is None."""

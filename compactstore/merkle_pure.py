@@ -112,6 +112,16 @@ def _node_fn(algo: str) -> Callable[[bytes, bytes], bytes]:
     return _b3_fns()[1] if algo == "blake3" else _hasher(algo)[1]
 
 
+def digest(data: bytes, key: bytes | None) -> bytes:
+    """Return the BLAKE3 hash of ``data``, keyed with the 32-byte ``key`` unless it is None."""
+    return (blake3(data) if key is None else blake3(data, key=key)).digest()
+
+
+def digest_fn() -> Callable[[bytes, bytes | None], bytes]:
+    """Return :func:`digest` (``compactstore.merkle.digest_fn`` returns the native one when it is built)."""
+    return digest
+
+
 def leaf_fn(algo: str = "blake3") -> Callable[[bytes], bytes]:
     """Return a leaf hasher for a loop of the calling thread (not to be handed to another)."""
     return _b3_fns()[0] if algo == "blake3" else _hasher(algo)[0]
@@ -666,6 +676,11 @@ class Frontier:
     def root(self) -> bytes:
         """Return the RFC 9162 root of the tree so far."""
         return fold(self.hashes, self._algo)
+
+    def extend_root(self, leaves: Iterable[bytes], *, every: int = 1) -> tuple[list[tuple[int, int, bytes]], bytes]:
+        """Add leaf hashes ``leaves`` as :meth:`extend` does; return what it returns and then the new :meth:`root`."""
+        made = self.extend(leaves, every=every)
+        return made, self.root()
 
     def copy(self) -> Self:
         """Return an independent copy."""

@@ -497,8 +497,7 @@ class Session:
                 if admitted:
                     w.confirm()  # the rules read the log as it stands at this head
                     self._admit(first, fresh, rows, leaves)
-                nodes = frontier.extend(leaves, every=merkle.TILE_HEIGHT)  # the levels a store keeps
-                root = frontier.root()
+                nodes, root = frontier.extend_root(leaves, every=merkle.TILE_HEIGHT)  # the levels a store keeps
                 prev = head.size if head else 0
                 runs = seq_runs(seqs)
                 # seal() itself: seal_head's checks are for heads read back, these values are ours.

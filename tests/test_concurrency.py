@@ -88,3 +88,32 @@ def test_processes_opening_a_new_file_at_once_all_succeed(tmp_path: Path) -> Non
     while not failures.empty():
         found.append(failures.get())
     assert found == []
+
+
+def test_handles_interleaving_on_one_file_build_on_the_latest_head(tmp_path: Path) -> None:
+    """Two handles on one file, taking turns: each append builds on the other's commits, never on its own last one."""
+    path = str(tmp_path / "two.db")
+    with cs.open(path) as a, cs.open(path) as b:
+        sa, sb, other = a.session("s"), b.session("s"), b.session("t")
+        got = []
+        for i in range(6):
+            got.append(sa.append(cs.Turn("user", f"a{i}")))  # a's remembered head is stale from i = 1 on
+            got.append(sb.append(cs.Turn("user", f"b{i}")))
+            other.append(cs.Turn("user", f"t{i}"))  # moves the next seq only
+        assert [r.pos for r in got] == list(range(12))
+        # A compare-and-append and an idempotent retry after the other handle moved the session.
+        sb.append(cs.Turn("user", "b-last"), idempotency_key="k")
+        assert sa.extend([cs.Turn("user", "a-last")], expect_size=13)[0].pos == 13
+        assert sa.append(cs.Turn("user", "b-last"), idempotency_key="k").pos == 12
+        # A derived event admitted by the rules, built after the other handle's commit.
+        sb.append(cs.Turn("user", "b-more"))
+        node = sa.compact(0, 4, summary="the first four turns")
+        assert node.pos == 15
+        # One the rules admit (reading the log), appended after the other handle's commit.
+        sb.append(cs.Turn("user", "b-again"))
+        assert sa.append(cs.events.Redaction(positions=[1], reason="gone")).pos == 17
+        assert sa.size == sb.size == 18
+        assert sa.head() == sb.head()
+        assert a.verify().ok
+        seqs = sorted(r.seq for name in ("s", "t") for r in a.session(name).scan())
+        assert seqs == list(range(1, len(seqs) + 1))

@@ -610,6 +610,31 @@ def test_frontier_extend_equals_appends_one_by_one(merkle: ModuleType, entries: 
     assert (tiled.size, tiled.hashes) == (one.size, one.hashes)
 
 
+@FAST
+@given(entries=sts.any_entry_lists(300), cuts=st.lists(st.integers(0, 300), max_size=6), algo=sts.algos)
+def test_frontier_extend_root_equals_extend_then_root(merkle: ModuleType, entries: list[bytes], cuts: list[int],
+                                                      algo: str) -> None:
+    """extend_root reports what extend reports and the root after it, chunk by chunk, and keeps the same hashes."""
+    leaves = merkle.leaf_hashes(entries, algo)
+    both, apart = merkle.Frontier(algo=algo), merkle.Frontier(algo=algo)
+    bounds = sorted({0, len(leaves), *(c for c in cuts if c <= len(leaves))})
+    for a, b in zip(bounds, bounds[1:]):
+        made, root = both.extend_root(leaves[a:b], every=merkle.TILE_HEIGHT)
+        assert (made, root) == (apart.extend(leaves[a:b], every=merkle.TILE_HEIGHT), apart.root())
+        assert (both.size, both.hashes) == (apart.size, apart.hashes)
+    assert both.root() == naive.mth(entries, algo)
+
+
+def test_digest_is_blake3_keyed_or_not(merkle: ModuleType) -> None:
+    """digest_fn() hashes as the blake3 package does, with a 32-byte key or none: what head seals are made with."""
+    from blake3 import blake3
+
+    digest, key = merkle.digest_fn(), bytes(range(32))
+    for data in (b"", b"x", bytes(range(256)) * 5, bytes(70_000)):
+        assert digest(data, None) == blake3(data).digest()
+        assert digest(data, key) == blake3(data, key=key).digest()
+
+
 @pytest.mark.parametrize("algo", ALGOS)
 def test_append_subtree_equals_appending_its_leaves(merkle: ModuleType, algo: str) -> None:
     """Appending whole subtrees of 1, 2, 4 or 8 leaves gives the hashes and completed subtrees of leaf appends."""

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import sqlite_utils
 
-from ..errors import CompactStoreError, ConflictError, IntegrityError, LockTimeout, NotAStore, StoreClosed
+from ..errors import CompactStoreError, ConflictError, IntegrityError, LockTimeout, NotAStore, StaleHead, StoreClosed
 from ..structure import IndexRow
 from .protocol import SCHEMA_VERSION, HeadRow, Row, keyset
 from . import queries
@@ -233,8 +233,7 @@ class SQLiteBackend(Reads):
         return int(got[0][0]) if got else None
 
     def writer(self, name: str, *, speculate: bool = False) -> _SQLiteWriter:
-        # The lock is one local BEGIN IMMEDIATE: nothing to gain by speculating.
-        return _SQLiteWriter(self, name)
+        return _SQLiteWriter(self, name, speculate)
 
     def _remember(self, version: int, name: str, w: _SQLiteWriter) -> None:
         """Keep what the writer ``w`` just committed, as of ``data_version`` ``version``."""
@@ -482,11 +481,14 @@ class _SQLiteWriter:
     """
 
     __slots__ = ("_backend", "_name", "_conn", "_cur", "_version", "session_id", "_head", "_seq", "written", "seq_after",
-                 "erased")
+                 "erased", "_speculate", "_unchecked")
 
-    def __init__(self, backend: SQLiteBackend, name: str) -> None:
+    def __init__(self, backend: SQLiteBackend, name: str, speculate: bool = False) -> None:
         self._backend = backend
         self._name = name
+        self._speculate = speculate
+        #: whether the remembered head and next seq are used without checking data_version
+        self._unchecked = False
         self._conn = backend._conn  # used only once __enter__ has checked the store is open
         self._cur = backend._cursor  # the backend's lock, held from __enter__ to __exit__, makes it ours
         #: the head this transaction inserted, and the seq after its events
@@ -503,13 +505,18 @@ class _SQLiteWriter:
                 raise StoreClosed(backend._path)
             cur.execute("BEGIN IMMEDIATE")
             try:
-                # Under the write lock: if no other connection has committed since this
-                # one last did, what it remembers of that commit is still the latest.
-                self._version = version = cur.execute("PRAGMA data_version").fetchone()[0]
-                if version != backend._version:
-                    backend._heads.clear()
-                    backend._next_seq = None
                 sid = backend._sids.get(name)
+                if (self._speculate and sid is not None and sid in backend._heads
+                        and backend._next_seq is not None and backend._version is not None):
+                    # Speculating: build on what this connection committed last without
+                    # asking whether another has committed since (a statement per append).
+                    # Any other append since took the very seq this one is about to use (seqs
+                    # are gapless and append-only), so a stale head cannot be written: the
+                    # insert fails on the seq's key, and __exit__ turns that into StaleHead.
+                    self._unchecked = True
+                    self._version = backend._version
+                else:
+                    self._check()
                 if sid is None:
                     got = conn.execute("SELECT id FROM sessions WHERE name = ?", (name,)).fetchone()
                     if got is None:
@@ -531,6 +538,16 @@ class _SQLiteWriter:
             raise
         return self
 
+    def _check(self) -> None:
+        """Drop what the backend remembers if another connection has committed since this one last did."""
+        # Under the write lock: if no other connection has committed since this one last
+        # did, what it remembers of that commit is still the latest.
+        backend = self._backend
+        self._version = version = self._cur.execute("PRAGMA data_version").fetchone()[0]
+        if version != backend._version:
+            backend._heads.clear()
+            backend._next_seq = None
+
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         backend = self._backend
         try:
@@ -548,6 +565,12 @@ class _SQLiteWriter:
                     _drop_old_pages(self._conn)
                 return
             self._rollback()
+            if self._unchecked and isinstance(exc, sqlite3.IntegrityError):
+                # A key taken by a commit of another connection: the remembered head or
+                # seq was stale. Nothing was written; the store builds again under a check.
+                backend._heads.clear()
+                backend._next_seq = None
+                raise StaleHead(f"session {self._name!r} moved on under another connection") from exc
             if isinstance(exc, (sqlite3.Error, UnicodeDecodeError)):
                 raise _error(exc, f"append to session {self._name!r}") from exc
         finally:
@@ -573,7 +596,12 @@ class _SQLiteWriter:
         return _hashes(self._conn, self.session_id, coords)
 
     def confirm(self) -> None:
-        pass  # the writer holds the lock from the start
+        # The writer holds the lock from the start; a speculating one now checks what it built on.
+        if self._unchecked:
+            self._unchecked = False
+            self._check()
+            if self._backend._next_seq is None:
+                raise StaleHead(f"session {self._name!r} moved on under another connection")
 
     def find_idempotent(self, key: str) -> Row | None:
         got = self._conn.execute(
@@ -596,16 +624,19 @@ class _SQLiteWriter:
         # through its adapter lookup first (a failed attribute lookup each), which costs
         # more than the copy (benchmarks/README.md has the figures). The stored bytes are the same.
         values: list[tuple[object, ...]]
-        if not any(map(_KEY, rows)):  # keys are non-empty strings: only an absent one is falsy
-            sql = _INSERT_KEYLESS
+        if len(rows) == 1:  # one append: its row bound directly, no list built
+            r = rows[0]
+            body = None if r[6] is None else blob(r[6])
+            if r[4] is None:
+                cur.execute(_INSERT_KEYLESS, (r[0], r[1], r[2], r[3], blob(r[5]), body))
+            else:
+                cur.execute(_INSERT, (r[0], r[1], r[2], r[3], r[4], blob(r[5]), body))
+        elif not any(map(_KEY, rows)):  # keys are non-empty strings: only an absent one is falsy
             values = [(r[0], r[1], r[2], r[3], blob(r[5]), None if r[6] is None else blob(r[6])) for r in rows]
+            cur.executemany(_INSERT_KEYLESS, values)
         else:
-            sql = _INSERT
             values = [(r[0], r[1], r[2], r[3], r[4], blob(r[5]), None if r[6] is None else blob(r[6])) for r in rows]
-        if len(values) == 1:
-            cur.execute(sql, values[0])
-        else:
-            cur.executemany(sql, values)
+            cur.executemany(_INSERT, values)
         if subtrees:
             cur.executemany(
                 "INSERT INTO subtrees (session_id, level, idx, hash) VALUES (?, ?, ?, ?)",

@@ -80,6 +80,22 @@ fn leaf_hashes<'py>(py: Python<'py>, entries: Vec<PyBackedBytes>) -> PyResult<Bo
     bytes_list(py, &out)
 }
 
+/// Return the BLAKE3 hash of ``data``, keyed with the 32-byte ``key`` unless it is None.
+#[pyfunction]
+#[pyo3(signature = (data, key, /))]
+fn digest<'py>(py: Python<'py>, data: PyBackedBytes, key: Option<PyBackedBytes>) -> PyResult<Bound<'py, PyBytes>> {
+    let h = match key {
+        None => blake3::hash(&data),
+        Some(k) => {
+            let k: &[u8; 32] = (&*k)
+                .try_into()
+                .map_err(|_| PyValueError::new_err("key must be 32 bytes"))?;
+            blake3::keyed_hash(k, &data)
+        }
+    };
+    Ok(PyBytes::new(py, h.as_bytes()))
+}
+
 /// Return ``H(0x01 || left || right)``.
 #[pyfunction]
 fn node_hash<'py>(py: Python<'py>, left: PyBackedBytes, right: PyBackedBytes) -> Bound<'py, PyBytes> {
@@ -268,11 +284,65 @@ fn frontier_extend<'py>(
     Ok((bytes_list(py, &frontier)?, made))
 }
 
+/// Extend a frontier's hashes, the Python list ``hashes`` (the roots of ``cover(0, size)``),
+/// by leaf hashes ``leaves`` in place; return the completed subtrees ``(level, index, root)``
+/// at levels that are multiples of ``every`` and the new tree's root.
+///
+/// ``frontier_extend`` and ``fold`` in one call: the roots the leaves leave unchanged stay
+/// the list's own objects, and the root is folded from the hashes at hand. Nothing is
+/// changed when an argument is refused.
+#[pyfunction]
+#[allow(clippy::type_complexity)]
+fn frontier_push<'py>(
+    py: Python<'py>,
+    size: u64,
+    hashes: &Bound<'py, PyList>,
+    leaves: &Bound<'py, PyAny>,
+    every: u32,
+) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyBytes>)> {
+    if every == 0 {
+        return Err(PyValueError::new_err("every must be at least 1"));
+    }
+    let before = hashes_of("hashes", hashes.as_any())?;
+    if before.len() != size.count_ones() as usize {
+        return Err(PyValueError::new_err(format!(
+            "size {size} needs {} roots, got {}",
+            size.count_ones(),
+            before.len()
+        )));
+    }
+    let leaves = hashes_of("leaves", leaves)?;
+    let mut frontier = before.clone();
+    let (made, root) = if leaves.len() < DETACH_HASHES {
+        let made = tree::extend(&mut frontier, size, &leaves, every);
+        (made, tree::fold(&frontier))
+    } else {
+        py.detach(|| {
+            let made = tree::extend(&mut frontier, size, &leaves, every);
+            let root = tree::fold(&frontier);
+            (made, root)
+        })
+    };
+    // Extending pops roots off the end and pushes new ones: the prefix both share stays.
+    let keep = before.iter().zip(&frontier).take_while(|(a, b)| a == b).count();
+    hashes.del_slice(keep, before.len())?;
+    for h in &frontier[keep..] {
+        hashes.append(PyBytes::new(py, h))?;
+    }
+    let made = PyList::new(
+        py,
+        made.iter()
+            .map(|(level, index, root)| (*level, *index, PyBytes::new(py, root))),
+    )?;
+    Ok((made, PyBytes::new(py, &root)))
+}
+
 #[pymodule]
 fn merkle_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(leaf_hash, m)?)?;
     m.add_function(wrap_pyfunction!(leaf_hashes, m)?)?;
     m.add_function(wrap_pyfunction!(node_hash, m)?)?;
+    m.add_function(wrap_pyfunction!(digest, m)?)?;
     m.add_function(wrap_pyfunction!(tree_root, m)?)?;
     m.add_function(wrap_pyfunction!(root_of_leaves, m)?)?;
     m.add_function(wrap_pyfunction!(subtree_levels, m)?)?;
@@ -284,5 +354,6 @@ fn merkle_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(root_from_inclusion, m)?)?;
     m.add_function(wrap_pyfunction!(verify_consistency, m)?)?;
     m.add_function(wrap_pyfunction!(frontier_extend, m)?)?;
+    m.add_function(wrap_pyfunction!(frontier_push, m)?)?;
     Ok(())
 }
