@@ -34,6 +34,7 @@ from .errors import (
     CompactionInvariantError,
     CompactStoreError,
     ConflictError,
+    ForeignReference,
     IntegrityError,
     InvalidArgument,
     InvalidEvent,
@@ -1154,11 +1155,22 @@ class Session:
             ReconstructionUnsoundError: a body in the span was redacted.
             InvalidArgument: there is no summary node at that position.
         """
-        pos = resolver.position_of(self, "node", node if isinstance(node, Node) else _position("node", node))
         store, backend, name = self.store, self.store.backend, self.name
-        # The node is read again from the log: a Node passed in is only a position here.
+        ref = node if isinstance(node, Node) else None
+        if ref is not None:
+            resolver.same_session(name, "node", ref)
+        pos = _position("node", node if ref is None else ref.pos)
+        if ref is not None and store.watch is not None:
+            store.watch.check(name)  # as the verified read of a Node's position does
+        # The node is read again from the log, once: a Node passed in is only a position
+        # and a leaf here, and the leaf is proven in the sealed head below.
         sid = self._sid()
         row = backend.row(sid, pos) if sid is not None else None
+        if ref is not None and (row is None or row.leaf != ref.leaf):
+            # The verified read names the fault: a row missing or rewritten under the sealed
+            # head (IntegrityError), or a Node that is not this session's (ForeignReference).
+            resolver.position_of(self, "node", ref)
+            raise ForeignReference("node", f"is not the event logged at pos {pos}", session=name, pos=pos)
         if sid is None or row is None:
             raise InvalidArgument("node", f"no event at {pos} in session {name!r}")
         try:
