@@ -56,3 +56,18 @@ def frontier_extend(
     Returns the new frontier and the completed subtrees ``(level, index, root)`` at
     levels that are multiples of ``every`` (at least 1).
     """
+
+class ContentDigest:
+    """The content digest of :mod:`compactstore.content` under a tag, fed batch by batch.
+
+    Gives the bytes of ``compactstore.content.ContentDigest``. Past a few hundred KB the
+    batches are hashed on a thread of the digest's own, the GIL released, while the
+    caller reads the next.
+    """
+
+    def __init__(self, tag: bytes, /) -> None: ...
+    def update(self, bodies: Sequence[bytes], /) -> None:
+        """Add the next bodies, in order; TypeError for one that is not bytes (None)."""
+
+    def digest(self) -> bytes:
+        """Return the 32-byte digest of every body added (the same on every later call)."""

@@ -29,7 +29,7 @@ from . import events as ev
 from . import witness as witnesses
 from .backends import SCHEMA_VERSION, Backend, HeadRow, Row, open_backend
 from .compaction import AUTO, Auto, Finding, Node, OnRisk
-from .content import content_digest_of, unhex
+from .content import content_digest_of, digester, unhex
 from .errors import (
     CompactionInvariantError,
     CompactStoreError,
@@ -1197,22 +1197,33 @@ class Session:
         if merkle.root_from_inclusion(row.leaf, pos, head.size, proof) != head.root:
             raise IntegrityError(f"node at pos {pos} is not in the tree of the latest head", session=name, pos=pos)
         start, stop = n.start, n.stop
-        got = backend.bodies(sid, start, stop)
-        if len(got) != stop - start:
-            raise IntegrityError(f"[{start}, {stop}) holds {len(got)} events, want {stop - start}", session=name, pos=start)
         digest = None if n.content_digest is None else unhex(n.content_digest)
+        got: list[bytes | None] = []
+
+        def counted() -> None:
+            if len(got) != stop - start:
+                raise IntegrityError(f"[{start}, {stop}) holds {len(got)} events, want {stop - start}", session=name, pos=start)
+
         try:
             # Hashing refuses a None (redacted) body by itself: no separate pass over the span.
             if digest is not None:
                 by: Literal["content_digest", "span_root"] = "content_digest"
-                ok = content_digest_of(got[i : i + _DIGEST_ROWS] for i in range(0, len(got), _DIGEST_ROWS)) == digest  # type: ignore[misc]
+                # Each batch of bodies is hashed as it is read (natively on another thread,
+                # overlapping the read of the next): the digest is ready soon after the read.
+                content = digester()
+                got = backend.bodies(sid, start, stop, content.update)  # type: ignore[arg-type]  # None: TypeError
+                ok = content.digest() == digest
             else:
                 by = "span_root"
                 want = unhex(n.span_root)
+                got = backend.bodies(sid, start, stop)
+                counted()
                 ok = merkle.span_root_of_leaves(merkle.leaf_hashes(got), start, stop, first=start) == want  # type: ignore[arg-type]
         except TypeError:
+            got = got or backend.bodies(sid, start, stop)  # the read the digest ended at a redacted body
             if None not in got:
                 raise
+            counted()
             erasures = _Erasures(self, sid)
             erased = [start + i for i, b in enumerate(got) if b is None]
             for p in erased:
@@ -1220,6 +1231,7 @@ class Session:
             raise ReconstructionUnsoundError(
                 f"[{start}, {stop}) cannot be restored: positions {erased} were redacted, only their leaves remain"
             ) from None
+        counted()
         if not ok:
             # Name the body that changed when one no longer matches its leaf (else the node is at fault).
             leaves = dict(backend.subtree_range(sid, 0, start, stop))
@@ -2072,8 +2084,5 @@ class _NodeSpan(msgspec.Struct, frozen=True, tag="node", tag_field="kind"):
 
 _node_span = msgspec.json.Decoder(_NodeSpan)
 
-#: Bodies joined per BLAKE3 update when a span is certified (the digest is the same for
-#: any split): a join of about a hundred KiB stays in cache (benchmarks/README.md).
-_DIGEST_ROWS = 128
 
 

@@ -32,6 +32,11 @@ class Row(NamedTuple):
     body: bytes | None
 
 
+#: Bodies per batch handed to the ``each`` of :meth:`Backend.bodies`: small enough that
+#: the batch hashed after the read ends is short, large enough that the hand-overs are few.
+BODY_BATCH = 64
+
+
 class HeadRow(NamedTuple):
     """One stored tree head."""
 
@@ -175,8 +180,15 @@ class Backend(Protocol):
         """
         ...
 
-    def bodies(self, session_id: int, start: int, stop: int) -> list[bytes | None]:
-        """Return the bodies at positions ``[start, stop)`` in order (None where redacted), in one query."""
+    def bodies(
+        self, session_id: int, start: int, stop: int, each: Callable[[list[bytes | None]], object] | None = None
+    ) -> list[bytes | None]:
+        """Return the bodies at positions ``[start, stop)`` in order (None where redacted), in one query.
+
+        ``each``, when given, is called with every batch of bodies in order as the batch
+        is read, before the next is: a caller hashing them elsewhere overlaps that with
+        the read. What it raises ends the read and is raised as it is.
+        """
         ...
 
     def rows_at(self, session_id: int, positions: Sequence[int]) -> list[Row]:
