@@ -15,7 +15,8 @@ use crate::hash::Hash;
 
 /// Bodies shorter than this are copied into one buffer before hashing: BLAKE3 hashes the
 /// whole chunks of one long input several at a time (SIMD lanes), a short body at a time it
-/// could not.
+/// could not. The buffer is hashed when it would grow past this (it stays below malloc's
+/// mmap threshold, so it costs no page faults), and at the end of each batch.
 const STAGE: usize = 64 * 1024;
 
 /// From this many bytes on, the rest of a digest is hashed on its own thread; below, the
@@ -63,7 +64,8 @@ impl State {
         self.bytes
     }
 
-    fn flush(&mut self) {
+    /// Hash what is buffered: at the end of a batch, so that hashing keeps up with the reader.
+    pub fn flush(&mut self) {
         if !self.stage.is_empty() {
             self.hasher.update(&self.stage);
             self.stage.clear();
@@ -117,6 +119,7 @@ impl<B: Body> Threaded<B> {
                     for body in &batch {
                         state.add(body.as_ref());
                     }
+                    state.flush();
                     kept.push(batch);
                 }
                 (state.finish(), kept)
@@ -184,6 +187,7 @@ mod tests {
             vec![0, 0, 1],
             vec![1400; 1000],
             vec![STAGE - 1, 1, STAGE, STAGE + 1, 3],
+            vec![STAGE / 2 + 1; 5],
             vec![32 * 1024; 40],
             vec![200_000, 5, 1 << 20],
             (0..300).map(|i| (i * 97) % 5000).collect(),
