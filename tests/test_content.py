@@ -91,3 +91,30 @@ def test_the_pure_path_digest_is_the_reference() -> None:
     got = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True, timeout=60,
                          env={**os.environ, "COMPACTSTORE_PURE": "1"})
     assert got.stdout.strip() == _whole([b"a" * 300_000, b"", b"b"]).hex()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_child_forked_mid_digest_refuses_it_and_exits() -> None:
+    """A process forked while a digest's thread runs has the digest but not the thread: it is
+    refused there, and dropping it does not wait for the missing thread."""
+    _native()
+    code = (
+        "import os, sys\n"
+        "from compactstore import merkle, content\n"
+        "d = merkle.content_digest(content.CONTENT_TAG)\n"
+        "d.update([b'x' * 400_000])\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    try:\n"
+        "        d.digest()\n"
+        "        os._exit(3)\n"
+        "    except RuntimeError:\n"
+        "        pass\n"
+        "    del d\n"
+        "    os._exit(0)\n"
+        "_, status = os.waitpid(pid, 0)\n"
+        "assert os.waitstatus_to_exitcode(status) == 0, status\n"
+        "ref = content.ContentDigest(); ref.update([b'x' * 400_000])\n"
+        "assert d.digest() == ref.digest()\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

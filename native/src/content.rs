@@ -105,6 +105,8 @@ impl<T: AsRef<[u8]> + Send + 'static> Body for T {}
 pub struct Threaded<B: Body> {
     tx: Option<mpsc::Sender<Vec<B>>>,
     worker: Option<thread::JoinHandle<(Hash, Vec<Vec<B>>)>>,
+    /// The process that started the thread: a forked child has the digest but not the thread.
+    pid: u32,
 }
 
 impl<B: Body> Threaded<B> {
@@ -127,22 +129,31 @@ impl<B: Body> Threaded<B> {
         Ok(Threaded {
             tx: Some(tx),
             worker: Some(worker),
+            pid: std::process::id(),
         })
     }
 
-    /// Hand the next batch to the thread; false when it is gone (it panicked).
+    /// Hand the next batch to the thread; false when it is gone (it panicked, or this is a
+    /// forked child of the process that started it).
     pub fn send(&self, batch: Vec<B>) -> bool {
-        self.tx.as_ref().is_some_and(|tx| tx.send(batch).is_ok())
+        self.pid == std::process::id() && self.tx.as_ref().is_some_and(|tx| tx.send(batch).is_ok())
     }
 
-    /// Wait for the thread; return the digest and the batches, or None when it panicked.
+    /// Wait for the thread; return the digest and the batches, or None when it panicked (or
+    /// this is a forked child of the process that started it).
     pub fn finish(mut self) -> Option<(Hash, Vec<Vec<B>>)> {
         self.join()
     }
 
     fn join(&mut self) -> Option<(Hash, Vec<Vec<B>>)> {
         drop(self.tx.take()); // ends the thread's loop
-        self.worker.take().and_then(|w| w.join().ok())
+        let worker = self.worker.take()?;
+        if self.pid != std::process::id() {
+            // Forked while the thread ran: it is not in this process, and joining it would wait forever.
+            std::mem::forget(worker);
+            return None;
+        }
+        worker.join().ok()
     }
 }
 
