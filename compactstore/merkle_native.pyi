@@ -60,9 +60,8 @@ def frontier_extend(
 class ContentDigest:
     """The content digest of :mod:`compactstore.content` under a tag, fed batch by batch.
 
-    Gives the bytes of ``compactstore.content.ContentDigest``. Past a few hundred KB the
-    batches are hashed on a thread of the digest's own, the GIL released, while the
-    caller reads the next.
+    Gives the bytes of ``compactstore.content.ContentDigest``; each batch is hashed as it
+    is given, the GIL released for a large one.
     """
 
     def __init__(self, tag: bytes, /) -> None: ...

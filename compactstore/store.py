@@ -1208,8 +1208,8 @@ class Session:
             # Hashing refuses a None (redacted) body by itself: no separate pass over the span.
             if digest is not None:
                 by: Literal["content_digest", "span_root"] = "content_digest"
-                # Each batch of bodies is hashed as it is read (natively on another thread,
-                # overlapping the read of the next): the digest is ready soon after the read.
+                # Each batch of bodies is hashed as it is read, while it is in cache: no
+                # pass over the whole span after the read, and no copy of it in one buffer.
                 content = digester()
                 got = backend.bodies(sid, start, stop, content.update)  # type: ignore[arg-type]  # None: TypeError
                 ok = content.digest() == digest

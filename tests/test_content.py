@@ -22,7 +22,7 @@ def _whole(bodies: list[bytes]) -> bytes:
 
 
 def _spans() -> list[list[bytes]]:
-    """Spans of every size class: empty bodies, one-chunk turns, long turns, bodies past the native stage."""
+    """Spans of every size class: empty bodies, one-chunk turns, long turns, bodies past the native buffer."""
     rng = random.Random(7)
     sizes = [
         [], [0], [0, 0, 5], [1400] * 1000, [32 * 1024] * 40, [65535, 1, 65536, 65537, 3], [300_000, 7, 1 << 20],
@@ -40,7 +40,7 @@ def _native() -> content.Digester:
 
 @pytest.mark.parametrize("batch", [1, 64, 10_000])
 def test_native_and_pure_digests_are_the_definition_in_any_batches(batch: int) -> None:
-    """Fed in batches of any size, past the size where the native digest hashes on its own thread, both give the same bytes."""
+    """Fed in batches of any size, small and large (the native digest releases the GIL on large ones), both give the same bytes."""
     for bodies in _spans():
         want = _whole(bodies)
         pure, native = ContentDigest(), _native()
@@ -63,24 +63,6 @@ def test_both_refuse_a_missing_body_and_an_update_after_the_digest() -> None:
             d.update(bodies)
 
 
-def test_an_abandoned_native_digest_leaves_no_thread() -> None:
-    """A digest dropped mid-span (a read that failed) has ended its thread when it is gone."""
-    _native()
-    if not os.path.isdir("/proc/self/task"):
-        pytest.skip("counts the process's threads in /proc")
-    code = (
-        "import os\n"
-        "from compactstore import merkle, content\n"
-        "before = len(os.listdir('/proc/self/task'))\n"
-        "d = merkle.content_digest(content.CONTENT_TAG)\n"
-        "d.update([b'x' * 400_000])\n"
-        "assert len(os.listdir('/proc/self/task')) == before + 1\n"
-        "del d\n"
-        "assert len(os.listdir('/proc/self/task')) == before\n"
-    )
-    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
-
-
 def test_the_pure_path_digest_is_the_reference() -> None:
     """With COMPACTSTORE_PURE=1 the digest in use is the pure one, and gives the same bytes."""
     code = (
@@ -92,29 +74,3 @@ def test_the_pure_path_digest_is_the_reference() -> None:
                          env={**os.environ, "COMPACTSTORE_PURE": "1"})
     assert got.stdout.strip() == _whole([b"a" * 300_000, b"", b"b"]).hex()
 
-
-@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
-def test_a_child_forked_mid_digest_refuses_it_and_exits() -> None:
-    """A process forked while a digest's thread runs has the digest but not the thread: it is
-    refused there, and dropping it does not wait for the missing thread."""
-    _native()
-    code = (
-        "import os, sys\n"
-        "from compactstore import merkle, content\n"
-        "d = merkle.content_digest(content.CONTENT_TAG)\n"
-        "d.update([b'x' * 400_000])\n"
-        "pid = os.fork()\n"
-        "if pid == 0:\n"
-        "    try:\n"
-        "        d.digest()\n"
-        "        os._exit(3)\n"
-        "    except RuntimeError:\n"
-        "        pass\n"
-        "    del d\n"
-        "    os._exit(0)\n"
-        "_, status = os.waitpid(pid, 0)\n"
-        "assert os.waitstatus_to_exitcode(status) == 0, status\n"
-        "ref = content.ContentDigest(); ref.update([b'x' * 400_000])\n"
-        "assert d.digest() == ref.digest()\n"
-    )
-    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

@@ -482,7 +482,7 @@ class PostgresBackend(Reads):
         )
         if each is None:
             return [None if b is None else bytes(b) for (b,) in got]
-        # The rows arrive whole; handed on in batches, they are hashed while the rest are converted.
+        # The rows arrive whole; handed on in batches, each is hashed while its bytes are in cache.
         out: list[bytes | None] = []
         for i in range(0, len(got), BODY_BATCH):
             batch = [None if b is None else bytes(b) for (b,) in got[i : i + BODY_BATCH]]

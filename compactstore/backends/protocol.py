@@ -32,8 +32,8 @@ class Row(NamedTuple):
     body: bytes | None
 
 
-#: Bodies per batch handed to the ``each`` of :meth:`Backend.bodies`: small enough that
-#: the batch hashed after the read ends is short, large enough that the hand-overs are few.
+#: Bodies per batch handed to the ``each`` of :meth:`Backend.bodies`: small enough that a
+#: batch of 1 KiB turns is still in cache when it is hashed, large enough that calls are few.
 BODY_BATCH = 64
 
 
@@ -186,8 +186,8 @@ class Backend(Protocol):
         """Return the bodies at positions ``[start, stop)`` in order (None where redacted), in one query.
 
         ``each``, when given, is called with every batch of bodies in order as the batch
-        is read, before the next is: a caller hashing them elsewhere overlaps that with
-        the read. What it raises ends the read and is raised as it is.
+        is read, before the next is: a caller hashes each while it is in cache, with no
+        pass over the whole span afterwards. What it raises ends the read and is raised as it is.
         """
         ...
 

@@ -1,13 +1,11 @@
 //! The content digest of a span (`compactstore.content`): one BLAKE3 over a tag, the
 //! bodies back to back, each body's length and their number (8-byte big-endian).
 //!
-//! A restoration reads a span's bodies in batches. Past [`THREAD_BYTES`] the batches are
-//! handed to a thread of the digest's own as they are read, so hashing one batch overlaps
-//! reading the next (the reader holds the GIL to build each body, the hashing thread never
-//! needs it) and only the last batch is hashed after the read ends.
-
-use std::sync::mpsc;
-use std::thread;
+//! A restoration reads a span's bodies in batches and hashes each batch as it comes, so
+//! the bodies are hashed while they are still in cache. (Hashing the batches on a thread
+//! of the digest's own, overlapping the read, was measured and not kept: on a 2-core
+//! machine under load it took more CPU and more wall time than hashing in line; see
+//! benchmarks/README.md.)
 
 use blake3::Hasher;
 
@@ -15,20 +13,18 @@ use crate::hash::Hash;
 
 /// Bodies shorter than this are copied into one buffer before hashing: BLAKE3 hashes the
 /// whole chunks of one long input several at a time (SIMD lanes), a short body at a time it
-/// could not. The buffer is hashed when it would grow past this (it stays below malloc's
-/// mmap threshold, so it costs no page faults), and at the end of each batch.
-const STAGE: usize = 64 * 1024;
+/// could not; a longer body has enough whole chunks of its own to be hashed where it lies.
+const DIRECT: usize = 16 * 1024;
 
-/// From this many bytes on, the rest of a digest is hashed on its own thread; below, the
-/// thread would cost more than the hashing it takes off the reader (tens of microseconds).
-pub const THREAD_BYTES: usize = 256 * 1024;
+/// The buffer is hashed when it would grow past this (it stays below malloc's mmap
+/// threshold, so it costs no page faults), and at the end of each batch.
+const STAGE: usize = 64 * 1024;
 
 /// A content digest being computed: the bodies so far hashed or staged, and their lengths.
 pub struct State {
     hasher: Hasher,
     stage: Vec<u8>,
     lengths: Vec<u64>,
-    bytes: usize,
 }
 
 impl State {
@@ -40,15 +36,13 @@ impl State {
             hasher: Hasher::new(),
             stage,
             lengths: Vec::new(),
-            bytes: 0,
         }
     }
 
     /// Add the next body.
     pub fn add(&mut self, body: &[u8]) {
         self.lengths.push(body.len() as u64);
-        self.bytes += body.len();
-        if body.len() >= STAGE {
+        if body.len() >= DIRECT {
             self.flush();
             self.hasher.update(body);
             return;
@@ -59,12 +53,7 @@ impl State {
         self.stage.extend_from_slice(body);
     }
 
-    /// Return the bytes of bodies added so far.
-    pub fn bytes(&self) -> usize {
-        self.bytes
-    }
-
-    /// Hash what is buffered: at the end of a batch, so that hashing keeps up with the reader.
+    /// Hash what is buffered: at the end of each batch, while its bodies are in cache.
     pub fn flush(&mut self) {
         if !self.stage.is_empty() {
             self.hasher.update(&self.stage);
@@ -94,74 +83,6 @@ pub fn digest(tag: &[u8], bodies: &[&[u8]]) -> Hash {
         state.add(body);
     }
     state.finish()
-}
-
-/// A body the hashing thread reads: it owns a reference that keeps the bytes alive.
-pub trait Body: AsRef<[u8]> + Send + 'static {}
-impl<T: AsRef<[u8]> + Send + 'static> Body for T {}
-
-/// A digest whose batches are hashed on its own thread; the batches come back at the end,
-/// so that their owners are dropped by the caller (for Python objects: with the GIL held).
-pub struct Threaded<B: Body> {
-    tx: Option<mpsc::Sender<Vec<B>>>,
-    worker: Option<thread::JoinHandle<(Hash, Vec<Vec<B>>)>>,
-    /// The process that started the thread: a forked child has the digest but not the thread.
-    pid: u32,
-}
-
-impl<B: Body> Threaded<B> {
-    /// Start the thread, continuing `state`.
-    pub fn start(mut state: State) -> std::io::Result<Self> {
-        let (tx, rx) = mpsc::channel::<Vec<B>>();
-        let worker = thread::Builder::new()
-            .name("compactstore-digest".into())
-            .spawn(move || {
-                let mut kept = Vec::new();
-                for batch in rx {
-                    for body in &batch {
-                        state.add(body.as_ref());
-                    }
-                    state.flush();
-                    kept.push(batch);
-                }
-                (state.finish(), kept)
-            })?;
-        Ok(Threaded {
-            tx: Some(tx),
-            worker: Some(worker),
-            pid: std::process::id(),
-        })
-    }
-
-    /// Hand the next batch to the thread; false when it is gone (it panicked, or this is a
-    /// forked child of the process that started it).
-    pub fn send(&self, batch: Vec<B>) -> bool {
-        self.pid == std::process::id() && self.tx.as_ref().is_some_and(|tx| tx.send(batch).is_ok())
-    }
-
-    /// Wait for the thread; return the digest and the batches, or None when it panicked (or
-    /// this is a forked child of the process that started it).
-    pub fn finish(mut self) -> Option<(Hash, Vec<Vec<B>>)> {
-        self.join()
-    }
-
-    fn join(&mut self) -> Option<(Hash, Vec<Vec<B>>)> {
-        drop(self.tx.take()); // ends the thread's loop
-        let worker = self.worker.take()?;
-        if self.pid != std::process::id() {
-            // Forked while the thread ran: it is not in this process, and joining it would wait forever.
-            std::mem::forget(worker);
-            return None;
-        }
-        worker.join().ok()
-    }
-}
-
-impl<B: Body> Drop for Threaded<B> {
-    fn drop(&mut self) {
-        // Abandoned: the thread ends with the channel; nothing outlives the digest.
-        self.join();
-    }
 }
 
 #[cfg(test)]
@@ -197,7 +118,7 @@ mod tests {
             vec![0],
             vec![0, 0, 1],
             vec![1400; 1000],
-            vec![STAGE - 1, 1, STAGE, STAGE + 1, 3],
+            vec![STAGE - 1, 1, STAGE, STAGE + 1, 3, DIRECT - 1, DIRECT, 7],
             vec![STAGE / 2 + 1; 5],
             vec![32 * 1024; 40],
             vec![200_000, 5, 1 << 20],
@@ -208,29 +129,5 @@ mod tests {
             let slices: Vec<&[u8]> = b.iter().map(|v| v.as_slice()).collect();
             assert_eq!(digest(TAG, &slices), reference(TAG, &b), "sizes {sizes:?}");
         }
-    }
-
-    #[test]
-    fn the_threaded_digest_equals_the_inline_one_whatever_the_batches() {
-        let b = bodies(&(0..500).map(|i| (i * 131) % 40_000).collect::<Vec<_>>());
-        let want = reference(TAG, &b);
-        for batch in [1, 7, 64, 500] {
-            let mut state = State::new(TAG);
-            state.add(&b[0]);
-            let t = Threaded::start(state).unwrap();
-            for chunk in b[1..].chunks(batch) {
-                assert!(t.send(chunk.to_vec()));
-            }
-            let (got, kept) = t.finish().unwrap();
-            assert_eq!(got, want, "batches of {batch}");
-            assert_eq!(kept.iter().map(Vec::len).sum::<usize>(), b.len() - 1);
-        }
-    }
-
-    #[test]
-    fn an_abandoned_threaded_digest_ends_its_thread() {
-        let t = Threaded::<Vec<u8>>::start(State::new(TAG)).unwrap();
-        assert!(t.send(vec![vec![1, 2, 3]]));
-        drop(t); // joins: the test would hang otherwise
     }
 }

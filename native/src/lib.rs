@@ -6,7 +6,7 @@
 //! hashing, except for work of a few node hashes, where releasing it would cost more than
 //! the hashing.
 
-use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedBytes;
 use pyo3::types::{PyBytes, PyList};
@@ -269,13 +269,10 @@ fn frontier_extend<'py>(
     Ok((bytes_list(py, &frontier)?, made))
 }
 
-/// The content digest of a span, fed batch by batch (see `content.rs`): past
-/// `content::THREAD_BYTES` the batches are hashed on a thread of its own while the
-/// caller reads the next.
+/// The content digest of a span, fed batch by batch (see `content.rs`).
 #[pyclass(module = "compactstore.merkle_native")]
 struct ContentDigest {
-    inline: Option<content::State>,
-    threaded: Option<content::Threaded<PyBackedBytes>>,
+    state: Option<content::State>,
     done: Option<Hash>,
 }
 
@@ -284,52 +281,36 @@ impl ContentDigest {
     #[new]
     fn new(tag: &[u8]) -> Self {
         ContentDigest {
-            inline: Some(content::State::new(tag)),
-            threaded: None,
+            state: Some(content::State::new(tag)),
             done: None,
         }
     }
 
     /// Add the next bodies, in order. A body that is not bytes (None) is a TypeError.
-    fn update(&mut self, bodies: Vec<PyBackedBytes>) -> PyResult<()> {
-        if self.done.is_some() {
+    fn update(&mut self, py: Python<'_>, bodies: Vec<PyBackedBytes>) -> PyResult<()> {
+        let Some(state) = self.state.as_mut() else {
             return Err(PyValueError::new_err("the digest was taken: start another"));
-        }
-        if let Some(state) = self.inline.as_mut() {
-            let bytes: usize = bodies.iter().map(|b| b.len()).sum();
-            if state.bytes() + bytes < content::THREAD_BYTES {
-                for body in &bodies {
-                    state.add(body);
-                }
-                return Ok(());
+        };
+        let mut work = || {
+            for body in &bodies {
+                state.add(body);
             }
-            let state = self.inline.take().expect("checked above");
-            let threaded = content::Threaded::start(state)
-                .map_err(|e| PyRuntimeError::new_err(format!("start the digest's thread: {e}")))?;
-            self.threaded = Some(threaded);
+            state.flush();
+        };
+        if bodies.iter().map(|b| b.len()).sum::<usize>() < DETACH_BYTES {
+            work();
+        } else {
+            py.detach(work);
         }
-        match &self.threaded {
-            Some(t) if t.send(bodies) => Ok(()),
-            _ => Err(PyRuntimeError::new_err("the digest's thread ended")),
-        }
+        Ok(())
     }
 
     /// Return the 32-byte digest of everything added (the same on every call).
-    fn digest<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
-        if self.done.is_none() {
-            let h = if let Some(state) = self.inline.take() {
-                state.finish()
-            } else {
-                let t = self.threaded.take().expect("inline or threaded until done");
-                // The batches come back and are dropped here, with the GIL held.
-                let (h, _batches) = py
-                    .detach(|| t.finish())
-                    .ok_or_else(|| PyRuntimeError::new_err("the digest's thread failed"))?;
-                h
-            };
-            self.done = Some(h);
+    fn digest<'py>(&mut self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        if let Some(state) = self.state.take() {
+            self.done = Some(state.finish());
         }
-        Ok(PyBytes::new(py, self.done.as_ref().expect("set above")))
+        PyBytes::new(py, self.done.as_ref().expect("set when the state was taken"))
     }
 }
 
