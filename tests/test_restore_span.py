@@ -290,9 +290,9 @@ def test_restoring_what_is_not_a_node_is_refused(compacted: tuple[cs.Store, cs.S
         s.restore_span(-1)
 
 
-def test_a_long_span_hashed_while_it_is_read_is_restored_or_refused(open_store: Callable[..., cs.Store], target: str) -> None:
-    """Past the size where the native digest hashes its batches on its own thread (600 KB here), a
-    span is restored exactly; a body altered in a late batch, or one redacted there, is refused."""
+def test_a_span_of_many_batches_is_restored_or_refused(open_store: Callable[..., cs.Store], target: str) -> None:
+    """A span of many batches (600 KB here), hashed batch by batch as it is read, is restored
+    exactly; a body altered in a late batch, or one redacted there, is refused."""
     store = open_store()
     s = store.session("run")
     s.extend([cs.Turn("user", f"turn {i}: " + "y" * 2000) for i in range(300)])
