@@ -21,7 +21,8 @@ size of its parent when it started: the small process's, a few MB).
 
 Restoring: ``Session.restore_span`` of a 1,000-turn span, against raw BLAKE3 over the
 span's bodies in memory: resume.py's 1 KiB-turn session of 10,000 events, and a session
-of 1,000 turns of ``--body`` characters compacted in one node.
+of 1,000 turns of ``--body`` characters compacted in one node; for context, the plain
+``sqlite3`` read of the same span's bodies (by session and position, no hashing).
 
 Goals: ``verify`` / raw BLAKE3 >= 0.8 (ratio of the raw reference's median time to
 verify's) with a peak RSS under 200 MB; ``restore_span`` / raw BLAKE3 >= 0.5. Writes
@@ -217,6 +218,18 @@ def _raw(buf: bytes) -> Method:
     return lambda: void(blake3.blake3(buf, max_threads=1).digest())
 
 
+def _plain_read(path: str, sid: int, start: int, stop: int) -> tuple[Method, Callable[[], None]]:
+    """Return the plain ``sqlite3`` read of the bodies of ``[start, stop)`` (no hashing), and its closer."""
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
+    sql = "SELECT body FROM events WHERE session_id = ? AND pos >= ? AND pos < ? ORDER BY pos"
+
+    def read() -> None:
+        got = con.execute(sql, (sid, start, stop)).fetchall()
+        assert len(got) == stop - start
+
+    return read, con.close
+
+
 def restore_rows(tmp: str, body: int, repeat: int) -> Section:
     """Time Session.restore_span of 1,000 turns against raw BLAKE3 over the span's bodies in memory."""
     import resume  # the 1 KiB-turn session of resume.py, reused as it is
@@ -226,6 +239,7 @@ def restore_rows(tmp: str, body: int, repeat: int) -> Section:
         ("span", "method", "min", "median", "max", "MB/s", "raw / this"),
     )
     small = resume.Log(tmp, 10_000, turns(resume.BLOCK))
+    closers: list[Callable[[], None]] = []
     rng = random.Random(SEED)
     store = cs.open(os.path.join(tmp, "restore.db"), clock=cs.events.tick_clock(CLOCK_START, 1))
     try:
@@ -239,18 +253,28 @@ def restore_rows(tmp: str, body: int, repeat: int) -> Section:
             got = s.restore_span(node)
             assert got.certified_by == "content_digest" and len(got.bodies) == SPAN
 
+        # The same span's bodies read by plain sqlite3 (by session and position, no hashing):
+        # what the read alone costs, as context for the ratio.
+        small_sid, big_sid = small.store.backend.session_id("run"), store.backend.session_id("restore")
+        assert small_sid is not None and big_sid is not None
+        plain_small, close_small = _plain_read(small.path, small_sid, small.start, small.stop)
+        plain_big, close_big = _plain_read(os.path.join(tmp, "restore.db"), big_sid, 0, SPAN)
+        closers.extend([close_small, close_big])
         cases = [
-            ("resume.py's 1,000-event span at 10,000 events (mostly 1 KiB turns)", small.restore, small.span_buf),
-            (f"1,000 turns of {body:,} chars", restore_big, big),
+            ("resume.py's 1,000-event span at 10,000 events (mostly 1 KiB turns)", small.restore, small.span_buf,
+             plain_small),
+            (f"1,000 turns of {body:,} chars", restore_big, big, plain_big),
         ]
         methods: list[tuple[str, Method]] = []
-        for label, fn, buf in cases:
+        for label, fn, buf, plain in cases:
             methods.append((f"{label}|raw", _raw(buf)))
             methods.append((f"{label}|ours", fn))
+            methods.append((f"{label}|plain", plain))
         timed = interleaved(methods, repeat)
-        for label, _, buf in cases:
+        for label, _, buf, _ in cases:
             raw = Stat.of(timed[f"{label}|raw"]).median
-            for key, name in (("raw", "raw BLAKE3, one thread (reference)"), ("ours", "Session.restore_span(node)")):
+            for key, name in (("raw", "raw BLAKE3, one thread (reference)"), ("ours", "Session.restore_span(node)"),
+                              ("plain", "plain sqlite3 read of its bodies alone (context)")):
                 st = Stat.of(timed[f"{label}|{key}"])
                 section.rows.append((label, name, seconds(st.min), seconds(st.median), seconds(st.max),
                                      rate(len(buf) / st.median / 1e6), ratio(raw / st.median)))
@@ -259,6 +283,8 @@ def restore_rows(tmp: str, body: int, repeat: int) -> Section:
             section.goals.append(Goal(f"restore_span / raw BLAKE3, {label}", raw / ours, 0.5,
                                       note=f"{len(buf) / 1e6:.2f} MB"))
     finally:
+        for close in closers:
+            close()
         store.close()
         small.store.close()
     return section

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterable, Sequence
+from typing import Protocol
 
 from blake3 import blake3
+
+from . import merkle
 
 #: Separates a span's content digest from every other BLAKE3 input in the store.
 CONTENT_TAG = b"compactstore/span-content/v1\x00"
@@ -29,14 +32,58 @@ def content_digest(bodies: Sequence[bytes]) -> bytes:
 
 def content_digest_of(chunks: Iterable[Sequence[bytes]]) -> bytes:
     """Return :func:`content_digest` of the bodies of ``chunks`` taken in order, streaming."""
-    h = blake3(CONTENT_TAG)
-    lengths: list[int] = []
+    d = digester()
     for chunk in chunks:
-        h.update(b"".join(chunk))
-        lengths.extend(map(len, chunk))
-    n = len(lengths)
-    h.update(struct.pack(f">{n}QQ", *lengths, n))
-    return h.digest()
+        d.update(chunk)
+    return d.digest()
+
+
+class Digester(Protocol):
+    """A content digest fed batch by batch: :class:`ContentDigest` or its native namesake."""
+
+    def update(self, bodies: Sequence[bytes], /) -> None:
+        """Add the next bodies, in order (TypeError for one that is not bytes, such as None)."""
+        ...
+
+    def digest(self) -> bytes:
+        """Return the content digest of every body added."""
+        ...
+
+
+class ContentDigest:
+    """The content digest fed batch by batch: the reference the native digest matches byte for byte."""
+
+    def __init__(self) -> None:
+        """Start a digest of no bodies."""
+        self._hash = blake3(CONTENT_TAG)
+        self._lengths: list[int] = []
+        self._done: bytes | None = None
+
+    def update(self, bodies: Sequence[bytes], /) -> None:
+        """Add the next bodies, in order (TypeError for one that is not bytes, such as None)."""
+        if self._done is not None:
+            raise ValueError("the digest was taken: start another")
+        self._hash.update(b"".join(bodies))
+        self._lengths.extend(map(len, bodies))
+
+    def digest(self) -> bytes:
+        """Return the content digest of every body added (the same on every later call)."""
+        if self._done is None:
+            n = len(self._lengths)
+            self._hash.update(struct.pack(f">{n}QQ", *self._lengths, n))
+            self._done = self._hash.digest()
+        return self._done
+
+
+def digester() -> Digester:
+    """Return an empty content digest to feed, batch by batch.
+
+    Natively (see :data:`compactstore.merkle.IMPLEMENTATION`) it hashes each batch as it
+    is given, short bodies copied into one buffer so that BLAKE3 hashes their chunks side
+    by side, with the GIL released for a large batch; otherwise :class:`ContentDigest`.
+    """
+    native = merkle.content_digest(CONTENT_TAG)
+    return ContentDigest() if native is None else native
 
 
 def unhex(text: str | None) -> bytes | None:

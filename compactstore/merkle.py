@@ -70,6 +70,11 @@ def digest_fn() -> Callable[[bytes, bytes | None], bytes]:
     return merkle_pure.digest
 
 
+def content_digest(tag: bytes) -> native.ContentDigest | None:
+    """Return the native content digest of :mod:`compactstore.content` under ``tag``, None on the pure path."""
+    return None if native is None else native.ContentDigest(tag)
+
+
 def leaf_fn(algo: str = "blake3") -> Callable[[bytes], bytes]:
     """Return a leaf hasher for a loop of the calling thread (not to be handed to another)."""
     if algo == "blake3" and native is not None:

@@ -69,3 +69,17 @@ def frontier_push(
 
 def digest(data: bytes, key: bytes | None, /) -> bytes:
     """Return the BLAKE3 hash of ``data``, keyed with the 32-byte ``key`` unless it is None."""
+
+class ContentDigest:
+    """The content digest of :mod:`compactstore.content` under a tag, fed batch by batch.
+
+    Gives the bytes of ``compactstore.content.ContentDigest``; each batch is hashed as it
+    is given, the GIL released for a large one.
+    """
+
+    def __init__(self, tag: bytes, /) -> None: ...
+    def update(self, bodies: Sequence[bytes], /) -> None:
+        """Add the next bodies, in order; TypeError for one that is not bytes (None)."""
+
+    def digest(self) -> bytes:
+        """Return the 32-byte digest of every body added (the same on every later call)."""

@@ -523,8 +523,7 @@ def position_of(view: SessionView, field: str, obj: object) -> int:
         if isinstance(obj, int) and not isinstance(obj, bool):
             return obj
         raise InvalidArgument(field, f"want a {'Marker' if field == 'marker' else 'Node'} or its position, got {type(obj).__name__}")
-    if obj.session != view.name:
-        raise ForeignReference(field, f"is from session {obj.session!r}, not {view.name!r}", session=view.name, pos=obj.pos)
+    same_session(view.name, field, obj)
     record = view.read(obj.pos)
     if record.leaf != obj.leaf:
         raise ForeignReference(
@@ -532,6 +531,16 @@ def position_of(view: SessionView, field: str, obj: object) -> int:
             session=view.name, pos=obj.pos,
         )
     return obj.pos
+
+
+def same_session(name: str, field: str, obj: Node | Marker) -> None:
+    """Refuse a caller's ``Node`` or ``Marker`` taken from a session other than ``name``.
+
+    Raises:
+        ForeignReference: it names another session.
+    """
+    if obj.session != name:
+        raise ForeignReference(field, f"is from session {obj.session!r}, not {name!r}", session=name, pos=obj.pos)
 
 
 def artifact(view: SessionView, node: int) -> Artifact:

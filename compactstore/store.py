@@ -29,11 +29,12 @@ from . import events as ev
 from . import witness as witnesses
 from .backends import SCHEMA_VERSION, Backend, HeadRow, Row, open_backend
 from .compaction import AUTO, Auto, Finding, Node, OnRisk
-from .content import content_digest_of, unhex
+from .content import content_digest_of, digester, unhex
 from .errors import (
     CompactionInvariantError,
     CompactStoreError,
     ConflictError,
+    ForeignReference,
     IntegrityError,
     InvalidArgument,
     InvalidEvent,
@@ -1153,11 +1154,22 @@ class Session:
             ReconstructionUnsoundError: a body in the span was redacted.
             InvalidArgument: there is no summary node at that position.
         """
-        pos = resolver.position_of(self, "node", node if isinstance(node, Node) else _position("node", node))
         store, backend, name = self.store, self.store.backend, self.name
-        # The node is read again from the log: a Node passed in is only a position here.
+        ref = node if isinstance(node, Node) else None
+        if ref is not None:
+            resolver.same_session(name, "node", ref)
+        pos = _position("node", node if ref is None else ref.pos)
+        if ref is not None and store.watch is not None:
+            store.watch.check(name)  # as the verified read of a Node's position does
+        # The node is read again from the log, once: a Node passed in is only a position
+        # and a leaf here, and the leaf is proven in the sealed head below.
         sid = self._sid()
         row = backend.row(sid, pos) if sid is not None else None
+        if ref is not None and (row is None or row.leaf != ref.leaf):
+            # The verified read names the fault: a row missing or rewritten under the sealed
+            # head (IntegrityError), or a Node that is not this session's (ForeignReference).
+            resolver.position_of(self, "node", ref)
+            raise ForeignReference("node", f"is not the event logged at pos {pos}", session=name, pos=pos)
         if sid is None or row is None:
             raise InvalidArgument("node", f"no event at {pos} in session {name!r}")
         try:
@@ -1184,22 +1196,33 @@ class Session:
         if merkle.root_from_inclusion(row.leaf, pos, head.size, proof) != head.root:
             raise IntegrityError(f"node at pos {pos} is not in the tree of the latest head", session=name, pos=pos)
         start, stop = n.start, n.stop
-        got = backend.bodies(sid, start, stop)
-        if len(got) != stop - start:
-            raise IntegrityError(f"[{start}, {stop}) holds {len(got)} events, want {stop - start}", session=name, pos=start)
         digest = None if n.content_digest is None else unhex(n.content_digest)
+        got: list[bytes | None] = []
+
+        def counted() -> None:
+            if len(got) != stop - start:
+                raise IntegrityError(f"[{start}, {stop}) holds {len(got)} events, want {stop - start}", session=name, pos=start)
+
         try:
             # Hashing refuses a None (redacted) body by itself: no separate pass over the span.
             if digest is not None:
                 by: Literal["content_digest", "span_root"] = "content_digest"
-                ok = content_digest_of(got[i : i + _DIGEST_ROWS] for i in range(0, len(got), _DIGEST_ROWS)) == digest  # type: ignore[misc]
+                # Each batch of bodies is hashed as it is read, while it is in cache: no
+                # pass over the whole span after the read, and no copy of it in one buffer.
+                content = digester()
+                got = backend.bodies(sid, start, stop, content.update)  # type: ignore[arg-type]  # None: TypeError
+                ok = content.digest() == digest
             else:
                 by = "span_root"
                 want = unhex(n.span_root)
+                got = backend.bodies(sid, start, stop)
+                counted()
                 ok = merkle.span_root_of_leaves(merkle.leaf_hashes(got), start, stop, first=start) == want  # type: ignore[arg-type]
         except TypeError:
+            got = got or backend.bodies(sid, start, stop)  # the read the digest ended at a redacted body
             if None not in got:
                 raise
+            counted()
             erasures = _Erasures(self, sid)
             erased = [start + i for i, b in enumerate(got) if b is None]
             for p in erased:
@@ -1207,6 +1230,7 @@ class Session:
             raise ReconstructionUnsoundError(
                 f"[{start}, {stop}) cannot be restored: positions {erased} were redacted, only their leaves remain"
             ) from None
+        counted()
         if not ok:
             # Name the body that changed when one no longer matches its leaf (else the node is at fault).
             leaves = dict(backend.subtree_range(sid, 0, start, stop))
@@ -2059,8 +2083,5 @@ class _NodeSpan(msgspec.Struct, frozen=True, tag="node", tag_field="kind"):
 
 _node_span = msgspec.json.Decoder(_NodeSpan)
 
-#: Bodies joined per BLAKE3 update when a span is certified (the digest is the same for
-#: any split): a join of about a hundred KiB stays in cache (benchmarks/README.md).
-_DIGEST_ROWS = 128
 
 

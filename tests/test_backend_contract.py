@@ -19,6 +19,7 @@ import compactstore as cs
 from compactstore import events as ev
 from compactstore import index, merkle
 from compactstore.backends import SCHEMA_VERSION, Backend, HeadRow, Row, Writer, open_backend
+from compactstore.backends.protocol import BODY_BATCH
 from compactstore.errors import LockTimeout
 from compactstore.seal import seq_runs
 from compactstore.structure import IndexRow
@@ -110,6 +111,26 @@ def test_bodies_returns_a_span_of_bodies(store: cs.Store, backend: Backend) -> N
     """bodies() returns the bodies of [start, stop) in order, None where redacted."""
     assert backend.bodies(_sid(backend), 2, 6) == [r.body for r in _records(store)[2:6]]
     assert backend.bodies(_sid(backend, "other"), 0, 3)[1] is None
+
+
+def test_bodies_hands_each_batch_on_in_order_as_it_reads(store: cs.Store, backend: Backend) -> None:
+    """bodies(each=...) returns the same span and calls ``each`` with consecutive batches of at
+    most BODY_BATCH bodies that together are that span; what ``each`` raises ends the read."""
+    s, sid = store.session("s"), _sid(backend)
+    s.extend([cs.Turn("user", f"turn {i}") for i in range(2 * BODY_BATCH)])
+    want = [r.body for r in s.scan(1, s.size)]
+    batches: list[list[bytes | None]] = []
+    assert backend.bodies(sid, 1, s.size, batches.append) == want
+    assert [b for batch in batches for b in batch] == want
+    assert len(batches) > 2 and all(0 < len(batch) <= BODY_BATCH for batch in batches)
+    assert backend.bodies(_sid(backend, "other"), 0, 3, batches.append)[1] is None
+
+    def refuse(batch: list[bytes | None]) -> None:
+        raise TypeError("refused")
+
+    with pytest.raises(TypeError, match="refused"):
+        backend.bodies(sid, 1, s.size, refuse)
+    assert backend.bodies(sid, 1, s.size) == want  # the backend is usable after
 
 
 def test_rows_at_returns_the_events_at_given_positions(store: cs.Store, backend: Backend) -> None:

@@ -288,3 +288,28 @@ def test_restoring_what_is_not_a_node_is_refused(compacted: tuple[cs.Store, cs.S
         s.restore_span(10_000)
     with pytest.raises(cs.InvalidArgument):
         s.restore_span(-1)
+
+
+def test_a_span_of_many_batches_is_restored_or_refused(open_store: Callable[..., cs.Store], target: str) -> None:
+    """A span of many batches (600 KB here), hashed batch by batch as it is read, is restored
+    exactly; a body altered in a late batch, or one redacted there, is refused."""
+    store = open_store()
+    s = store.session("run")
+    s.extend([cs.Turn("user", f"turn {i}: " + "y" * 2000) for i in range(300)])
+    node = s.compact(0, 300)
+    got = s.restore_span(node)
+    assert got.certified_by == "content_digest" and got.bodies == [r.body for r in s.scan(0, 300)]
+    body = s.read(250).body
+    sid = store.backend.session_id("run")
+    store.close()
+    _attack(target, ("UPDATE events SET body = ? WHERE session_id = ? AND pos = ?", (body.replace(b"y", b"z", 1), sid, 250)))
+    with cs.open(target) as again:
+        with pytest.raises(cs.IntegrityError, match="the body at pos 250 does not match its leaf"):
+            again.session("run").restore_span(node.pos)
+    _attack(target, ("UPDATE events SET body = ? WHERE session_id = ? AND pos = ?", (body, sid, 250)))
+    with cs.open(target) as again:
+        s = again.session("run")
+        assert s.restore_span(node.pos).bodies == got.bodies
+        s.redact([260], "gone")
+        with pytest.raises(cs.ReconstructionUnsoundError, match=r"\[260\] were redacted"):
+            s.restore_span(node.pos)

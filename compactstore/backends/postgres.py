@@ -48,7 +48,7 @@ from psycopg_pool import ConnectionPool
 from ..errors import CompactStoreError, ConflictError, IntegrityError, InvalidEvent, LockTimeout, NotAStore, StaleHead
 from ..structure import IndexRow
 from .gate import Gate
-from .protocol import SCHEMA_VERSION, HeadRow, Row, keyset
+from .protocol import BODY_BATCH, SCHEMA_VERSION, HeadRow, Row, keyset
 from . import queries
 from .queries import Reads
 
@@ -473,12 +473,22 @@ class PostgresBackend(Reads):
     def hashes(self, session_id: int, coords: Sequence[tuple[int, int]]) -> list[bytes]:
         return self._run("read subtree roots", lambda cur: _hashes(cur, session_id, coords))
 
-    def bodies(self, session_id: int, start: int, stop: int) -> list[bytes | None]:
+    def bodies(
+        self, session_id: int, start: int, stop: int, each: Callable[[list[bytes | None]], object] | None = None
+    ) -> list[bytes | None]:
         got = self._all(
             "SELECT body FROM events WHERE session_id = %s AND pos >= %s AND pos < %s ORDER BY pos",
             (session_id, start, stop),
         )
-        return [None if b is None else bytes(b) for (b,) in got]
+        if each is None:
+            return [None if b is None else bytes(b) for (b,) in got]
+        # The rows arrive whole; handed on in batches, each is hashed while its bytes are in cache.
+        out: list[bytes | None] = []
+        for i in range(0, len(got), BODY_BATCH):
+            batch = [None if b is None else bytes(b) for (b,) in got[i : i + BODY_BATCH]]
+            out += batch
+            each(batch)
+        return out
 
     def leaves(self, session_id: int, start: int, stop: int) -> list[bytes]:
         got = self._all(

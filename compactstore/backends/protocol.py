@@ -32,6 +32,11 @@ class Row(NamedTuple):
     body: bytes | None
 
 
+#: Bodies per batch handed to the ``each`` of :meth:`Backend.bodies`: small enough that a
+#: batch of 1 KiB turns is still in cache when it is hashed, large enough that calls are few.
+BODY_BATCH = 64
+
+
 class HeadRow(NamedTuple):
     """One stored tree head."""
 
@@ -175,8 +180,15 @@ class Backend(Protocol):
         """
         ...
 
-    def bodies(self, session_id: int, start: int, stop: int) -> list[bytes | None]:
-        """Return the bodies at positions ``[start, stop)`` in order (None where redacted), in one query."""
+    def bodies(
+        self, session_id: int, start: int, stop: int, each: Callable[[list[bytes | None]], object] | None = None
+    ) -> list[bytes | None]:
+        """Return the bodies at positions ``[start, stop)`` in order (None where redacted), in one query.
+
+        ``each``, when given, is called with every batch of bodies in order as the batch
+        is read, before the next is: a caller hashes each while it is in cache, with no
+        pass over the whole span afterwards. What it raises ends the read and is raised as it is.
+        """
         ...
 
     def rows_at(self, session_id: int, positions: Sequence[int]) -> list[Row]:

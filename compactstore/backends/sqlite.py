@@ -12,7 +12,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
@@ -21,7 +21,7 @@ import sqlite_utils
 
 from ..errors import CompactStoreError, ConflictError, IntegrityError, LockTimeout, NotAStore, StaleHead, StoreClosed
 from ..structure import IndexRow
-from .protocol import SCHEMA_VERSION, HeadRow, Row, keyset
+from .protocol import BODY_BATCH, SCHEMA_VERSION, HeadRow, Row, keyset
 from . import queries
 from .queries import Reads
 
@@ -270,25 +270,45 @@ class SQLiteBackend(Reads):
         except sqlite3.Error as exc:
             raise _error(exc, "read subtree roots") from exc
 
-    def bodies(self, session_id: int, start: int, stop: int) -> list[bytes | None]:
-        return self._span_column("body", session_id, start, stop)
+    def bodies(
+        self, session_id: int, start: int, stop: int, each: Callable[[list[bytes | None]], object] | None = None
+    ) -> list[bytes | None]:
+        return self._span_column("body", session_id, start, stop, each)
 
     def leaves(self, session_id: int, start: int, stop: int) -> list[bytes]:
         # The leaf column comes before the body: a long body's overflow pages are not read.
         return self._span_column("leaf", session_id, start, stop)
 
-    def _span_column(self, column: Literal["body", "leaf"], session_id: int, start: int, stop: int) -> list[Any]:
-        """Return ``column`` of the events at positions ``[start, stop)`` in order, in one query."""
+    def _span_column(
+        self, column: Literal["body", "leaf"], session_id: int, start: int, stop: int,
+        each: Callable[[list[Any]], object] | None = None,
+    ) -> list[Any]:
+        """Return ``column`` of the events at positions ``[start, stop)`` in order, in one query.
+
+        ``each`` is called with every batch of ``BODY_BATCH`` values as it is read.
+        """
         # Within a session seq follows pos, so the span is one range of the table's own
         # key: read it there rather than seeking the table once per index entry.
-        got = self._all(
+        sql = (
             f"SELECT {column} FROM events WHERE +session_id = ?1 AND +pos >= ?2 AND +pos < ?3 "
             "AND seq >= (SELECT seq FROM events WHERE session_id = ?1 AND pos >= ?2 ORDER BY pos LIMIT 1) "
             "AND seq <= (SELECT seq FROM events WHERE session_id = ?1 AND pos < ?3 ORDER BY pos DESC LIMIT 1) "
-            "ORDER BY seq",
-            (session_id, start, stop),
+            "ORDER BY seq"
         )
-        return [b for (b,) in got]
+        args = (session_id, start, stop)
+        if each is None:
+            return [b for (b,) in self._all(sql, args)]
+        out: list[Any] = []
+        try:
+            with self._lock:
+                cur = self._open().execute(sql, args)
+                while rows := cur.fetchmany(BODY_BATCH):
+                    batch = [b for (b,) in rows]
+                    out += batch
+                    each(batch)
+        except (sqlite3.Error, UnicodeDecodeError) as exc:
+            raise _error(exc, "read") from exc
+        return out
 
     def heads(self, session_id: int, after: int, limit: int) -> list[HeadRow]:
         got = self._all(

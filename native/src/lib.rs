@@ -11,6 +11,7 @@ use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedBytes;
 use pyo3::types::{PyBytes, PyList};
 
+pub mod content;
 pub mod hash;
 pub mod lanes;
 pub mod pool;
@@ -337,6 +338,51 @@ fn frontier_push<'py>(
     Ok((made, PyBytes::new(py, &root)))
 }
 
+/// The content digest of a span, fed batch by batch (see `content.rs`).
+#[pyclass(module = "compactstore.merkle_native")]
+struct ContentDigest {
+    state: Option<content::State>,
+    done: Option<Hash>,
+}
+
+#[pymethods]
+impl ContentDigest {
+    #[new]
+    fn new(tag: &[u8]) -> Self {
+        ContentDigest {
+            state: Some(content::State::new(tag)),
+            done: None,
+        }
+    }
+
+    /// Add the next bodies, in order. A body that is not bytes (None) is a TypeError.
+    fn update(&mut self, py: Python<'_>, bodies: Vec<PyBackedBytes>) -> PyResult<()> {
+        let Some(state) = self.state.as_mut() else {
+            return Err(PyValueError::new_err("the digest was taken: start another"));
+        };
+        let mut work = || {
+            for body in &bodies {
+                state.add(body);
+            }
+            state.flush();
+        };
+        if bodies.iter().map(|b| b.len()).sum::<usize>() < DETACH_BYTES {
+            work();
+        } else {
+            py.detach(work);
+        }
+        Ok(())
+    }
+
+    /// Return the 32-byte digest of everything added (the same on every call).
+    fn digest<'py>(&mut self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        if let Some(state) = self.state.take() {
+            self.done = Some(state.finish());
+        }
+        PyBytes::new(py, self.done.as_ref().expect("set when the state was taken"))
+    }
+}
+
 #[pymodule]
 fn merkle_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(leaf_hash, m)?)?;
@@ -355,5 +401,6 @@ fn merkle_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(verify_consistency, m)?)?;
     m.add_function(wrap_pyfunction!(frontier_extend, m)?)?;
     m.add_function(wrap_pyfunction!(frontier_push, m)?)?;
+    m.add_class::<ContentDigest>()?;
     Ok(())
 }
