@@ -15,6 +15,7 @@ pub mod hash;
 pub mod lanes;
 pub mod pool;
 pub mod tree;
+pub mod wide;
 
 use hash::Hash;
 
