@@ -105,7 +105,9 @@ pub fn leaves_into(entries: &[&[u8]], out: &mut [Hash]) {
     let blocks = |i: &usize| wide::blocks(entries[*i].len() + 1);
     let mut order: Vec<usize> = (0..entries.len()).filter(|&i| entries[i].len() < RAYON_ENTRY).collect();
     order.sort_by_key(blocks);
-    let mut rest: Vec<usize> = (0..entries.len()).filter(|&i| entries[i].len() >= RAYON_ENTRY).collect();
+    let mut rest: Vec<usize> = (0..entries.len())
+        .filter(|&i| entries[i].len() >= RAYON_ENTRY)
+        .collect();
     let mut hashes = [[0u8; 32]; LANES];
     for same in order.chunk_by(|a, b| blocks(a) == blocks(b)) {
         for group in same.chunks(LANES) {

@@ -27,7 +27,9 @@ pub fn leaves(entries: &[&[u8]]) -> Vec<Hash> {
         hash::leaves_into(entries, &mut out);
     } else {
         let per = task_len(entries.len(), total);
-        pool::share_chunks_mut(&mut out, per, |i, o| hash::leaves_into(&entries[i * per..][..o.len()], o));
+        pool::share_chunks_mut(&mut out, per, |i, o| {
+            hash::leaves_into(&entries[i * per..][..o.len()], o)
+        });
     }
     out
 }

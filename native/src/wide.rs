@@ -3,10 +3,10 @@
 //! `Platform::hash_many` takes whole blocks from memory, so a leaf (`0x00 || entry`) must
 //! first be copied to shift its entry by the prefix byte, and the partial last blocks and
 //! the parents of each leaf's chunks go through other, narrower paths. Here every lane
-//! runs one message from its first block to its root: the prefix sits in a copy of the
-//! first block only, the middle blocks are loaded straight from the entry one byte back,
-//! the last block (partial, in general) from a copy, and the chunk chaining values and
-//! their parents stay in registers. The messages of one call have the same number of
+//! runs one message from its first block to its root, each block loaded straight from the
+//! entry one byte back (the first block's load masks off the byte before the entry and
+//! takes the prefix instead; the last block's masks off the bytes after it), and the
+//! chunk chaining values and their parents stay in registers. The messages of one call have the same number of
 //! blocks, so every lane takes the same steps; only the last block's length differs.
 //!
 //! A node `0x01 || left || right` is 65 bytes: its sixteen pairs are read as they lie
@@ -21,13 +21,15 @@ const STACK: usize = 12;
 const BLOCK_LEN: usize = 64;
 const CHUNK_LEN: usize = 1024;
 
-/// Whether this CPU runs the lanes here (AVX-512F); the callers hash otherwise when not.
+/// Whether this CPU runs the lanes here (AVX-512F and BW); the callers hash otherwise when not.
 pub fn available() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         use std::sync::OnceLock;
         static HAS: OnceLock<bool> = OnceLock::new();
-        *HAS.get_or_init(|| std::arch::is_x86_feature_detected!("avx512f"))
+        *HAS.get_or_init(|| {
+            std::arch::is_x86_feature_detected!("avx512f") && std::arch::is_x86_feature_detected!("avx512bw")
+        })
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
@@ -52,8 +54,9 @@ pub fn prefixed(prefix: u8, data: &[&[u8]], out: &mut [Hash]) {
     {
         // Lanes past the messages repeat the first one; their hashes are not kept.
         let lanes: [&[u8]; LANES] = std::array::from_fn(|j| data.get(j).copied().unwrap_or(data[0]));
-        // SAFETY: AVX-512F is available (asserted), and every message has `n` blocks.
-        let hashes = unsafe { x86::prefixed(prefix, &lanes, n) };
+        let mut hashes = [[0u8; 32]; LANES];
+        // SAFETY: AVX-512F and BW are available (asserted), and every message has `n` blocks.
+        unsafe { x86::prefixed(prefix, &lanes, n, &mut hashes) };
         out.copy_from_slice(&hashes[..out.len()]);
     }
 }
@@ -69,8 +72,9 @@ pub fn nodes(level: &[Hash], out: &mut [Hash]) {
             let j = if j < out.len() { j } else { 0 };
             &level[2 * j..2 * j + 2]
         });
-        // SAFETY: AVX-512F is available (asserted), and every pair is two hashes.
-        let hashes = unsafe { x86::nodes(&pairs) };
+        let mut hashes = [[0u8; 32]; LANES];
+        // SAFETY: AVX-512F and BW are available (asserted), and every pair is two hashes.
+        unsafe { x86::nodes(&pairs, &mut hashes) };
         out.copy_from_slice(&hashes[..out.len()]);
     }
 }
@@ -91,18 +95,18 @@ mod x86 {
 
     type Cv = [__m512i; 8];
 
-    #[target_feature(enable = "avx512f")]
+    #[target_feature(enable = "avx512f,avx512bw")]
     fn splat(x: u32) -> __m512i {
         _mm512_set1_epi32(x as i32)
     }
 
-    #[target_feature(enable = "avx512f")]
+    #[target_feature(enable = "avx512f,avx512bw")]
     fn iv() -> Cv {
         std::array::from_fn(|i| splat(IV[i]))
     }
 
     /// Compress one block in every lane: `m` holds word `w` of each lane's block in `m[w]`.
-    #[target_feature(enable = "avx512f")]
+    #[target_feature(enable = "avx512f,avx512bw")]
     fn compress(cv: &Cv, m: &[__m512i; 16], counter: u64, block_len: __m512i, flags: u32) -> Cv {
         let mut v: [__m512i; 16] = std::array::from_fn(|i| match i {
             0..8 => cv[i],
@@ -138,14 +142,14 @@ mod x86 {
     }
 
     /// The parent of two chaining values in every lane.
-    #[target_feature(enable = "avx512f")]
+    #[target_feature(enable = "avx512f,avx512bw")]
     fn parent(left: &Cv, right: &Cv, flags: u32) -> Cv {
         let m: [__m512i; 16] = std::array::from_fn(|i| if i < 8 { left[i] } else { right[i - 8] });
         compress(&iv(), &m, 0, splat(BLOCK_LEN as u32), PARENT | flags)
     }
 
     /// Turn sixteen rows (one lane's 16 words each) into sixteen words (one per lane each).
-    #[target_feature(enable = "avx512f")]
+    #[target_feature(enable = "avx512f,avx512bw")]
     fn transpose(r: [__m512i; 16]) -> [__m512i; 16] {
         // Interleave 32-bit, then 64-bit, then twice 128-bit elements.
         let a: [__m512i; 16] = std::array::from_fn(|i| {
@@ -190,72 +194,73 @@ mod x86 {
     ///
     /// # Safety
     /// `p` must point to 64 readable bytes.
-    #[target_feature(enable = "avx512f")]
+    #[target_feature(enable = "avx512f,avx512bw")]
     unsafe fn row(p: *const u8) -> __m512i {
         // SAFETY: the caller's promise; the load is unaligned.
         unsafe { _mm512_loadu_si512(p.cast()) }
     }
 
-    /// Return the 32-byte hashes in the lanes of `cv`.
-    #[target_feature(enable = "avx512f")]
-    fn hashes(cv: &Cv) -> [Hash; LANES] {
-        let mut words = [[0u32; LANES]; 8];
-        for (w, word) in words.iter_mut().enumerate() {
-            // SAFETY: a word of every lane is 16 u32s, the 64 bytes the store writes.
-            unsafe { _mm512_storeu_si512(word.as_mut_ptr().cast(), cv[w]) };
+    /// Write the 32-byte hash in each lane of `cv` to `out`.
+    #[target_feature(enable = "avx512f,avx512bw")]
+    fn hashes(cv: &Cv, out: &mut [Hash; LANES]) {
+        let zero = _mm512_setzero_si512();
+        let rows = transpose(std::array::from_fn(|i| if i < 8 { cv[i] } else { zero }));
+        for (h, r) in out.iter_mut().zip(rows) {
+            // SAFETY: a hash is 32 bytes, the low half of the row the store writes.
+            unsafe { _mm256_storeu_si256(h.as_mut_ptr().cast(), _mm512_castsi512_si256(r)) };
         }
-        std::array::from_fn(|j| {
-            let mut h = [0u8; 32];
-            for (w, word) in words.iter().enumerate() {
-                h[4 * w..4 * w + 4].copy_from_slice(&word[j].to_le_bytes());
-            }
-            h
-        })
     }
 
-    /// The hashes of `prefix || data[j]`, every message of `n` blocks.
+    /// Load bytes `from..to` of 64 at `p` into the same places of a row, zeros elsewhere.
     ///
     /// # Safety
-    /// AVX-512F must be available, and every `prefix || data[j]` must have `n` blocks and
+    /// Bytes `p + from .. p + to` must be readable (the others are not read).
+    #[target_feature(enable = "avx512f,avx512bw")]
+    unsafe fn part(p: *const u8, from: usize, to: usize) -> __m512i {
+        let mask = if to - from == 64 {
+            u64::MAX
+        } else {
+            ((1u64 << (to - from)) - 1) << from
+        };
+        // SAFETY: the caller's promise; masked-off bytes are not accessed.
+        unsafe { _mm512_maskz_loadu_epi8(mask, p.cast()) }
+    }
+
+    /// Write the hashes of `prefix || data[j]` to `out`, every message of `n` blocks.
+    ///
+    /// # Safety
+    /// AVX-512F and BW must be available, and every `prefix || data[j]` must have `n` blocks and
     /// fewer than `MAX_MESSAGE` bytes (so that its chaining values fit the stack).
-    #[target_feature(enable = "avx512f")]
-    pub unsafe fn prefixed(prefix: u8, data: &[&[u8]; LANES], n: usize) -> [Hash; LANES] {
-        // The first block (it holds the prefix) and the last (it may be partial, and a
-        // load past it would leave the entry), copied; the blocks between are read in place.
-        let mut first = [[0u8; BLOCK_LEN]; LANES];
-        let mut last = [[0u8; BLOCK_LEN]; LANES];
-        let mut last_len = [0u32; LANES];
-        for (j, d) in data.iter().enumerate() {
-            first[j][0] = prefix;
-            let k = d.len().min(BLOCK_LEN - 1);
-            first[j][1..1 + k].copy_from_slice(&d[..k]);
-            let tail = (d.len() + 1) - BLOCK_LEN * (n - 1);
-            last_len[j] = tail as u32;
-            if n > 1 {
-                last[j][..tail].copy_from_slice(&d[d.len() - tail..]);
-            }
-        }
+    #[target_feature(enable = "avx512f,avx512bw")]
+    pub unsafe fn prefixed(prefix: u8, data: &[&[u8]; LANES], n: usize, out: &mut [Hash; LANES]) {
+        // Each lane's last block has its own length (from 1 to 64 bytes).
+        let last_len: [u32; LANES] = std::array::from_fn(|j| (data[j].len() + 1 - BLOCK_LEN * (n - 1)) as u32);
         // SAFETY: last_len is 16 u32s, the 64 bytes the load reads.
         let last_len = unsafe { _mm512_loadu_si512(last_len.as_ptr().cast()) };
+        let prefix = _mm512_maskz_mov_epi32(1, splat(u32::from(prefix)));
         let full = splat(BLOCK_LEN as u32);
         let chunks = n.div_ceil(BLOCKS_PER_CHUNK);
         let mut stack = [[_mm512_setzero_si512(); 8]; STACK];
         let mut depth = 0;
-        let mut out = iv();
         for c in 0..chunks {
             let (b0, b1) = (c * BLOCKS_PER_CHUNK, n.min((c + 1) * BLOCKS_PER_CHUNK));
             let mut cv = iv();
             for b in b0..b1 {
+                // Block b of a message is bytes 64b-1 .. 64b+63 of its entry (the prefix
+                // takes the first place): the first block leaves out the byte before the
+                // entry, the last the bytes after it, and the prefix goes in by itself.
                 let rows: [__m512i; LANES] = std::array::from_fn(|j| {
-                    // SAFETY: the copies are 64 bytes; a block in between ends at least a
-                    // block before the message does, so bytes 64b-1 .. 64b+63 of the entry exist.
+                    let d = data[j];
+                    let at = d.as_ptr().wrapping_add(BLOCK_LEN * b).wrapping_sub(1);
+                    let end = (d.len() + 1 - BLOCK_LEN * b).min(BLOCK_LEN);
+                    // SAFETY: the bytes read are the entry's (64b-1 .. 64b+63 within it).
                     unsafe {
                         if b == 0 {
-                            row(first[j].as_ptr())
+                            _mm512_or_si512(part(at, 1, end), prefix)
                         } else if b == n - 1 {
-                            row(last[j].as_ptr())
+                            part(at, 0, end)
                         } else {
-                            row(data[j].as_ptr().add(BLOCK_LEN * b - 1))
+                            row(at)
                         }
                     }
                 });
@@ -298,31 +303,39 @@ mod x86 {
                     depth -= 1;
                     cv = parent(&stack[depth], &cv, if depth == 0 { ROOT } else { 0 });
                 }
-                out = cv;
+                hashes(&cv, out);
             }
         }
-        hashes(&out)
     }
 
     /// The node hashes of sixteen pairs of child hashes.
     ///
     /// # Safety
-    /// AVX-512F must be available, and every `pairs[j]` must be two hashes.
-    #[target_feature(enable = "avx512f")]
-    pub unsafe fn nodes(pairs: &[&[Hash]; LANES]) -> [Hash; LANES] {
+    /// AVX-512F and BW must be available, and every `pairs[j]` must be two hashes.
+    #[target_feature(enable = "avx512f,avx512bw")]
+    pub unsafe fn nodes(pairs: &[&[Hash]; LANES], out: &mut [Hash; LANES]) {
         // SAFETY: two hashes are 64 contiguous bytes.
         let x = transpose(std::array::from_fn(|j| unsafe { row(pairs[j].as_ptr().cast()) }));
         // The message is the prefix byte and then the pair: each word of the first block
         // is the pair's bytes moved up one place, the top byte of the word before coming in.
         let first: [__m512i; 16] = std::array::from_fn(|w| {
-            let low = if w == 0 { splat(u32::from(NODE_PREFIX)) } else { _mm512_srli_epi32::<24>(x[w - 1]) };
+            let low = if w == 0 {
+                splat(u32::from(NODE_PREFIX))
+            } else {
+                _mm512_srli_epi32::<24>(x[w - 1])
+            };
             _mm512_or_si512(_mm512_slli_epi32::<8>(x[w]), low)
         });
-        let second: [__m512i; 16] =
-            std::array::from_fn(|w| if w == 0 { _mm512_srli_epi32::<24>(x[15]) } else { _mm512_setzero_si512() });
+        let second: [__m512i; 16] = std::array::from_fn(|w| {
+            if w == 0 {
+                _mm512_srli_epi32::<24>(x[15])
+            } else {
+                _mm512_setzero_si512()
+            }
+        });
         let cv = compress(&iv(), &first, 0, splat(BLOCK_LEN as u32), CHUNK_START);
         let cv = compress(&cv, &second, 0, splat(1), CHUNK_END | ROOT);
-        hashes(&cv)
+        hashes(&cv, out);
     }
 }
 
@@ -337,7 +350,9 @@ mod tests {
     }
 
     fn bytes(n: usize, seed: usize) -> Vec<u8> {
-        (0..n).map(|i| (i.wrapping_mul(31).wrapping_add(seed * 7)) as u8).collect()
+        (0..n)
+            .map(|i| (i.wrapping_mul(31).wrapping_add(seed * 7)) as u8)
+            .collect()
     }
 
     #[test]
