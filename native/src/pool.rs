@@ -215,7 +215,10 @@ mod tests {
                 runs[i].fetch_add(1, Ordering::Relaxed);
             });
             assert!(runs.iter().all(|r| r.load(Ordering::Relaxed) == 1), "{count} tasks");
-            assert_eq!(share_map(count, |i| i * 3), (0..count).map(|i| i * 3).collect::<Vec<_>>());
+            assert_eq!(
+                share_map(count, |i| i * 3),
+                (0..count).map(|i| i * 3).collect::<Vec<_>>()
+            );
             let mut out = vec![0usize; count];
             share_chunks_mut(&mut out, 7, |i, piece| {
                 for (k, slot) in piece.iter_mut().enumerate() {
