@@ -51,12 +51,12 @@ pub fn install<R: Send>(f: impl FnOnce() -> R + Send) -> R {
 /// the workers that joined, never for one that has not started. On a pool thread (work
 /// nested in a task) the tasks run where they are.
 pub fn share(count: usize, task: impl Fn(usize) + Sync) {
-    let helpers = if count < 2 || rayon::current_thread_index().is_some() {
+    let workers = if count < 2 || rayon::current_thread_index().is_some() {
         0
     } else {
         (available() - 1).min(count - 1)
     };
-    if helpers == 0 {
+    if workers == 0 {
         (0..count).for_each(task);
         return;
     }
@@ -78,7 +78,7 @@ pub fn share(count: usize, task: impl Fn(usize) + Sync) {
         left: Condvar::new(),
     });
     let pool = current();
-    for _ in 0..helpers {
+    for _ in 0..workers {
         let shared = Arc::clone(&shared);
         pool.spawn(move || {
             if shared.enter() {
