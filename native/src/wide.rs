@@ -413,4 +413,121 @@ mod tests {
             }
         }
     }
+
+    /// Pages of memory with an unreadable page on each side, so that a read of a byte
+    /// before or after what is placed at either end faults.
+    #[cfg(target_os = "linux")]
+    struct Guarded {
+        base: *mut u8,
+        len: usize,
+    }
+
+    #[cfg(target_os = "linux")]
+    impl Guarded {
+        const PAGE: usize = 4096;
+
+        fn new(pages: usize) -> Self {
+            extern "C" {
+                fn mmap(addr: *mut u8, len: usize, prot: i32, flags: i32, fd: i32, off: i64) -> *mut u8;
+                fn mprotect(addr: *mut u8, len: usize, prot: i32) -> i32;
+            }
+            const PROT_NONE: i32 = 0;
+            const PROT_RW: i32 = 1 | 2;
+            const MAP_PRIVATE_ANONYMOUS: i32 = 0x02 | 0x20;
+            let len = (pages + 2) * Self::PAGE;
+            // SAFETY: a fresh private anonymous mapping; its first and last pages are made
+            // unreadable, and only the pages between are ever handed out.
+            unsafe {
+                let base = mmap(std::ptr::null_mut(), len, PROT_RW, MAP_PRIVATE_ANONYMOUS, -1, 0);
+                assert!(!base.is_null() && base as isize != -1, "mmap");
+                assert_eq!(mprotect(base, Self::PAGE, PROT_NONE), 0);
+                assert_eq!(mprotect(base.add(len - Self::PAGE), Self::PAGE, PROT_NONE), 0);
+                Guarded { base, len }
+            }
+        }
+
+        /// The readable pages.
+        fn inner(&mut self) -> &mut [u8] {
+            // SAFETY: the pages between the guards are mapped readable and writable, and
+            // borrowed from `self` exclusively.
+            unsafe { std::slice::from_raw_parts_mut(self.base.add(Self::PAGE), self.len - 2 * Self::PAGE) }
+        }
+    }
+
+    #[cfg(target_os = "linux")]
+    impl Drop for Guarded {
+        fn drop(&mut self) {
+            extern "C" {
+                fn munmap(addr: *mut u8, len: usize) -> i32;
+            }
+            // SAFETY: the mapping made in `new`, no longer borrowed.
+            unsafe { munmap(self.base, self.len) };
+        }
+    }
+
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn messages_right_after_and_right_before_unreadable_pages_are_read_only_within() {
+        if !available() {
+            return;
+        }
+        // Every entry length up to 66 blocks, and some longer, in every lane, placed once
+        // at the end of readable memory and once at its start: a load of a byte outside
+        // the entry (the one before the first block, those after the last) would fault.
+        let mut regions: Vec<Guarded> = (0..LANES)
+            .map(|_| Guarded::new(MAX_TEST.div_ceil(Guarded::PAGE)))
+            .collect();
+        const MAX_TEST: usize = 64 * 1024 + 64;
+        let counts = (1..=66).chain([256, 257, 1024, 1025]);
+        for n in counts {
+            let (lo, hi) = if n == 1 { (0, 63) } else { (64 * (n - 1), 64 * n - 1) };
+            let span = hi - lo + 1;
+            let turns: Vec<usize> = if n <= 66 {
+                (0..span).collect()
+            } else {
+                vec![0, 1, span - 1]
+            };
+            for t in turns {
+                for at_end in [true, false] {
+                    let refs: Vec<&[u8]> = regions
+                        .iter_mut()
+                        .enumerate()
+                        .map(|(j, r)| {
+                            let len = lo + (t + 5 * j) % span;
+                            let inner = r.inner();
+                            let from = if at_end { inner.len() - len } else { 0 };
+                            let e = &mut inner[from..from + len];
+                            for (i, b) in e.iter_mut().enumerate() {
+                                *b = (i.wrapping_mul(31) + j + n) as u8;
+                            }
+                            &*e
+                        })
+                        .collect();
+                    let mut out = [[0u8; 32]; LANES];
+                    prefixed(0x00, &refs, &mut out);
+                    for (e, got) in refs.iter().zip(&out) {
+                        assert_eq!(*got, reference(0x00, e), "{n} blocks, length {}", e.len());
+                    }
+                }
+            }
+        }
+        // Nodes: pairs that end and start at the guards.
+        let inner = regions[0].inner();
+        let n = inner.len();
+        let level: Vec<Hash> = (0..2 * LANES).map(|i| reference(0x00, &bytes(i, i))).collect();
+        for at_end in [true, false] {
+            let from = if at_end { n - 64 * LANES } else { 0 };
+            let lie = &mut inner[from..from + 64 * LANES];
+            for (dst, h) in lie.chunks_exact_mut(32).zip(&level) {
+                dst.copy_from_slice(h);
+            }
+            // SAFETY: 64 * LANES bytes are 2 * LANES hashes, each of alignment 1.
+            let placed: &[Hash] = unsafe { std::slice::from_raw_parts(lie.as_ptr().cast(), 2 * LANES) };
+            let mut out = [[0u8; 32]; LANES];
+            nodes(placed, &mut out);
+            for (j, got) in out.iter().enumerate() {
+                assert_eq!(*got, reference(0x01, &[level[2 * j], level[2 * j + 1]].concat()));
+            }
+        }
+    }
 }
