@@ -247,4 +247,60 @@ mod tests {
             assert_eq!(done.load(Ordering::Relaxed), after);
         }
     }
+
+    #[test]
+    fn no_task_runs_after_its_call_returns_with_callers_side_by_side_nested_and_panicking() {
+        use std::sync::atomic::AtomicBool;
+        // Each call's flag outlives the test (leaked), so a late task reads it safely.
+        static LATE: AtomicUsize = AtomicUsize::new(0);
+        let call = |round: usize, panic_at: Option<usize>| {
+            let returned: &'static AtomicBool = Box::leak(Box::new(AtomicBool::new(false)));
+            let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                share(40, |i| {
+                    if returned.load(Ordering::SeqCst) {
+                        LATE.fetch_add(1, Ordering::SeqCst);
+                    }
+                    if i % 13 == round % 13 {
+                        // Nested: inline on a pool thread, shared again on the caller's.
+                        share(3, |_| std::hint::black_box(()));
+                    }
+                    assert_ne!(Some(i), panic_at);
+                });
+            }));
+            returned.store(true, Ordering::SeqCst);
+            assert_eq!(caught.is_err(), panic_at.is_some());
+        };
+        std::thread::scope(|s| {
+            for t in 0..3 {
+                s.spawn(move || {
+                    for round in 0..300 {
+                        call(round, [None, Some(round % 40), None][(round + t) % 3]);
+                    }
+                });
+            }
+        });
+        // Give queued workers of the last calls time to find their work closed.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        assert_eq!(LATE.load(Ordering::SeqCst), 0);
+    }
+
+    #[test]
+    fn a_caller_finishes_alone_while_every_pool_thread_is_busy() {
+        let pool = current();
+        for _ in 0..available() {
+            pool.spawn(|| std::thread::sleep(std::time::Duration::from_millis(1000)));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let start = std::time::Instant::now();
+        let sum = AtomicUsize::new(0);
+        share(100, |i| {
+            sum.fetch_add(i, Ordering::Relaxed);
+        });
+        assert_eq!(sum.load(Ordering::Relaxed), 4950);
+        assert!(
+            start.elapsed() < std::time::Duration::from_millis(500),
+            "{:?}",
+            start.elapsed()
+        );
+    }
 }
