@@ -78,6 +78,8 @@ pub fn share(count: usize, task: impl Fn(usize) + Sync) {
         left: Condvar::new(),
     });
     let pool = current();
+    // Before the first job exists: whatever unwinds from here on closes the work first.
+    let close = Close(&shared);
     for _ in 0..workers {
         let shared = Arc::clone(&shared);
         pool.spawn(move || {
@@ -87,7 +89,6 @@ pub fn share(count: usize, task: impl Fn(usize) + Sync) {
             }
         });
     }
-    let close = Close(&shared);
     shared.run();
     drop(close);
     let panic = lock(&shared.state).panic.take();
