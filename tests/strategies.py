@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 from hypothesis import strategies as st
 
 ALGOS = ("blake3", "sha256")
@@ -84,6 +86,20 @@ edge_entry = st.sampled_from(EDGE_LENGTHS).flatmap(lambda n: st.binary(min_size=
 def edge_entry_lists(max_size: int = 40) -> st.SearchStrategy[list[bytes]]:
     """Lists of entries at block and chunk edges, some of equal length (hashed side by side)."""
     return st.lists(edge_entry, max_size=max_size)
+
+
+@st.composite
+def block_count_runs(draw: st.DrawFn) -> list[bytes]:
+    """Entries in runs of 5 to 20 whose prefixed lengths have the same number of 64-byte
+    blocks (each run's count taken at an edge length), shuffled together: the native
+    hasher takes eight or more such entries sixteen at a time, one per lane."""
+    out: list[bytes] = []
+    rng = random.Random(draw(st.integers(0, 2**32)))
+    for edge in draw(st.lists(st.sampled_from(EDGE_LENGTHS), min_size=1, max_size=3)):
+        blocks = max(1, -(-(edge + 1) // 64))
+        lo, hi = 64 * (blocks - 1), 64 * blocks - 1
+        out += [rng.randbytes(n) for n in draw(st.lists(st.integers(lo, hi), min_size=5, max_size=20))]
+    return draw(st.permutations(out))
 
 
 sizes = st.integers(0, 2000)

@@ -146,6 +146,18 @@ def test_native_and_pure_give_the_same_bytes_at_block_and_chunk_edges(
     assert _frontier_steps(native, leaves, cuts) == _frontier_steps(pure, leaves, cuts)
 
 
+@FEW
+@given(entries=sts.block_count_runs())
+def test_native_and_pure_give_the_same_bytes_for_runs_of_a_block_count(entries: list[bytes]) -> None:
+    """Entries hashed sixteen at a time, whole, one per lane, and the runs' leftovers: the reference's bytes."""
+    native, pure = _native_and_pure()
+    leaves = pure.leaf_hashes(entries)
+    assert native.leaf_hashes(entries) == leaves == [naive.leaf(e) for e in entries]
+    assert native.tree_root(entries) == pure.tree_root(entries)
+    assert native.subtree_levels(leaves) == pure.subtree_levels(leaves)
+    assert native.span_root(entries, 1, len(entries)) == pure.span_root(entries, 1, len(entries))
+
+
 @pytest.mark.parametrize(("count", "length"), [(5000, 1024), (300, 16 * 1024), (3000, 100), (3, 300_000)])
 def test_native_and_pure_give_the_same_bytes_for_batches_split_over_threads(count: int, length: int) -> None:
     """Batches large enough to be hashed on every core give the reference's leaves, roots, levels and frontier."""

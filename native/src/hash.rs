@@ -16,7 +16,7 @@ use blake3::platform::{le_bytes_from_words_32, words_from_le_bytes_32, Platform}
 use blake3::{Hasher, IncrementCounter};
 
 use crate::lanes::Blocks;
-use crate::pool;
+use crate::{pool, wide};
 
 /// A 32-byte BLAKE3 digest: a leaf, a node or a root.
 pub type Hash = [u8; 32];
@@ -48,6 +48,10 @@ pub(crate) const IV: [u32; 8] = [
 
 /// Messages hashed side by side: the widest SIMD degree of the crate (AVX-512).
 pub const LANES: usize = 16;
+
+/// From this many messages of a block count on, they go through `wide.rs` together: fewer
+/// would leave most of its sixteen lanes idle, where the narrower lanes of `hash_many` fit.
+const WIDE_MIN: usize = 8;
 
 /// From this size on an entry is hashed by every core (`update_rayon`); the blake3
 /// documentation puts the break-even near 128 KiB.
@@ -93,6 +97,44 @@ fn long_leaf(entry: &[u8], scratch: &mut Vec<u8>) -> Hash {
 /// Write the leaf hash of each entry to `out` (as long as `entries`), on the calling thread.
 pub fn leaves_into(entries: &[&[u8]], out: &mut [Hash]) {
     assert_eq!(entries.len(), out.len());
+    if !wide::available() {
+        return narrow_leaves_into(entries, out);
+    }
+    // Entries whose prefixed messages have as many blocks are hashed sixteen at a time,
+    // whole, one per lane; the few left over in each count go the narrower way.
+    let blocks = |i: &usize| wide::blocks(entries[*i].len() + 1);
+    let mut order: Vec<usize> = (0..entries.len()).filter(|&i| entries[i].len() < RAYON_ENTRY).collect();
+    order.sort_by_key(blocks);
+    let mut rest: Vec<usize> = (0..entries.len())
+        .filter(|&i| entries[i].len() >= RAYON_ENTRY)
+        .collect();
+    let mut hashes = [[0u8; 32]; LANES];
+    for same in order.chunk_by(|a, b| blocks(a) == blocks(b)) {
+        for group in same.chunks(LANES) {
+            if group.len() < WIDE_MIN {
+                rest.extend_from_slice(group);
+                continue;
+            }
+            let data: [&[u8]; LANES] = std::array::from_fn(|j| entries[group[j.min(group.len() - 1)]]);
+            let hashes = &mut hashes[..group.len()];
+            wide::prefixed(LEAF_PREFIX, &data[..group.len()], hashes);
+            for (&i, h) in group.iter().zip(hashes.iter()) {
+                out[i] = *h;
+            }
+        }
+    }
+    if !rest.is_empty() {
+        let some: Vec<&[u8]> = rest.iter().map(|&i| entries[i]).collect();
+        let mut hashes = vec![[0u8; 32]; rest.len()];
+        narrow_leaves_into(&some, &mut hashes);
+        for (&i, h) in rest.iter().zip(hashes) {
+            out[i] = h;
+        }
+    }
+}
+
+/// [`leaves_into`] without the whole-message lanes of `wide.rs`.
+fn narrow_leaves_into(entries: &[&[u8]], out: &mut [Hash]) {
     let p = platform();
     // A prefixed entry of one chunk, or of one whole chunk and part of another, is hashed
     // side by side with the others of its kind; a longer one fills SIMD lanes with its own
@@ -389,8 +431,13 @@ fn finish_node(p: Platform, mut cv: [u32; 8], right: &Hash) -> Hash {
 pub fn pairs_into(level: &[Hash], out: &mut [Hash]) {
     assert_eq!(out.len(), level.len() / 2);
     let p = platform();
+    let wide = wide::available();
     for (ins, outs) in level.chunks(2 * LANES).zip(out.chunks_mut(LANES)) {
         let k = outs.len();
+        if wide && k >= WIDE_MIN {
+            wide::nodes(&ins[..2 * k], outs);
+            continue;
+        }
         let blocks: [[u8; BLOCK_LEN]; LANES] = std::array::from_fn(|j| {
             if j < k {
                 first_node_block(&ins[2 * j], &ins[2 * j + 1])
@@ -473,6 +520,10 @@ mod tests {
         for (e, got) in refs.iter().zip(&out) {
             assert_eq!(*got, reference(LEAF_PREFIX, e), "length {}", e.len());
         }
+        // And all of them the narrower way, which takes what the wide lanes leave.
+        let mut narrow = vec![[0u8; 32]; refs.len()];
+        narrow_leaves_into(&refs, &mut narrow);
+        assert_eq!(narrow, out);
     }
 
     #[test]

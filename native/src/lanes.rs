@@ -14,7 +14,7 @@ use std::sync::OnceLock;
 use crate::hash::{Hash, IV, LANES};
 
 /// Which message word each of a round's eight G calls takes (the BLAKE3 specification, 2.2).
-const MSG_SCHEDULE: [[usize; 16]; 7] = [
+pub(crate) const MSG_SCHEDULE: [[usize; 16]; 7] = [
     [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15],
     [2, 6, 3, 10, 7, 0, 4, 13, 1, 11, 12, 5, 9, 14, 15, 8],
     [3, 4, 10, 12, 13, 2, 7, 14, 6, 5, 9, 0, 11, 15, 8, 1],
@@ -129,7 +129,7 @@ fn rounds_avx512(cv: &[Word; 8], msg: &[Word; 16], params: &[Word; 4]) -> [Word;
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 #[inline]
-fn g512(
+pub(crate) fn g512(
     v: &mut [std::arch::x86_64::__m512i; 16],
     [a, b, c, d]: [usize; 4],
     x: std::arch::x86_64::__m512i,

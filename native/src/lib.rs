@@ -6,16 +6,17 @@
 //! hashing, except for work of a few node hashes, where releasing it would cost more than
 //! the hashing.
 
-use pyo3::exceptions::PyValueError;
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedBytes;
-use pyo3::types::{PyBytes, PyList};
+use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
 
 pub mod content;
 pub mod hash;
 pub mod lanes;
 pub mod pool;
 pub mod tree;
+pub mod wide;
 
 use hash::Hash;
 
@@ -54,8 +55,62 @@ fn well_formed(items: &Bound<'_, PyAny>) -> PyResult<Option<Vec<Hash>>> {
     Ok(Some(out))
 }
 
-fn as_slices(entries: &[PyBackedBytes]) -> Vec<&[u8]> {
-    entries.iter().map(|e| &**e).collect()
+/// One entry as Python passed it: `bytes` held as it is (immutable, so its buffer stays
+/// put while the GIL is released), anything else bytes-like through `PyBackedBytes`
+/// (a `bytearray` is copied, since Python code may resize it meanwhile).
+enum Entry<'py> {
+    Bytes(Bound<'py, PyBytes>),
+    Other(PyBackedBytes),
+}
+
+/// The entries of a list (or any iterable) of `bytes`-like objects.
+///
+/// Faster than extracting a `Vec<PyBackedBytes>` (about 4% of a 4 MiB tree of 1 KiB
+/// entries): a list or tuple is read by index, and a `bytes` item is only checked and referenced.
+struct Entries<'py>(Vec<Entry<'py>>);
+
+impl<'py> FromPyObject<'_, 'py> for Entries<'py> {
+    type Error = PyErr;
+
+    fn extract(obj: Borrowed<'_, 'py, PyAny>) -> PyResult<Self> {
+        let one = |item: Bound<'py, PyAny>| -> PyResult<Entry<'py>> {
+            match item.cast_into::<PyBytes>() {
+                Ok(b) => Ok(Entry::Bytes(b)),
+                Err(e) => Ok(Entry::Other(e.into_inner().extract()?)),
+            }
+        };
+        if let Ok(list) = obj.cast::<PyList>() {
+            return Ok(Entries(list.iter().map(one).collect::<PyResult<_>>()?));
+        }
+        if let Ok(tuple) = obj.cast::<PyTuple>() {
+            return Ok(Entries(tuple.iter().map(one).collect::<PyResult<_>>()?));
+        }
+        if obj.is_instance_of::<PyString>() {
+            // As a `Vec` extraction refuses it: a string is not a list of entries.
+            return Err(PyTypeError::new_err("Can't extract `str` to `Vec`"));
+        }
+        let mut out = Vec::with_capacity(obj.len().unwrap_or(0));
+        for item in obj.try_iter()? {
+            out.push(one(item?)?);
+        }
+        Ok(Entries(out))
+    }
+}
+
+impl Entries<'_> {
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    fn slices(&self) -> Vec<&[u8]> {
+        self.0
+            .iter()
+            .map(|e| match e {
+                Entry::Bytes(b) => b.as_bytes(),
+                Entry::Other(p) => &**p,
+            })
+            .collect()
+    }
 }
 
 fn bytes_list<'py>(py: Python<'py>, hashes: &[Hash]) -> PyResult<Bound<'py, PyList>> {
@@ -75,8 +130,8 @@ fn leaf_hash<'py>(py: Python<'py>, entry: PyBackedBytes) -> Bound<'py, PyBytes> 
 
 /// Return ``H(0x00 || entry)`` of each entry, in order.
 #[pyfunction]
-fn leaf_hashes<'py>(py: Python<'py>, entries: Vec<PyBackedBytes>) -> PyResult<Bound<'py, PyList>> {
-    let slices = as_slices(&entries);
+fn leaf_hashes<'py>(py: Python<'py>, entries: Entries<'py>) -> PyResult<Bound<'py, PyList>> {
+    let slices = entries.slices();
     let out = py.detach(|| tree::leaves(&slices));
     bytes_list(py, &out)
 }
@@ -109,8 +164,8 @@ fn node_hash<'py>(py: Python<'py>, left: PyBackedBytes, right: PyBackedBytes) ->
 
 /// Return the RFC 9162 Merkle Tree Hash of ``entries``.
 #[pyfunction]
-fn tree_root<'py>(py: Python<'py>, entries: Vec<PyBackedBytes>) -> Bound<'py, PyBytes> {
-    let slices = as_slices(&entries);
+fn tree_root<'py>(py: Python<'py>, entries: Entries<'py>) -> Bound<'py, PyBytes> {
+    let slices = entries.slices();
     PyBytes::new(py, &py.detach(|| tree::tree_root(&slices)))
 }
 
@@ -137,18 +192,13 @@ fn subtree_levels<'py>(py: Python<'py>, leaves: &Bound<'py, PyAny>) -> PyResult<
 
 /// Return the root of ``[start, stop)`` given the entries of exactly those positions.
 #[pyfunction]
-fn span_root<'py>(
-    py: Python<'py>,
-    entries: Vec<PyBackedBytes>,
-    start: u64,
-    stop: u64,
-) -> PyResult<Bound<'py, PyBytes>> {
+fn span_root<'py>(py: Python<'py>, entries: Entries<'py>, start: u64, stop: u64) -> PyResult<Bound<'py, PyBytes>> {
     if stop < start || stop - start != entries.len() as u64 {
         return Err(PyValueError::new_err(
             "the entries of [start, stop) are stop - start entries",
         ));
     }
-    let slices = as_slices(&entries);
+    let slices = entries.slices();
     let root = py.detach(|| tree::span_root_of_leaves(&tree::leaves(&slices), start, stop, start));
     Ok(PyBytes::new(py, &root))
 }
@@ -187,12 +237,12 @@ fn fold<'py>(py: Python<'py>, hashes: &Bound<'py, PyAny>) -> PyResult<Bound<'py,
 
 /// Return the RFC 9162 inclusion proof of ``entries[index]``. Requires ``0 <= index < len(entries)``.
 #[pyfunction]
-fn inclusion_proof<'py>(py: Python<'py>, entries: Vec<PyBackedBytes>, index: u64) -> PyResult<Bound<'py, PyList>> {
+fn inclusion_proof<'py>(py: Python<'py>, entries: Entries<'py>, index: u64) -> PyResult<Bound<'py, PyList>> {
     let size = entries.len() as u64;
     if index >= size {
         return Err(PyValueError::new_err("index must be in [0, len(entries))"));
     }
-    let slices = as_slices(&entries);
+    let slices = entries.slices();
     let proof = py.detach(|| {
         let levels = tree::subtree_levels(&tree::leaves(&slices));
         tree::spans_root(&levels, &tree::inclusion_spans(index, size))
@@ -202,12 +252,12 @@ fn inclusion_proof<'py>(py: Python<'py>, entries: Vec<PyBackedBytes>, index: u64
 
 /// Return the RFC 9162 consistency proof from the first ``old_size`` entries to all.
 #[pyfunction]
-fn consistency_proof<'py>(py: Python<'py>, entries: Vec<PyBackedBytes>, old_size: u64) -> PyResult<Bound<'py, PyList>> {
+fn consistency_proof<'py>(py: Python<'py>, entries: Entries<'py>, old_size: u64) -> PyResult<Bound<'py, PyList>> {
     let size = entries.len() as u64;
     if old_size > size {
         return Err(PyValueError::new_err("old_size must be in [0, len(entries)]"));
     }
-    let slices = as_slices(&entries);
+    let slices = entries.slices();
     let proof = py.detach(|| {
         let levels = tree::subtree_levels(&tree::leaves(&slices));
         tree::spans_root(&levels, &tree::consistency_spans(old_size, size))

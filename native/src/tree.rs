@@ -5,8 +5,6 @@
 //! reference: a subtree `(level, index)` covers positions `[index << level, (index + 1) << level)`.
 //! Large inputs are split over the pool's threads; small ones stay on the caller's.
 
-use rayon::prelude::*;
-
 use crate::hash::{self, Hash, LANES};
 use crate::pool;
 
@@ -29,10 +27,8 @@ pub fn leaves(entries: &[&[u8]]) -> Vec<Hash> {
         hash::leaves_into(entries, &mut out);
     } else {
         let per = task_len(entries.len(), total);
-        pool::install(|| {
-            out.par_chunks_mut(per)
-                .zip(entries.par_chunks(per))
-                .for_each(|(o, e)| hash::leaves_into(e, o));
+        pool::share_chunks_mut(&mut out, per, |i, o| {
+            hash::leaves_into(&entries[i * per..][..o.len()], o)
         });
     }
     out
@@ -51,10 +47,8 @@ pub fn pairs(level: &[Hash]) -> Vec<Hash> {
     if out.len() < PAR_NODES {
         hash::pairs_into(level, &mut out);
     } else {
-        pool::install(|| {
-            out.par_chunks_mut(TASK_NODES)
-                .zip(level.par_chunks(2 * TASK_NODES))
-                .for_each(|(o, l)| hash::pairs_into(l, o));
+        pool::share_chunks_mut(&mut out, TASK_NODES, |i, o| {
+            hash::pairs_into(&level[2 * TASK_NODES * i..][..2 * o.len()], o);
         });
     }
     out
@@ -94,7 +88,9 @@ pub fn root_of_leaves(leaves: &[Hash]) -> Hash {
     }
     // Aligned blocks of a power of two are complete subtrees (the last one the root of
     // what is left), and the root over their roots is the root over all.
-    let roots: Vec<Hash> = pool::install(|| leaves.par_chunks(TASK_NODES).map(root_here).collect());
+    let roots = pool::share_map(leaves.len().div_ceil(TASK_NODES), |i| {
+        root_here(&leaves[i * TASK_NODES..leaves.len().min((i + 1) * TASK_NODES)])
+    });
     root_here(&roots)
 }
 
@@ -106,15 +102,11 @@ pub fn tree_root(entries: &[&[u8]]) -> Hash {
     }
     // Each task hashes its entries and their subtree while they are in its cache.
     let per = task_len(entries.len(), total);
-    let roots: Vec<Hash> = pool::install(|| {
-        entries
-            .par_chunks(per)
-            .map(|chunk| {
-                let mut own = vec![[0u8; 32]; chunk.len()];
-                hash::leaves_into(chunk, &mut own);
-                root_here(&own)
-            })
-            .collect()
+    let roots = pool::share_map(entries.len().div_ceil(per), |i| {
+        let chunk = &entries[i * per..entries.len().min((i + 1) * per)];
+        let mut own = vec![[0u8; 32]; chunk.len()];
+        hash::leaves_into(chunk, &mut own);
+        root_here(&own)
     });
     root_here(&roots)
 }
