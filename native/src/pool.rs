@@ -4,33 +4,46 @@
 //! inherits the parent's pool without its threads, so work sent to it would never run.
 //! Here a child (another process id) builds a pool of its own.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
 
 use rayon::{ThreadPool, ThreadPoolBuilder};
 
-static POOL: Mutex<Option<(u32, Arc<ThreadPool>)>> = Mutex::new(None);
+/// A pool and the process that built it.
+struct Owned {
+    pid: u32,
+    pool: ThreadPool,
+}
 
-fn current() -> Arc<ThreadPool> {
+/// This process's pool, or a forked parent's (null before the first). Read and replaced
+/// without a lock: a child forked while another thread of the parent held one would find
+/// it held forever. Never freed: a parent's pool has no threads in a child to stop.
+static POOL: AtomicPtr<Owned> = AtomicPtr::new(std::ptr::null_mut());
+
+fn current() -> &'static ThreadPool {
     let pid = std::process::id();
-    let mut slot = POOL.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    if let Some((owner, pool)) = slot.as_ref() {
-        if *owner == pid {
-            return Arc::clone(pool);
+    let seen = POOL.load(Ordering::Acquire);
+    // SAFETY: a pointer in POOL comes from `Box::into_raw` below and is never freed.
+    if let Some(owned) = unsafe { seen.as_ref() } {
+        if owned.pid == pid {
+            return &owned.pool;
         }
     }
-    let pool = Arc::new(
-        ThreadPoolBuilder::new()
-            .thread_name(|i| format!("compactstore-hash-{i}"))
-            .build()
-            .expect("start the hashing threads"),
-    );
-    if let Some(inherited) = slot.replace((pid, Arc::clone(&pool))) {
-        // A forked parent's pool: its threads are not in this process, so dropping it
-        // would wait for them forever.
-        std::mem::forget(inherited);
+    let pool = ThreadPoolBuilder::new()
+        .thread_name(|i| format!("compactstore-hash-{i}"))
+        .build()
+        .expect("start the hashing threads");
+    let built = Box::into_raw(Box::new(Owned { pid, pool }));
+    match POOL.compare_exchange(seen, built, Ordering::AcqRel, Ordering::Acquire) {
+        // SAFETY: `built` is now in POOL, never freed.
+        Ok(_) => unsafe { &(*built).pool },
+        Err(_) => {
+            // Another thread of this process put its pool there first: use that one.
+            // SAFETY: `built` was never shared; its pool's threads are this process's.
+            drop(unsafe { Box::from_raw(built) });
+            current()
+        }
     }
-    pool
 }
 
 /// Run `f` in this process's pool (directly when already on one of its threads).
@@ -174,8 +187,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// Return how many threads may hash at once: the pool's, which is one per core.
 fn available() -> usize {
-    static THREADS: OnceLock<usize> = OnceLock::new();
-    *THREADS.get_or_init(|| current().current_num_threads().max(1))
+    current().current_num_threads().max(1)
 }
 
 /// Split `out` into pieces of `per` and run `task(i, piece_i)` on each as [`share`] does.
@@ -303,5 +315,52 @@ mod tests {
             "{:?}",
             start.elapsed()
         );
+    }
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn a_child_forked_while_other_threads_take_the_pool_hashes_in_a_pool_of_its_own() {
+        use std::sync::atomic::AtomicBool;
+        extern "C" {
+            fn fork() -> i32;
+            fn waitpid(pid: i32, status: *mut i32, options: i32) -> i32;
+            fn alarm(seconds: u32) -> u32;
+            fn _exit(code: i32) -> !;
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let takers: Vec<_> = (0..2)
+            .map(|_| {
+                let stop = Arc::clone(&stop);
+                std::thread::spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        std::hint::black_box(current());
+                    }
+                })
+            })
+            .collect();
+        let mut failed = 0;
+        for _ in 0..200 {
+            // SAFETY: the child only builds its pool, runs work on it and exits; a child
+            // that hangs is ended by its alarm.
+            let pid = unsafe { fork() };
+            assert!(pid >= 0, "fork");
+            if pid == 0 {
+                unsafe { alarm(5) };
+                let runs = AtomicUsize::new(0);
+                share(64, |_| {
+                    runs.fetch_add(1, Ordering::Relaxed);
+                });
+                let ok = runs.load(Ordering::Relaxed) == 64 && install(rayon::current_thread_index).is_some();
+                unsafe { _exit(if ok { 0 } else { 1 }) };
+            }
+            let mut status = 0;
+            // SAFETY: waits for the child just forked.
+            assert_eq!(unsafe { waitpid(pid, &mut status, 0) }, pid);
+            failed += usize::from(status != 0);
+        }
+        stop.store(true, Ordering::Relaxed);
+        for t in takers {
+            t.join().unwrap();
+        }
+        assert_eq!(failed, 0, "children that hung or failed");
     }
 }
