@@ -472,6 +472,9 @@ def _hashes(conn: sqlite3.Connection, session_id: int, coords: Sequence[tuple[in
 _INSERT = "INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?)"
 #: A row's idempotency key.
 _KEY = operator.itemgetter(4)
+#: A row's other columns.
+_SEQ, _SESSION, _POS, _KIND = (operator.itemgetter(i) for i in range(4))
+_LEAF, _BODY = operator.itemgetter(5), operator.itemgetter(6)
 _INSERT_KEYLESS = "INSERT INTO events (seq, session_id, pos, kind, leaf, body) VALUES (?, ?, ?, ?, ?, ?)"
 
 
@@ -595,15 +598,20 @@ class _SQLiteWriter:
         # an int, str or bytearray as it is, and sends a bytes, a None or a tuple subclass
         # through its adapter lookup first (a failed attribute lookup each), which costs
         # more than the copy (benchmarks/README.md has the figures). The stored bytes are the same.
-        values: list[tuple[object, ...]]
+        # The values column by column through map and zip, which run in C (a comprehension
+        # costs a loop of bytecode per row); an absent body (never written by the store's
+        # own appends) binds as None.
+        bodies = list(map(_BODY, rows))
+        blobs = map(blob, bodies) if None not in bodies else (None if b is None else blob(b) for b in bodies)
+        columns = [map(_SEQ, rows), map(_SESSION, rows), map(_POS, rows), map(_KIND, rows)]
         if not any(map(_KEY, rows)):  # keys are non-empty strings: only an absent one is falsy
             sql = _INSERT_KEYLESS
-            values = [(r[0], r[1], r[2], r[3], blob(r[5]), None if r[6] is None else blob(r[6])) for r in rows]
         else:
             sql = _INSERT
-            values = [(r[0], r[1], r[2], r[3], r[4], blob(r[5]), None if r[6] is None else blob(r[6])) for r in rows]
-        if len(values) == 1:
-            cur.execute(sql, values[0])
+            columns.append(map(_KEY, rows))
+        values = zip(*columns, map(blob, map(_LEAF, rows)), blobs)
+        if len(rows) == 1:
+            cur.execute(sql, next(values))
         else:
             cur.executemany(sql, values)
         if subtrees:
