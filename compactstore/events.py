@@ -701,6 +701,10 @@ def _plain_check(cls: type[Event], plan: _Plan) -> Callable[[Event], bool]:
     return fn
 
 
+#: Leaf types that are plain whatever their value, and the one type of a plain key.
+_FLAT, _KEYS = frozenset({str, bool, type(None)}), frozenset({str})
+
+
 def _plain_json(value: object, depth: int) -> bool:
     """Return whether ``value`` is JSON of exactly the types decoding gives, within MAX_DEPTH."""
     if depth > MAX_DEPTH:
@@ -712,10 +716,23 @@ def _plain_json(value: object, depth: int) -> bool:
         return _INT_MIN <= value <= _INT_MAX  # type: ignore[operator]
     if t is float:
         return math.isfinite(value)  # type: ignore[arg-type]
+    # A list or dict of str, bool and None (most of what agents store) is tested in C,
+    # by type, without a call per item; its items are one level down, so only above MAX_DEPTH.
     if t is list:
-        return all(_plain_json(v, depth + 1) for v in value)  # type: ignore[attr-defined]
+        if depth < MAX_DEPTH and _FLAT.issuperset(map(type, value)):  # type: ignore[call-overload]
+            return True
+        for v in value:  # type: ignore[attr-defined]
+            if not _plain_json(v, depth + 1):
+                return False
+        return True
     if t is dict:
-        return all(type(k) is str and _plain_json(v, depth + 1) for k, v in value.items())  # type: ignore[attr-defined]
+        if (depth < MAX_DEPTH and _KEYS.issuperset(map(type, value))  # type: ignore[call-overload]
+                and _FLAT.issuperset(map(type, value.values()))):  # type: ignore[attr-defined]
+            return True
+        for k, v in value.items():  # type: ignore[attr-defined]
+            if type(k) is not str or not _plain_json(v, depth + 1):
+                return False
+        return True
     return False
 
 
