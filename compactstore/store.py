@@ -28,7 +28,7 @@ from . import index as structure_index
 from . import policy as policies
 from . import events as ev
 from . import witness as witnesses
-from .backends import SCHEMA_VERSION, Backend, HeadRow, Row, open_backend
+from .backends import SCHEMA_VERSION, Backend, HeadRow, Row, Rows, open_backend
 from .compaction import AUTO, Auto, Finding, Node, OnRisk
 from .content import content_digest_of, unhex
 from .errors import (
@@ -494,7 +494,7 @@ class Session:
                 fresh = list(prepared)
             elif len(fresh) < len(prepared):
                 events = list(map(_EVENT, fresh))
-            rows: list[Row] = []
+            rows: Sequence[Row] = ()
             new: list[Record] = []
             if fresh:
                 seqs = w.next_seqs(len(fresh))
@@ -505,9 +505,7 @@ class Session:
                 leaves = merkle.leaf_hashes(bodies, HASH)
                 kinds = list(map(_KINDS.__getitem__, map(type, events)))
                 at = range(first, first + len(fresh))
-                # tuple.__new__ is Row(...) without the Python-level __new__ a NamedTuple adds.
-                rows = list(map(_new_tuple, repeat(Row), zip(seqs, repeat(sid), at, kinds, map(_KEY, fresh),
-                                                             leaves, bodies)))
+                rows = Rows(seqs, sid, at, kinds, list(map(_KEY, fresh)), leaves, bodies)
                 new = list(map(Record, repeat(self.name), seqs, at, kinds, events, bodies, leaves))
                 if admitted:
                     w.confirm()  # the rules read the log as it stands at this head

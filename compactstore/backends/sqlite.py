@@ -12,7 +12,8 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from itertools import repeat
 from contextlib import contextmanager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
@@ -21,7 +22,7 @@ import sqlite_utils
 
 from ..errors import CompactStoreError, ConflictError, IntegrityError, LockTimeout, NotAStore, StoreClosed
 from ..structure import IndexRow
-from .protocol import SCHEMA_VERSION, HeadRow, Row, keyset
+from .protocol import SCHEMA_VERSION, HeadRow, Row, Rows, keyset
 from . import queries
 from .queries import Reads
 
@@ -599,17 +600,24 @@ class _SQLiteWriter:
         # through its adapter lookup first (a failed attribute lookup each), which costs
         # more than the copy (benchmarks/README.md has the figures). The stored bytes are the same.
         # The values column by column through map and zip, which run in C (a comprehension
-        # costs a loop of bytecode per row); an absent body (never written by the store's
-        # own appends) binds as None.
-        bodies = list(map(_BODY, rows))
-        blobs = map(blob, bodies) if None not in bodies else (None if b is None else blob(b) for b in bodies)
-        columns = [map(_SEQ, rows), map(_SESSION, rows), map(_POS, rows), map(_KIND, rows)]
-        if not any(map(_KEY, rows)):  # keys are non-empty strings: only an absent one is falsy
-            sql = _INSERT_KEYLESS
+        # costs a loop of bytecode per row); an absent body (never in the store's own
+        # appends) binds as None.
+        values: Iterator[tuple[object, ...]]
+        if isinstance(rows, Rows):  # an append's rows, by column: no row tuple is made
+            keys, last, seqs_out = rows.keys, rows.seqs[-1], list(rows.seqs)
+            columns: list[Iterable[object]] = [rows.seqs, repeat(sid), rows.positions, rows.kinds]
+            if any(keys):  # keys are non-empty strings: only an absent one is falsy
+                columns.append(keys)
+            values = zip(*columns, map(blob, rows.leaves), map(blob, rows.bodies))
         else:
-            sql = _INSERT
-            columns.append(map(_KEY, rows))
-        values = zip(*columns, map(blob, map(_LEAF, rows)), blobs)
+            bodies = list(map(_BODY, rows))
+            blobs = map(blob, bodies) if None not in bodies else (None if b is None else blob(b) for b in bodies)
+            columns = [map(_SEQ, rows), map(_SESSION, rows), map(_POS, rows), map(_KIND, rows)]
+            keys, last, seqs_out = list(map(_KEY, rows)), rows[-1].seq, [r.seq for r in rows]
+            if any(keys):
+                columns.append(keys)
+            values = zip(*columns, map(blob, map(_LEAF, rows)), blobs)
+        sql = _INSERT if any(keys) else _INSERT_KEYLESS
         if len(rows) == 1:
             cur.execute(sql, next(values))
         else:
@@ -623,8 +631,8 @@ class _SQLiteWriter:
         cur.execute("INSERT INTO heads (session_id, size, root, prev, seal, seqs) VALUES (?, ?, ?, ?, ?, ?)",
                     (sid, size, blob(root), prev, blob(seal), blob(seqs)))
         self._head = self.written = head
-        self._seq = self.seq_after = rows[-1].seq + 1
-        return [r.seq for r in rows]
+        self._seq = self.seq_after = last + 1
+        return seqs_out
 
     def index_rows(self, rels: Sequence[str], lo: int, hi: int) -> list[IndexRow]:
         return self._backend._in_write.index_rows(self.session_id, rels, lo, hi)
