@@ -51,8 +51,13 @@ def tick_clock(start: int = 1_767_225_600_000_000, step: int = 1_000_000) -> Clo
 
 # Every struct that is decoded from input forbids unknown fields: a misspelt or foreign
 # field would otherwise be dropped without a word, and the event stored is not the one given.
+# Not tracked by the cycle collector (gc=False), as a Record is not: an event holds JSON
+# values, which cannot lead back to it (an event inside its own value is not JSON, and is
+# refused), and the containers among them are tracked on their own. Tracking two events per
+# appended item (the one given and the one stamped) cost an adapter's batch a full
+# collection of the heap every few hundred calls.
 class Event(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, tag_field="kind",
-            forbid_unknown_fields=True):
+            forbid_unknown_fields=True, gc=False):
     """Fields every event carries.
 
     Attributes:
