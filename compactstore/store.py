@@ -505,8 +505,13 @@ class Session:
                 leaves = merkle.leaf_hashes(bodies, HASH)
                 kinds = list(map(_KINDS.__getitem__, map(type, events)))
                 at = range(first, first + len(fresh))
-                rows = Rows(seqs, sid, at, kinds, list(map(_KEY, fresh)), leaves, bodies)
-                new = list(map(Record, repeat(self.name), seqs, at, kinds, events, bodies, leaves))
+                if len(fresh) == 1:  # one append: the columns' maps and lists would cost more than they save
+                    p, kind, leaf = fresh[0], kinds[0], leaves[0]
+                    rows = [_new_tuple(Row, (seqs[0], sid, first, kind, p.key, leaf, p.body))]
+                    new = [Record(self.name, seqs[0], first, kind, p.event, p.body, leaf)]
+                else:
+                    rows = Rows(seqs, sid, at, kinds, list(map(_KEY, fresh)), leaves, bodies)
+                    new = list(map(Record, repeat(self.name), seqs, at, kinds, events, bodies, leaves))
                 if admitted:
                     w.confirm()  # the rules read the log as it stands at this head
                     self._admit(first, fresh, rows, leaves)

@@ -609,6 +609,12 @@ class _SQLiteWriter:
             if any(keys):  # keys are non-empty strings: only an absent one is falsy
                 columns.append(keys)
             values = zip(*columns, map(blob, rows.leaves), map(blob, rows.bodies))
+        elif len(rows) == 1:  # one append's row: as it is, without the columns' maps
+            r = rows[0]
+            keys, last, seqs_out = [r[4]], r[0], [r[0]]
+            body = None if r[6] is None else blob(r[6])
+            values = iter([(r[0], r[1], r[2], r[3], r[4], blob(r[5]), body) if r[4]
+                           else (r[0], r[1], r[2], r[3], blob(r[5]), body)])
         else:
             bodies = list(map(_BODY, rows))
             blobs = map(blob, bodies) if None not in bodies else (None if b is None else blob(b) for b in bodies)
