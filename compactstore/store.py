@@ -10,12 +10,13 @@ between appends and re-read only when another writer has moved the session on.
 from __future__ import annotations
 
 import asyncio
+import operator
 import os
 import re
 import threading
 from contextlib import AbstractContextManager
 from contextvars import ContextVar, Token
-from itertools import islice
+from itertools import islice, repeat
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Literal
@@ -27,7 +28,7 @@ from . import index as structure_index
 from . import policy as policies
 from . import events as ev
 from . import witness as witnesses
-from .backends import SCHEMA_VERSION, Backend, HeadRow, Row, open_backend
+from .backends import SCHEMA_VERSION, Backend, HeadRow, Row, Rows, open_backend
 from .compaction import AUTO, Auto, Finding, Node, OnRisk
 from .content import content_digest_of, digester, unhex
 from .errors import (
@@ -62,6 +63,10 @@ _CHUNK = 2048
 #: The kind tag of each event type (what ``Event.kind`` returns), looked up once per row.
 _KINDS: dict[type[ev.Event], str] = {t: str(t.__struct_config__.tag) for t in ev.EVENT_TYPES}
 _new_tuple = tuple.__new__
+#: A prepared event's parts, read in C by ``map``.
+_BODY, _EVENT, _KEY = operator.attrgetter("body"), operator.attrgetter("event"), operator.attrgetter("key")
+_SUPERSEDES = operator.attrgetter("supersedes")
+_NO_SUPERSEDES = frozenset({None})
 
 
 #: Derived events the store admits only if they keep the rules (see :mod:`compactstore.rules`).
@@ -464,7 +469,12 @@ class Session:
             erasures: list[tuple[ev.Redaction, int]] = []
             first = frontier.size
             admitted, admit_types = False, _ADMITTED_TYPES
-            for i, p in enumerate(prepared):
+            events = list(map(_EVENT, prepared))
+            # Most batches (no keys, nothing superseded, no derived event) take every event as
+            # it is: checked in C, without the loop below.
+            plain = (not any(map(_KEY, prepared)) and _NO_SUPERSEDES.issuperset(map(_SUPERSEDES, events))
+                     and admit_types.isdisjoint(map(type, events)))
+            for i, p in enumerate(() if plain else prepared):
                 event = p.event
                 if p.key is not None:
                     earlier = w.find_idempotent(p.key)
@@ -481,20 +491,28 @@ class Session:
                     admitted = True
                     if isinstance(event, ev.Redaction):
                         erasures.append((event, pos))
-            rows: list[Row] = []
+            if plain:
+                fresh = list(prepared)
+            elif len(fresh) < len(prepared):
+                events = list(map(_EVENT, fresh))
+            rows: Sequence[Row] = ()
             new: list[Record] = []
             if fresh:
                 seqs = w.next_seqs(len(fresh))
-                # The leaves in one call (hashed side by side), then one pass while each
-                # event is at hand: its row and its record (no body is decoded again).
-                leaves = merkle.leaf_hashes([p.body for p in fresh], HASH)
-                kinds, name = _KINDS, self.name
-                for j, (p, leaf) in enumerate(zip(fresh, leaves)):
-                    body, event = p.body, p.event
-                    kind, at = kinds[type(event)], seqs[j]
-                    # tuple.__new__ is Row(...) without the Python-level __new__ a NamedTuple adds.
-                    rows.append(_new_tuple(Row, (at, sid, first + j, kind, p.key, leaf, body)))
-                    new.append(Record(name, at, first + j, kind, event, body, leaf))
+                # The leaves in one call (hashed side by side); the rows and records column by
+                # column through map and zip, which run in C: a loop of bytecode per event cost
+                # more than building them (no body is decoded again).
+                bodies = list(map(_BODY, fresh))
+                leaves = merkle.leaf_hashes(bodies, HASH)
+                kinds = list(map(_KINDS.__getitem__, map(type, events)))
+                at = range(first, first + len(fresh))
+                if len(fresh) == 1:  # one append: the columns' maps and lists would cost more than they save
+                    p, kind, leaf = fresh[0], kinds[0], leaves[0]
+                    rows = [_new_tuple(Row, (seqs[0], sid, first, kind, p.key, leaf, p.body))]
+                    new = [Record(self.name, seqs[0], first, kind, p.event, p.body, leaf)]
+                else:
+                    rows = Rows(seqs, sid, at, kinds, list(map(_KEY, fresh)), leaves, bodies)
+                    new = list(map(Record, repeat(self.name), seqs, at, kinds, events, bodies, leaves))
                 if admitted:
                     w.confirm()  # the rules read the log as it stands at this head
                     self._admit(first, fresh, rows, leaves)
@@ -506,7 +524,7 @@ class Session:
                                                 seal(store.mac_key, self.name, frontier.size, root, prev, runs), runs))
                 # The index first: an insert may be the transaction's last statement (it
                 # commits in the same message on PostgreSQL).
-                structure_index.extend(w, sid, prev, [p.event for p in fresh])
+                structure_index.extend(w, sid, prev, events)
                 w.insert(rows, nodes, new_head)
                 for redaction, by in erasures:
                     self._check_erasable(redaction, by)

@@ -36,8 +36,10 @@ class Namespace:
     ids: list[str] = field(default_factory=list)
     #: checkpoint id -> positions of its live events, the current one last
     where: dict[str, list[int]] = field(default_factory=dict)
-    #: checkpoint id -> (task id, idx) -> positions of its live write events, the current one last
-    writes: dict[str, dict[tuple[str, int], list[int]]] = field(default_factory=dict)
+    #: checkpoint id -> (task id, idx) -> positions of its live write events, the current one last.
+    #: Tuples, not lists: a tuple of ints leaves the cycle collector's care at its first
+    #: collection, where a list per write stayed in it and brought on full collections.
+    writes: dict[str, dict[tuple[str, int], tuple[int, ...]]] = field(default_factory=dict)
     #: (channel, version as JSON) -> positions of the live events that hold that value
     blobs: dict[tuple[str, str], list[int]] = field(default_factory=dict)
     #: checkpoint id -> run id from its metadata, when it has one
@@ -81,7 +83,10 @@ class ThreadIndex(Tail):
         elif isinstance(event, ev.Write):
             space = self._space(event.ns)
             wkey = (event.task, event.idx)
-            space.writes.setdefault(event.checkpoint, {}).setdefault(wkey, []).append(pos)
+            per = space.writes.get(event.checkpoint)
+            if per is None:
+                per = space.writes[event.checkpoint] = {}
+            per[wkey] = per.get(wkey, ()) + (pos,)
             self.at[pos] = ("w", event.ns, event.checkpoint, wkey)
         elif isinstance(event.meta, dict):
             self._apply_talk(event, pos, event.meta)
@@ -156,7 +161,13 @@ class ThreadIndex(Tail):
             else:
                 _, _, cid, wkey = entry
                 per = space.writes.get(cid, {})
-                _drop(per, wkey, pos)
+                held = per.get(wkey, ())
+                if pos in held:
+                    rest = tuple(p for p in held if p != pos)
+                    if rest:
+                        per[wkey] = rest
+                    else:
+                        del per[wkey]
                 if not per:
                     space.writes.pop(cid, None)
 
@@ -197,6 +208,7 @@ class ThreadIndex(Tail):
         space = self.namespaces.get(ident[1])
         if space is None:
             return None
+        where: Sequence[int] | None
         if ident[0] == "c":
             where = space.where.get(ident[2])
         else:

@@ -64,6 +64,8 @@ Stored = list[Any]
 MAX_CHAIN = 32
 #: The int range msgpack (so the default serializer) carries: beyond it serde decides.
 _INTS = (-(2**63), 2**64)
+#: Leaf types that are plain whatever their value, and the one type of a plain key.
+_FLAT, _KEYS = frozenset({str, bool, type(None)}), frozenset({str})
 #: What a channel named in ``new_versions`` but holding no value stores.
 _EMPTY = ["empty", ""]
 
@@ -83,13 +85,20 @@ def is_plain(value: object, depth: int = 0, *, msgpack: bool = False) -> bool:
         return not msgpack or _INTS[0] <= value < _INTS[1]  # type: ignore[operator]
     if kind is float:
         return value == value and value not in (float("inf"), float("-inf"))
+    # A list or dict of str, bool and None (most messages) is tested in C, by type,
+    # without a call per item; its items are one level down, so only above the depth limit.
     if kind is list:
+        if depth < 32 and _FLAT.issuperset(map(type, value)):  # type: ignore[call-overload]
+            return True
         for v in value:  # type: ignore[attr-defined]
             # Strings, the usual leaves, without a call each: this runs on every write.
             if type(v) is not str and not is_plain(v, depth + 1, msgpack=msgpack):
                 return False
         return True
     if kind is dict:
+        if (depth < 32 and _KEYS.issuperset(map(type, value))  # type: ignore[call-overload]
+                and _FLAT.issuperset(map(type, value.values()))):  # type: ignore[attr-defined]
+            return True
         for k, v in value.items():  # type: ignore[attr-defined]
             if type(k) is not str or (type(v) is not str and not is_plain(v, depth + 1, msgpack=msgpack)):
                 return False

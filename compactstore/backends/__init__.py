@@ -34,6 +34,7 @@ from .protocol import (
     Backend as Backend,
     HeadRow as HeadRow,
     Row as Row,
+    Rows as Rows,
     Writer as Writer,
     all_heads as all_heads,
     chunked as chunked,

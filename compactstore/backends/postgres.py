@@ -897,6 +897,7 @@ class _PGWriter:
         # Unless an erasure follows, nothing more is written in this transaction (the
         # protocol's promise), so the insert may commit.
         self._open()
+        rows = list(rows)  # read below column by column: each row made once
         final = not any(r.kind == _ERASING_KIND for r in rows)
         conn, text = self._text.connection, self._text
         index, self._index = self._index, []

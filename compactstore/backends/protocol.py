@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, NamedTuple, Protocol
+from itertools import repeat
+from typing import Any, NamedTuple, Protocol, overload
 
 from ..errors import StaleHead
 from ..structure import IndexRow
@@ -35,6 +36,47 @@ class Row(NamedTuple):
 #: Bodies per batch handed to the ``each`` of :meth:`Backend.bodies`: small enough that a
 #: batch of 1 KiB turns is still in cache when it is hashed, large enough that calls are few.
 BODY_BATCH = 64
+
+
+_new_tuple = tuple.__new__
+
+
+class Rows(Sequence[Row]):
+    """The rows of one append, kept by column: a :class:`Row` is made only when one is read.
+
+    A batch's rows as a list of tuples were a thousand objects the cycle collector
+    tracked, and most of its collections during an append; a backend that reads the
+    columns (SQLite binds them through ``zip``) makes none.
+    """
+
+    __slots__ = ("seqs", "session_id", "positions", "kinds", "keys", "leaves", "bodies")
+
+    def __init__(self, seqs: Sequence[int], session_id: int, positions: range, kinds: Sequence[str],
+                 keys: Sequence[str | None], leaves: Sequence[bytes], bodies: Sequence[bytes]) -> None:
+        """Hold the columns; each has one item per row, in position order."""
+        self.seqs, self.session_id, self.positions = seqs, session_id, positions
+        self.kinds, self.keys, self.leaves, self.bodies = kinds, keys, leaves, bodies
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+    def __iter__(self) -> Iterator[Row]:
+        # tuple.__new__ is Row(...) without the Python-level __new__ a NamedTuple adds.
+        return map(_new_tuple, repeat(Row), zip(self.seqs, repeat(self.session_id), self.positions, self.kinds,
+                                                 self.keys, self.leaves, self.bodies))
+
+    @overload
+    def __getitem__(self, i: int) -> Row: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[Row]: ...
+
+    def __getitem__(self, i: int | slice) -> Row | list[Row]:
+        if isinstance(i, slice):
+            return list(self)[i]
+        j = range(len(self))[i]  # an IndexError out of range, negative indexes from the end
+        return Row(self.seqs[j], self.session_id, self.positions[j], self.kinds[j], self.keys[j], self.leaves[j],
+                   self.bodies[j])
 
 
 class HeadRow(NamedTuple):

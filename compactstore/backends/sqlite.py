@@ -12,7 +12,8 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from itertools import repeat
 from contextlib import contextmanager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
@@ -21,7 +22,7 @@ import sqlite_utils
 
 from ..errors import CompactStoreError, ConflictError, IntegrityError, LockTimeout, NotAStore, StaleHead, StoreClosed
 from ..structure import IndexRow
-from .protocol import BODY_BATCH, SCHEMA_VERSION, HeadRow, Row, keyset
+from .protocol import BODY_BATCH, SCHEMA_VERSION, HeadRow, Row, Rows, keyset
 from . import queries
 from .queries import Reads
 
@@ -491,6 +492,9 @@ def _hashes(conn: sqlite3.Connection, session_id: int, coords: Sequence[tuple[in
 _INSERT = "INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?)"
 #: A row's idempotency key.
 _KEY = operator.itemgetter(4)
+#: A row's other columns.
+_SEQ, _SESSION, _POS, _KIND = (operator.itemgetter(i) for i in range(4))
+_LEAF, _BODY = operator.itemgetter(5), operator.itemgetter(6)
 _INSERT_KEYLESS = "INSERT INTO events (seq, session_id, pos, kind, leaf, body) VALUES (?, ?, ?, ?, ?, ?)"
 
 
@@ -643,20 +647,35 @@ class _SQLiteWriter:
         # an int, str or bytearray as it is, and sends a bytes, a None or a tuple subclass
         # through its adapter lookup first (a failed attribute lookup each), which costs
         # more than the copy (benchmarks/README.md has the figures). The stored bytes are the same.
-        values: list[tuple[object, ...]]
-        if len(rows) == 1:  # one append: its row bound directly, no list built
+        # The values column by column through map and zip, which run in C (a comprehension
+        # costs a loop of bytecode per row); an absent body (never in the store's own
+        # appends) binds as None.
+        values: Iterator[tuple[object, ...]]
+        if isinstance(rows, Rows):  # an append's rows, by column: no row tuple is made
+            keys, last, seqs_out = rows.keys, rows.seqs[-1], list(rows.seqs)
+            columns: list[Iterable[object]] = [rows.seqs, repeat(sid), rows.positions, rows.kinds]
+            if any(keys):  # keys are non-empty strings: only an absent one is falsy
+                columns.append(keys)
+            values = zip(*columns, map(blob, rows.leaves), map(blob, rows.bodies))
+        elif len(rows) == 1:  # one append's row: as it is, without the columns' maps
             r = rows[0]
+            keys, last, seqs_out = [r[4]], r[0], [r[0]]
             body = None if r[6] is None else blob(r[6])
-            if r[4] is None:
-                cur.execute(_INSERT_KEYLESS, (r[0], r[1], r[2], r[3], blob(r[5]), body))
-            else:
-                cur.execute(_INSERT, (r[0], r[1], r[2], r[3], r[4], blob(r[5]), body))
-        elif not any(map(_KEY, rows)):  # keys are non-empty strings: only an absent one is falsy
-            values = [(r[0], r[1], r[2], r[3], blob(r[5]), None if r[6] is None else blob(r[6])) for r in rows]
-            cur.executemany(_INSERT_KEYLESS, values)
+            values = iter([(r[0], r[1], r[2], r[3], r[4], blob(r[5]), body) if r[4]
+                           else (r[0], r[1], r[2], r[3], blob(r[5]), body)])
         else:
-            values = [(r[0], r[1], r[2], r[3], r[4], blob(r[5]), None if r[6] is None else blob(r[6])) for r in rows]
-            cur.executemany(_INSERT, values)
+            bodies = list(map(_BODY, rows))
+            blobs = map(blob, bodies) if None not in bodies else (None if b is None else blob(b) for b in bodies)
+            columns = [map(_SEQ, rows), map(_SESSION, rows), map(_POS, rows), map(_KIND, rows)]
+            keys, last, seqs_out = list(map(_KEY, rows)), rows[-1].seq, [r.seq for r in rows]
+            if any(keys):
+                columns.append(keys)
+            values = zip(*columns, map(blob, map(_LEAF, rows)), blobs)
+        sql = _INSERT if any(keys) else _INSERT_KEYLESS
+        if len(rows) == 1:
+            cur.execute(sql, next(values))
+        else:
+            cur.executemany(sql, values)
         if subtrees:
             cur.executemany(
                 "INSERT INTO subtrees (session_id, level, idx, hash) VALUES (?, ?, ?, ?)",
@@ -666,8 +685,8 @@ class _SQLiteWriter:
         cur.execute("INSERT INTO heads (session_id, size, root, prev, seal, seqs) VALUES (?, ?, ?, ?, ?, ?)",
                     (sid, size, blob(root), prev, blob(seal), blob(seqs)))
         self._head = self.written = head
-        self._seq = self.seq_after = rows[-1].seq + 1
-        return [r.seq for r in rows]
+        self._seq = self.seq_after = last + 1
+        return seqs_out
 
     def index_rows(self, rels: Sequence[str], lo: int, hi: int) -> list[IndexRow]:
         return self._backend._in_write.index_rows(self.session_id, rels, lo, hi)
