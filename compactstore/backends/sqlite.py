@@ -651,7 +651,7 @@ class _SQLiteWriter:
         # costs a loop of bytecode per row); an absent body (never in the store's own
         # appends) binds as None.
         values: Iterator[tuple[object, ...]]
-        if isinstance(rows, Rows):  # an append's rows, by column: no row tuple is made
+        if type(rows) is Rows:  # an append's rows, by column (an ABC: isinstance would cost more than the row)
             keys, last, seqs_out = rows.keys, rows.seqs[-1], list(rows.seqs)
             columns: list[Iterable[object]] = [rows.seqs, repeat(sid), rows.positions, rows.kinds]
             if any(keys):  # keys are non-empty strings: only an absent one is falsy
