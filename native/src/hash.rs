@@ -10,8 +10,6 @@
 //! `blake3::platform` is exported without a stability promise, which is why Cargo.toml
 //! pins the crate's exact version; the tests below hold every path to `blake3::hash`.
 
-use std::sync::OnceLock;
-
 use blake3::platform::{le_bytes_from_words_32, words_from_le_bytes_32, Platform};
 use blake3::{Hasher, IncrementCounter};
 
@@ -57,9 +55,11 @@ const WIDE_MIN: usize = 8;
 /// documentation puts the break-even near 128 KiB.
 const RAYON_ENTRY: usize = 128 * 1024;
 
+// Detected on every call, not cached behind a `OnceLock`: a child forked while another
+// thread was filling one would wait on it forever. The CPU features are cached by std in
+// atomics, so a detection is a few loads.
 fn platform() -> Platform {
-    static DETECTED: OnceLock<Platform> = OnceLock::new();
-    *DETECTED.get_or_init(Platform::detect)
+    Platform::detect()
 }
 
 /// Return `BLAKE3("")`, the root of the empty tree.

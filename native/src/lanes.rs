@@ -9,8 +9,6 @@
 //! the CPU has them, else written for plain arrays (compiled for AVX2 and for the baseline),
 //! the best chosen at run time.
 
-use std::sync::OnceLock;
-
 use crate::hash::{Hash, IV, LANES};
 
 /// Which message word each of a round's eight G calls takes (the BLAKE3 specification, 2.2).
@@ -70,8 +68,9 @@ impl Blocks {
 type Compress = fn(&[Word; 8], &[Word; 16], &[Word; 4]) -> [Word; 8];
 
 fn compress(cv: &[Word; 8], msg: &[Word; 16], params: &[Word; 4]) -> [Word; 8] {
-    static BEST: OnceLock<Compress> = OnceLock::new();
-    BEST.get_or_init(best)(cv, msg, params)
+    // Chosen on every call, not cached behind a `OnceLock` that a forked child could find
+    // held: std caches the CPU features in atomics.
+    best()(cv, msg, params)
 }
 
 /// Return the widest build of the rounds this CPU runs.
