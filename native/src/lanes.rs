@@ -93,6 +93,27 @@ fn best() -> Compress {
     rounds
 }
 
+/// One round on the AVX-512 state `$v` (sixteen words, a lane per element) with the
+/// message words `$m` taken in the order of the schedule row `$s`: the columns, then the
+/// diagonals. A macro, not a function, so that a caller unrolling the rounds with constant
+/// rows keeps the message words in registers.
+#[cfg(target_arch = "x86_64")]
+macro_rules! round512 {
+    ($v:expr, $m:expr, $s:expr) => {{
+        let (v, m, s) = (&mut $v, &$m, $s);
+        $crate::lanes::g512(v, [0, 4, 8, 12], m[s[0]], m[s[1]]);
+        $crate::lanes::g512(v, [1, 5, 9, 13], m[s[2]], m[s[3]]);
+        $crate::lanes::g512(v, [2, 6, 10, 14], m[s[4]], m[s[5]]);
+        $crate::lanes::g512(v, [3, 7, 11, 15], m[s[6]], m[s[7]]);
+        $crate::lanes::g512(v, [0, 5, 10, 15], m[s[8]], m[s[9]]);
+        $crate::lanes::g512(v, [1, 6, 11, 12], m[s[10]], m[s[11]]);
+        $crate::lanes::g512(v, [2, 7, 8, 13], m[s[12]], m[s[13]]);
+        $crate::lanes::g512(v, [3, 4, 9, 14], m[s[14]], m[s[15]]);
+    }};
+}
+#[cfg(target_arch = "x86_64")]
+pub(crate) use round512;
+
 /// The rounds in AVX-512 registers, one lane per 32-bit element, the state in registers.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
@@ -107,14 +128,7 @@ fn rounds_avx512(cv: &[Word; 8], msg: &[Word; 16], params: &[Word; 4]) -> [Word;
         _ => load(&params[i - 12]),
     });
     for s in &MSG_SCHEDULE {
-        g512(&mut v, [0, 4, 8, 12], m[s[0]], m[s[1]]);
-        g512(&mut v, [1, 5, 9, 13], m[s[2]], m[s[3]]);
-        g512(&mut v, [2, 6, 10, 14], m[s[4]], m[s[5]]);
-        g512(&mut v, [3, 7, 11, 15], m[s[6]], m[s[7]]);
-        g512(&mut v, [0, 5, 10, 15], m[s[8]], m[s[9]]);
-        g512(&mut v, [1, 6, 11, 12], m[s[10]], m[s[11]]);
-        g512(&mut v, [2, 7, 8, 13], m[s[12]], m[s[13]]);
-        g512(&mut v, [3, 4, 9, 14], m[s[14]], m[s[15]]);
+        round512!(v, m, s);
     }
     let mut out = [[0; LANES]; 8];
     for (w, word) in out.iter_mut().enumerate() {

@@ -95,7 +95,7 @@ mod x86 {
 
     use super::{BLOCK_LEN, CHUNK_LEN, STACK};
     use crate::hash::{Hash, IV, LANES, NODE_PREFIX};
-    use crate::lanes::{g512, MSG_SCHEDULE};
+    use crate::lanes::{round512, MSG_SCHEDULE};
 
     const CHUNK_START: u32 = 1 << 0;
     const CHUNK_END: u32 = 1 << 1;
@@ -128,26 +128,13 @@ mod x86 {
         });
         // Written out round by round: with the schedule's indices constant, the message
         // words stay in registers instead of being looked up in memory every round.
-        macro_rules! round {
-            ($r:literal) => {
-                let s = &MSG_SCHEDULE[$r];
-                g512(&mut v, [0, 4, 8, 12], m[s[0]], m[s[1]]);
-                g512(&mut v, [1, 5, 9, 13], m[s[2]], m[s[3]]);
-                g512(&mut v, [2, 6, 10, 14], m[s[4]], m[s[5]]);
-                g512(&mut v, [3, 7, 11, 15], m[s[6]], m[s[7]]);
-                g512(&mut v, [0, 5, 10, 15], m[s[8]], m[s[9]]);
-                g512(&mut v, [1, 6, 11, 12], m[s[10]], m[s[11]]);
-                g512(&mut v, [2, 7, 8, 13], m[s[12]], m[s[13]]);
-                g512(&mut v, [3, 4, 9, 14], m[s[14]], m[s[15]]);
-            };
-        }
-        round!(0);
-        round!(1);
-        round!(2);
-        round!(3);
-        round!(4);
-        round!(5);
-        round!(6);
+        round512!(v, m, &MSG_SCHEDULE[0]);
+        round512!(v, m, &MSG_SCHEDULE[1]);
+        round512!(v, m, &MSG_SCHEDULE[2]);
+        round512!(v, m, &MSG_SCHEDULE[3]);
+        round512!(v, m, &MSG_SCHEDULE[4]);
+        round512!(v, m, &MSG_SCHEDULE[5]);
+        round512!(v, m, &MSG_SCHEDULE[6]);
         std::array::from_fn(|i| _mm512_xor_si512(v[i], v[i + 8]))
     }
 
