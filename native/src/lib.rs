@@ -299,6 +299,37 @@ fn verify_consistency(
     Ok(py.detach(|| tree::verify_consistency(old_size, new_size, &old_root, &new_root, &proof)))
 }
 
+/// Check and read the arguments both frontier calls take: the roots of ``cover(0, size)``
+/// and the leaf hashes to add, with ``every`` at least 1.
+fn frontier_args(
+    size: u64,
+    hashes: &Bound<'_, PyAny>,
+    leaves: &Bound<'_, PyAny>,
+    every: u32,
+) -> PyResult<(Vec<Hash>, Vec<Hash>)> {
+    if every == 0 {
+        return Err(PyValueError::new_err("every must be at least 1"));
+    }
+    let frontier = hashes_of("hashes", hashes)?;
+    if frontier.len() != size.count_ones() as usize {
+        return Err(PyValueError::new_err(format!(
+            "size {size} needs {} roots, got {}",
+            size.count_ones(),
+            frontier.len()
+        )));
+    }
+    Ok((frontier, hashes_of("leaves", leaves)?))
+}
+
+/// The completed subtrees ``(level, index, root)`` as a Python list.
+fn subtree_list<'py>(py: Python<'py>, made: &[(u32, u64, Hash)]) -> PyResult<Bound<'py, PyList>> {
+    PyList::new(
+        py,
+        made.iter()
+            .map(|(level, index, root)| (*level, *index, PyBytes::new(py, root))),
+    )
+}
+
 /// Add leaf hashes to the frontier ``hashes`` of a tree of ``size`` leaves; return the new
 /// frontier and the completed subtrees ``(level, index, root)`` at levels that are multiples of ``every``.
 #[pyfunction]
@@ -310,29 +341,13 @@ fn frontier_extend<'py>(
     leaves: &Bound<'py, PyAny>,
     every: u32,
 ) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyList>)> {
-    if every == 0 {
-        return Err(PyValueError::new_err("every must be at least 1"));
-    }
-    let mut frontier = hashes_of("hashes", hashes)?;
-    if frontier.len() != size.count_ones() as usize {
-        return Err(PyValueError::new_err(format!(
-            "size {size} needs {} roots, got {}",
-            size.count_ones(),
-            frontier.len()
-        )));
-    }
-    let leaves = hashes_of("leaves", leaves)?;
+    let (mut frontier, leaves) = frontier_args(size, hashes, leaves, every)?;
     let made = if leaves.len() < DETACH_HASHES {
         tree::extend(&mut frontier, size, &leaves, every)
     } else {
         py.detach(|| tree::extend(&mut frontier, size, &leaves, every))
     };
-    let made = PyList::new(
-        py,
-        made.iter()
-            .map(|(level, index, root)| (*level, *index, PyBytes::new(py, root))),
-    )?;
-    Ok((bytes_list(py, &frontier)?, made))
+    Ok((bytes_list(py, &frontier)?, subtree_list(py, &made)?))
 }
 
 /// Extend a frontier's hashes, the Python list ``hashes`` (the roots of ``cover(0, size)``),
@@ -351,18 +366,7 @@ fn frontier_push<'py>(
     leaves: &Bound<'py, PyAny>,
     every: u32,
 ) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyBytes>)> {
-    if every == 0 {
-        return Err(PyValueError::new_err("every must be at least 1"));
-    }
-    let before = hashes_of("hashes", hashes.as_any())?;
-    if before.len() != size.count_ones() as usize {
-        return Err(PyValueError::new_err(format!(
-            "size {size} needs {} roots, got {}",
-            size.count_ones(),
-            before.len()
-        )));
-    }
-    let leaves = hashes_of("leaves", leaves)?;
+    let (before, leaves) = frontier_args(size, hashes.as_any(), leaves, every)?;
     let mut frontier = before.clone();
     let (made, root) = if leaves.len() < DETACH_HASHES {
         let made = tree::extend(&mut frontier, size, &leaves, every);
@@ -380,12 +384,7 @@ fn frontier_push<'py>(
     for h in &frontier[keep..] {
         hashes.append(PyBytes::new(py, h))?;
     }
-    let made = PyList::new(
-        py,
-        made.iter()
-            .map(|(level, index, root)| (*level, *index, PyBytes::new(py, root))),
-    )?;
-    Ok((made, PyBytes::new(py, &root)))
+    Ok((subtree_list(py, &made)?, PyBytes::new(py, &root)))
 }
 
 /// The content digest of a span, fed batch by batch (see `content.rs`).
