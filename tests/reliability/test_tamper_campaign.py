@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 import shutil
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -173,22 +174,30 @@ def test_a_rollback_of_a_commit_another_session_followed_is_caught_with_the_key(
                                                                                 tmp_path: Path) -> None:
     """Removing agent-b's latest commit, when session c committed after it, leaves a gap in the seqs; closing it
     moves c's sealed seqs: caught keyed. (Without a key the forger reseals c's head too, and is not.)"""
-    for keyed in ("keyed", "unkeyed"):
-        work = tmp_path / f"{keyed}.db"
-        shutil.copyfile(stores[keyed], work)
+    def roll_back_and_reseal(work: Path) -> None:
         conn = sqlite3.connect(work)
         (sid,) = conn.execute("SELECT id FROM sessions WHERE name = 'agent-b'").fetchone()
         (prev,) = conn.execute("SELECT prev FROM heads WHERE session_id = ? ORDER BY size DESC LIMIT 1", (sid,)).fetchone()
         conn.close()
         _roll_back(work, "agent-b", prev)
         _reseal(work)
-        with cs.open(str(work), key=th.KEY if keyed == "keyed" else None) as st:
-            report = st.verify()
+
+    for keyed in ("keyed", "unkeyed"):
+        report = _verify_edited(stores, tmp_path, keyed, roll_back_and_reseal)
         if keyed == "unkeyed":
             assert report.ok, [str(p) for p in report.problems]
         else:
             assert [(p.session, p.table, "seal does not match" in p.what) for p in report.problems] == [
                 ("c/../'; DROP TABLE events; --", "heads", True)]
+
+
+def _verify_edited(stores: dict[str, Path], tmp_path: Path, keyed: str, edit: Callable[[Path], object]) -> cs.VerifyReport:
+    """Return what verify() reports of a copy of the ``keyed`` store after ``edit`` changed its file."""
+    work = tmp_path / f"{keyed}.db"
+    shutil.copyfile(stores[keyed], work)
+    edit(work)
+    with cs.open(str(work), key=th.KEY if keyed == "keyed" else None) as st:
+        return st.verify()
 
 
 def _swap_across_sessions(work: Path) -> tuple[int, int]:
@@ -210,11 +219,9 @@ def _swap_across_sessions(work: Path) -> tuple[int, int]:
 def test_a_swap_of_seqs_across_sessions_is_caught(stores: dict[str, Path], tmp_path: Path, keyed: str) -> None:
     """Swapping the global sequence numbers of two adjacent events of different sessions moves each out of the
     seqs its head seals: verify() reports both, keyed or not."""
-    work = tmp_path / "w.db"
-    shutil.copyfile(stores[keyed], work)
-    s1, s2 = _swap_across_sessions(work)
-    with cs.open(str(work), key=th.KEY if keyed == "keyed" else None) as st:
-        report = st.verify()
+    swapped: list[int] = []
+    report = _verify_edited(stores, tmp_path, keyed, lambda work: swapped.extend(_swap_across_sessions(work)))
+    s1, s2 = swapped
     assert sorted((p.table, p.what.split(",")[0]) for p in report.problems) == [
         ("events", f"sequence number {s1}"), ("events", f"sequence number {s2}")]
 
@@ -222,13 +229,12 @@ def test_a_swap_of_seqs_across_sessions_is_caught(stores: dict[str, Path], tmp_p
 def test_a_reorder_across_sessions_passes_only_without_the_key(stores: dict[str, Path], tmp_path: Path) -> None:
     """The boundary of the unkeyed store, for the order across sessions: a forger who swaps seqs and stores and
     reseals the heads' seqs without a key is not caught; with a key the two seals give it away."""
-    for keyed in ("unkeyed", "keyed"):
-        work = tmp_path / f"{keyed}.db"
-        shutil.copyfile(stores[keyed], work)
+    def swap_and_reseal(work: Path) -> None:
         _swap_across_sessions(work)
         _reseal(work)
-        with cs.open(str(work), key=th.KEY if keyed == "keyed" else None) as st:
-            report = st.verify()
+
+    for keyed in ("unkeyed", "keyed"):
+        report = _verify_edited(stores, tmp_path, keyed, swap_and_reseal)
         if keyed == "unkeyed":
             assert report.ok, [str(p) for p in report.problems]
         else:
