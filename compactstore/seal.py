@@ -114,11 +114,7 @@ def seal(mac_key: bytes | None, session: str, size: int, root: bytes, prev: int,
             :func:`seq_runs` packs them.
     """
     # The seqs come last: the fields before have fixed widths or a length, so they need none.
-    # _message spelled out: a seal is made on every commit.
-    name = session.encode()
-    message = b"".join((_SEAL_DOMAIN, len(name).to_bytes(4, "big"), name, size.to_bytes(8, "big", signed=True), root,
-                        prev.to_bytes(8, "big", signed=True), seqs))
-    return _digest(message, mac_key or None)
+    return _digest(_message(_SEAL_DOMAIN, session, size, root, prev, seqs), mac_key or None)
 
 
 def head_mac(mac_key: bytes, session: str, size: int, root: bytes) -> bytes:
