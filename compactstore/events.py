@@ -622,7 +622,9 @@ _STR, _INT, _BOOL, _LITERAL, _STR_LIST, _INT_LIST, _JSON_DICT, _JSON = range(8)
 #: Ints the decoder reads back as the same int (beyond them msgspec's JSON grows floats or refuses).
 _INT_MIN, _INT_MAX = -(2**63), 2**64 - 1
 
-_Plan = tuple[tuple[str, int, bool, frozenset[str]], ...]
+#: Per field: its name, its check, whether None is allowed, a literal's values, and its
+#: default when that is an object of its own (not None, not a factory), else None.
+_Plan = tuple[tuple[str, int, bool, frozenset[str], object], ...]
 
 
 def _field_check(t: msgspec.inspect.Type) -> tuple[int, frozenset[str]] | None:
@@ -666,7 +668,8 @@ def _plan_of(cls: type[Event]) -> _Plan | None:
         check = _field_check(t)
         if check is None:
             return None
-        plan.append((field.name, check[0], nullable or check[0] == _JSON, check[1]))
+        own = field.default if field.default not in (msgspec.NODEFAULT, None) else None
+        plan.append((field.name, check[0], nullable or check[0] == _JSON, check[1], own))
     return tuple(plan)
 
 
@@ -688,15 +691,21 @@ def _plain_check(cls: type[Event], plan: _Plan) -> Callable[[Event], bool]:
 
     The plan's checks are written out as one function per type: a loop over the plan
     cost more than the encoding it saves on a turn.
+
+    msgspec omits a field whose value *is* its default object, and writes one that only
+    equals it (a ``"other"`` built at run time): equal events would get different bytes.
+    Such a value is not plain; the slow way, which encodes the decoded event, omits it.
     """
     env: dict[str, Any] = {"_plain_json": _plain_json, "_INT_MIN": _INT_MIN, "_INT_MAX": _INT_MAX}
     lines = [f"def plain_{cls.__name__}(e):"]
-    for i, (name, check, nullable, values) in enumerate(plan):
-        env[f"values_{i}"] = values
+    for i, (name, check, nullable, values, default) in enumerate(plan):
+        env[f"values_{i}"], env[f"default_{i}"] = values, default
         refuses = _REFUSES[check].format(values=f"values_{i}")
         lines.append(f"    v = e.{name}")
         lines.append(f"    if v is not None and ({refuses}): return False" if nullable
                      else f"    if v is None or {refuses}: return False")
+        if default is not None:
+            lines.append(f"    if v == default_{i} and v is not default_{i}: return False")
     # What the rules refuse goes the slow way too, which refuses it in the same words.
     lines += [f"    if not e.{name}: return False" for name in _REQUIRED_TEXT.get(cls, ())]
     lines.append("    if e.supersedes is not None and e.supersedes < 0: return False")

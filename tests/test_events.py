@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import msgspec
 import pytest
@@ -105,6 +106,39 @@ def _outcome(canonical: object, event: object) -> tuple[object, ...]:
 def test_fast_canonical_gives_the_bytes_and_refusals_of_the_decoding_path(event: object) -> None:
     """Skipping the validating decode changes nothing: same bytes, an equal event, the same refusal."""
     assert _outcome(ev.canonical, event) == _outcome(ev._canonical_by_decoding, event)
+
+
+def _fresh(value: object) -> object:
+    """An equal value built at run time, sharing no str with ``value`` (a literal's or a default's own object)."""
+    if type(value) is str:
+        return "".join(list(value))
+    if type(value) is list:
+        return [_fresh(v) for v in value]
+    if type(value) is dict:
+        return {_fresh(k): _fresh(v) for k, v in value.items()}
+    return value
+
+
+@given(st.one_of(events(), wild_events()))
+@settings(max_examples=800, deadline=None)
+def test_equal_events_have_the_same_canonical_bytes(event: object) -> None:
+    """The bytes depend on the event's value only: an equal event whose strings are other objects encodes the same."""
+    fields = event.__struct_fields__  # type: ignore[attr-defined]
+    twin = type(event)(**{f: _fresh(getattr(event, f)) for f in fields})
+    assert twin == event
+    first, second = _outcome(ev.canonical, event), _outcome(ev.canonical, twin)
+    assert first[:2] == second[:2]
+
+
+def test_a_default_built_at_run_time_is_omitted_as_the_default_is(tmp_path: Path) -> None:
+    """HandleOpened(resource="other") encodes without ``resource`` whichever "other" object it holds, and the store verifies."""
+    made = cs.events.HandleOpened("h", resource="".join(["oth", "er"]))  # type: ignore[arg-type]
+    assert ev.canonical(made)[1] == ev.canonical(cs.events.HandleOpened("h"))[1] == b'{"handle":"h","kind":"handle_opened"}'
+    with cs.open(str(tmp_path / "s.db")) as store:
+        built = cs.events.HandleOpened("h", resource="".join(["fi", "le"]))  # type: ignore[arg-type]
+        store.session("s").extend([made, built])
+        store.session("s").append(made)
+        assert store.verify().ok
 
 
 def test_fast_canonical_is_taken_for_plain_events_only() -> None:
