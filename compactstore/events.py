@@ -14,9 +14,12 @@ import enum
 import itertools
 import json
 import math
+import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Literal, TypeAlias, Union
+from itertools import repeat
+from operator import attrgetter, is_not
+from typing import Any, Literal, TypeAlias, Union, cast
 
 import msgspec
 
@@ -522,41 +525,81 @@ def prepare(events: Sequence[Event], clock: Clock, other: Callable[[int, Event],
 
     An event of a registered type with neither ``ts`` nor a key gets ``ts=clock()`` and
     then is :func:`canonical`; ``other(i, event)`` prepares every other one (or refuses
-    it). Events are taken in order, so the clock is read in the same order either way.
-    One loop for the batch, without a call per event where the fields are already plain:
-    most of an append's own work in Python was the calls around the encoding.
+    it). Events are taken in order, so the clock is read in the same order either way,
+    and not past a refused event. When every event is of that kind (the common case),
+    the batch is stamped and encoded by :func:`encode_plain`, without a bytecode loop per event.
 
     Raises:
         InvalidEvent: naming the field, as ``events[i].field`` when there are several.
     """
-    out: list[Prepared] = []
-    append, replace, encode, checks, kinds = out.append, msgspec.structs.replace, _encoder.encode, _PLAIN, _REGISTERED
+    batch, n = len(events) > 1, len(events)
+    if not (_REGISTERED.issuperset(map(type, events)) and not any(map(is_not, map(_TS, events), repeat(None)))
+            and not any(map(is_not, map(_KEY, events), repeat(None)))):
+        return [other(i, e) if type(e) not in _REGISTERED or e.ts is not None or e.idempotency_key is not None
+                else _canonical_at(i, msgspec.structs.replace(e, ts=clock()), batch) for i, e in enumerate(events)]
+    given = events if type(events) is list else list(events)
     # The system clock read in place: a call of a Python function per event cost as much as the check.
-    ns = time.time_ns if clock is system_clock else None
-    batch = len(events) > 1
-    for i, given in enumerate(events):
-        # A caller's list may hold anything: the type test comes before any field is read.
-        if type(given) not in kinds or given.ts is not None or given.idempotency_key is not None:
-            append(other(i, given))
-            continue
-        event = replace(given, ts=ns() // 1000 if ns is not None else clock())
-        check = checks.get(type(event))
+    read, scale = (time.time_ns, 1000) if clock is system_clock else (clock, 1)
+    replace = msgspec.structs.replace
+    out: list[Prepared] = []
+    start = 0
+    while start < n:
+        bodies, stamps, stop = encode_plain(given, start, read, scale)
+        out += map(Prepared, [replace(e, ts=t) for e, t in zip(given[start:stop], stamps)], bodies,
+                   repeat(None), repeat(True))
+        if stop < n:  # the slow way: canonical() writes it as the decoder reads it back, or refuses it
+            out.append(_canonical_at(stop, replace(given[stop], ts=stamps[-1]), batch))
+        start = stop + 1
+    return out
+
+
+def _canonical_at(i: int, event: Event, batch: bool) -> Prepared:
+    """Return the stamped ``event``, the ``i``-th of its batch, prepared by :func:`canonical`."""
+    try:
+        canon, body = canonical(event)
+    except InvalidEvent as exc:
+        if not batch:
+            raise
+        raise InvalidEvent(f"events[{i}].{exc.field}", exc.reason) from exc
+    return Prepared(canon, body, None, True)
+
+
+def encode_plain(events: list[Event], start: int, clock: Clock, scale: int = 1) -> tuple[list[bytes], list[int], int]:
+    """Stamp and encode ``events[start:]`` in order, up to the first that is not plain.
+
+    Each event's stamp is ``clock() // scale``, read just before the event is looked at,
+    and its ``ts`` in the bytes. Plain: of a registered type whose every field (with the
+    stamp) already holds exactly what decoding its bytes would give, within
+    :data:`MAX_EVENT_BYTES`; the bytes are those :func:`canonical` gives. Returns the
+    bytes of the plain events, the stamps read (the last one the first other event's,
+    when there is one) and that event's index (``len(events)`` when all are plain).
+
+    Natively, in one call, when the extension is built (it may stop at more events than
+    the reference, never give other bytes); else by the checks of ``_PLAIN`` and msgspec.
+    """
+    if _NATIVE is not None:
+        made: tuple[list[bytes], list[int], int] = _NATIVE.encode(events, start, clock, scale)
+        return made
+    return _encode_plain_reference(events, start, clock, scale)
+
+
+def _encode_plain_reference(events: list[Event], start: int, clock: Clock, scale: int) -> tuple[list[bytes], list[int], int]:
+    """:func:`encode_plain` by the checks of ``_PLAIN`` and msgspec: what the native encoder is held to."""
+    bodies: list[bytes] = []
+    stamps: list[int] = []
+    for i in range(start, len(events)):
+        stamps.append(clock() if scale == 1 else clock() // scale)  # a clock's odd value is canonical()'s to refuse
+        event = msgspec.structs.replace(events[i], ts=stamps[-1])
+        check, body = _PLAIN.get(type(event)), None
         if check is not None and check(event):
             try:
-                body = encode(event)
+                body = _encoder.encode(event)
             except (TypeError, UnicodeEncodeError, OverflowError):
-                body = b""  # canonical() below refuses it, in its own words
-            if body and len(body) <= MAX_EVENT_BYTES:
-                append(Prepared(event, body, None, True))
-                continue
-        try:
-            canon, body = canonical(event)
-        except InvalidEvent as exc:
-            if not batch:
-                raise
-            raise InvalidEvent(f"events[{i}].{exc.field}", exc.reason) from exc
-        append(Prepared(canon, body, None, True))
-    return out
+                body = None
+        if body is None or len(body) > MAX_EVENT_BYTES:
+            return bodies, stamps, i
+        bodies.append(body)
+    return bodies, stamps, len(events)
 
 
 def _canonical_by_decoding(event: Event) -> tuple[Event, bytes]:
@@ -758,6 +801,54 @@ _PLAIN: dict[type[Event], Callable[[Event], bool]] = {
 
 #: The registered event types: the only ones :func:`prepare` takes itself.
 _REGISTERED = frozenset(EVENT_TYPES)
+_TS, _KEY = attrgetter("ts"), attrgetter("idempotency_key")
+
+# How the native encoder leaves a field out (msgspec's omit_defaults): never (no default),
+# when None, when it is the default object, when an empty list or dict (a factory default).
+_OMIT_NEVER, _OMIT_NONE, _OMIT_OBJECT, _OMIT_EMPTY_LIST, _OMIT_EMPTY_DICT = range(5)
+
+
+def _native_plan(cls: type[Event], plan: _Plan) -> list[bytes | tuple[object, ...]] | None:
+    """Return the parts of ``cls``'s encoding in the order msgspec writes them, for the native encoder."""
+    config = cls.__struct_config__
+    if not isinstance(config.tag_field, str) or not isinstance(config.tag, str):
+        return None
+    info = msgspec.inspect.type_info(cls)
+    assert isinstance(info, msgspec.inspect.StructType)
+    required = _REQUIRED_TEXT.get(cls, ())
+    parts: list[tuple[str, bytes | tuple[object, ...]]] = [
+        (config.tag_field, _encoder.encode(config.tag_field) + b":" + _encoder.encode(config.tag))
+    ]
+    for field, (name, check, nullable, values, own) in zip(info.fields, plan, strict=True):
+        if field.default_factory in (list, dict):
+            omit = _OMIT_EMPTY_LIST if field.default_factory is list else _OMIT_EMPTY_DICT
+        elif field.default_factory is not msgspec.NODEFAULT:
+            return None
+        elif field.default is msgspec.NODEFAULT:
+            omit = _OMIT_NEVER
+        else:
+            omit = _OMIT_NONE if field.default is None else _OMIT_OBJECT
+        key = _encoder.encode(field.encode_name) + b":"
+        parts.append((field.encode_name, (name, key, check, nullable, sorted(values), omit, own, name in required,
+                                          name == "supersedes", name == "ts")))
+    parts.sort(key=lambda part: part[0])  # order="sorted": by name, code point order
+    return [part for _, part in parts]
+
+
+def _native_encoder() -> Any:
+    """Return the native encoder of plain events (``merkle_native.Encoder``), or None on the pure path."""
+    if os.environ.get("COMPACTSTORE_PURE", "") not in ("", "0"):
+        return None
+    try:
+        from .merkle_native import Encoder
+    except ImportError:  # a source tree whose extension is not built
+        return None
+    plans = [(t, parts) for t in _PLAIN if (parts := _native_plan(t, _plan_of(t) or ())) is not None]
+    return Encoder(plans, MAX_EVENT_BYTES, MAX_DEPTH)
+
+
+#: Encodes a batch of plain events in one call, each as msgspec does; None on the pure path.
+_NATIVE = _native_encoder()
 
 
 def _check_json(value: object, path: str, depth: int) -> None:

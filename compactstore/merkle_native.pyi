@@ -1,11 +1,13 @@
-"""Types of ``compactstore.merkle_native``, the Rust extension behind :mod:`compactstore.merkle`.
+"""Types of ``compactstore.merkle_native``, the Rust extension behind :mod:`compactstore.merkle`
+(and the canonical encoder of :mod:`compactstore.events`).
 
 Each function gives the bytes of its namesake in ``compactstore.merkle_pure`` for BLAKE3.
 Hashes are 32-byte ``bytes``; where a list of hashes holds anything else, ValueError.
 Sizes, positions and indices are unsigned 64-bit integers.
 """
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 def leaf_hash(entry: bytes, /) -> bytes:
     """Return ``H(0x00 || entry)``."""
@@ -83,3 +85,21 @@ class ContentDigest:
 
     def digest(self) -> bytes:
         """Return the 32-byte digest of every body added (the same on every later call)."""
+
+class Encoder:
+    """The canonical JSON of plain events, byte for byte what ``compactstore.events`` encodes with msgspec.
+
+    Built by :mod:`compactstore.events` from its plans: per event type, the kind tag's bytes
+    and each field's ``(name, key bytes, check, nullable, literal values, omit, default,
+    nonempty, nonneg, stamped)``, in the order msgspec writes them.
+    """
+
+    def __init__(self, plans: list[tuple[type, list[bytes | tuple[object, ...]]]], limit: int, depth: int, /) -> None: ...
+    def encode(
+        self, events: list[Any], start: int, clock: Callable[[], Any], scale: int, /
+    ) -> tuple[list[bytes], list[int], int]:
+        """Stamp (``clock() // scale``) and encode ``events[start:]`` up to the first it does not take.
+
+        Returns the bytes of those taken, the stamps read (the last the one not taken's,
+        when there is one) and the index of the one not taken (``len(events)`` when none).
+        """

@@ -234,3 +234,78 @@ def test_prepare_gives_what_canonical_gives_each_event_in_order(batch: list[ev.E
         return ("ok", [(p.event, p.body, p.key, p.stamped) for p in got], others, clock())
 
     assert outcome(ev.prepare) == outcome(_prepare_one_by_one)
+
+
+# --- the native encoder of plain events, against the reference ---------------------
+
+
+def _has_float(value: object) -> bool:
+    if type(value) is float:
+        return True
+    if isinstance(value, list | tuple):
+        return any(map(_has_float, value))
+    if isinstance(value, dict):
+        return any(map(_has_float, value.values()))
+    if isinstance(value, msgspec.Struct):
+        return any(_has_float(getattr(value, f)) for f in value.__struct_fields__)
+    return False
+
+
+_stamps = st.one_of(st.integers(0, 2**62), st.sampled_from([2**63 - 1, 2**64 - 1, 2**64, -1, True, 1.5, "x", None]))
+
+
+@given(st.lists(st.one_of(events(), wild_events()).map(lambda e: msgspec.structs.replace(e, ts=None)),  # type: ignore[arg-type]
+                min_size=1, max_size=6), st.lists(_stamps, min_size=6, max_size=6), st.integers(0, 5))
+@settings(max_examples=1500, deadline=None)
+def test_native_encoder_gives_the_references_bytes_and_stamps(batch: list[ev.Event], stamps: list[object], start: int) -> None:
+    """Native and reference read the same stamps in order and give the same bytes; the native stops earlier only at a float."""
+    if ev._NATIVE is None:
+        pytest.skip("compactstore.merkle_native is not in use: not built, or COMPACTSTORE_PURE=1")
+    start = min(start, len(batch))
+    twins = [type(e)(**{f: _fresh(getattr(e, f)) for f in e.__struct_fields__}) for e in batch]
+    for events in (batch, twins):
+        got = ev._NATIVE.encode(events, start, iter(stamps).__next__, 1)
+        want = ev._encode_plain_reference(events, start, iter(stamps).__next__, 1)
+        assert got[2] <= want[2]
+        taken = got[2] - start
+        assert got[0] == want[0][:taken] and got[1] == want[1][: len(got[1])]
+        if got[2] < want[2]:
+            assert _has_float(events[got[2]])
+
+
+def test_native_encoder_scales_the_clock_and_raises_its_error() -> None:
+    """``scale`` floor-divides each reading (the system clock in nanoseconds); a clock's error is raised as it is."""
+    if ev._NATIVE is None:
+        pytest.skip("compactstore.merkle_native is not in use: not built, or COMPACTSTORE_PURE=1")
+    turns = [cs.Turn("user", "a"), cs.Turn("user", "b")]
+    readings = iter([1_999, 5_000])
+    bodies, stamps, stop = ev._NATIVE.encode(turns, 0, readings.__next__, 1000)
+    assert (stamps, stop) == ([1, 5], 2)
+    assert bodies == [ev.encode(msgspec.structs.replace(t, ts=s)) for t, s in zip(turns, stamps, strict=True)]
+
+    def broken() -> int:
+        raise OSError("no clock")
+
+    with pytest.raises(OSError, match="no clock"):
+        ev._NATIVE.encode(turns, 0, broken, 1)
+
+
+@given(st.lists(st.one_of(events(), wild_events(), st.just({"kind": "turn"})), min_size=1, max_size=5))
+@settings(max_examples=400, deadline=None)
+def test_prepare_is_the_same_on_the_native_and_pure_paths(batch: list[ev.Event]) -> None:
+    """prepare gives the same events, bytes, refusals and clock readings with the native encoder and without it."""
+    def outcome() -> tuple[object, ...]:
+        clock = ev.tick_clock(1, 1)
+        try:
+            got = ev.prepare(batch, clock, lambda i, e: ev.Prepared(*ev.canonical(e), None, False))
+        except Exception as exc:  # noqa: BLE001 - the refusal itself is what is compared
+            return ("refused", type(exc), getattr(exc, "field", None), str(exc), clock())
+        return ("ok", [(p.event, p.body, p.key, p.stamped) for p in got], clock())
+
+    native = outcome()
+    saved, ev._NATIVE = ev._NATIVE, None
+    try:
+        pure = outcome()
+    finally:
+        ev._NATIVE = saved
+    assert native == pure

@@ -13,6 +13,7 @@ use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
 
 pub mod content;
 pub mod hash;
+pub mod json;
 pub mod lanes;
 pub mod pool;
 pub mod tree;
@@ -451,5 +452,6 @@ fn merkle_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(frontier_extend, m)?)?;
     m.add_function(wrap_pyfunction!(frontier_push, m)?)?;
     m.add_class::<ContentDigest>()?;
+    m.add_class::<json::Encoder>()?;
     Ok(())
 }

@@ -7,9 +7,10 @@
 //! (`pool.rs`); everything else detects CPU features on each call (std caches them in
 //! atomics). This keeps a new one from slipping in.
 
-const SOURCES: [(&str, &str); 7] = [
+const SOURCES: [(&str, &str); 8] = [
     ("content.rs", include_str!("../src/content.rs")),
     ("hash.rs", include_str!("../src/hash.rs")),
+    ("json.rs", include_str!("../src/json.rs")),
     ("lanes.rs", include_str!("../src/lanes.rs")),
     ("lib.rs", include_str!("../src/lib.rs")),
     ("pool.rs", include_str!("../src/pool.rs")),
