@@ -533,14 +533,21 @@ def prepare(events: Sequence[Event], clock: Clock, other: Callable[[int, Event],
         InvalidEvent: naming the field, as ``events[i].field`` when there are several.
     """
     batch, n = len(events) > 1, len(events)
-    if not (_REGISTERED.issuperset(map(type, events)) and not any(map(is_not, map(_TS, events), repeat(None)))
-            and not any(map(is_not, map(_KEY, events), repeat(None)))):
-        return [other(i, e) if type(e) not in _REGISTERED or e.ts is not None or e.idempotency_key is not None
-                else _canonical_at(i, msgspec.structs.replace(e, ts=clock()), batch) for i, e in enumerate(events)]
-    given = events if type(events) is list else list(events)
     # The system clock read in place: a call of a Python function per event cost as much as the check.
     read, scale = (time.time_ns, 1000) if clock is system_clock else (clock, 1)
     replace = msgspec.structs.replace
+    if n == 1:  # one append: the batch's maps, lists and loop would cost more than the event
+        e = events[0]
+        if type(e) not in _REGISTERED or e.ts is not None or e.idempotency_key is not None:
+            return [other(0, e)]
+        one, stamps, stop = encode_plain([e], 0, read, scale)
+        event = replace(e, ts=stamps[0])
+        return [Prepared(event, one[0], None, True) if stop else _canonical_at(0, event, False)]
+    if not (_REGISTERED.issuperset(map(type, events)) and not any(map(is_not, map(_TS, events), repeat(None)))
+            and not any(map(is_not, map(_KEY, events), repeat(None)))):
+        return [other(i, e) if type(e) not in _REGISTERED or e.ts is not None or e.idempotency_key is not None
+                else _canonical_at(i, replace(e, ts=clock()), batch) for i, e in enumerate(events)]
+    given = events if type(events) is list else list(events)
     out: list[Prepared] = []
     start = 0
     while start < n:
