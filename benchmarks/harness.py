@@ -48,7 +48,6 @@ PACKAGES = (
     "compactstore",
     "blake3",
     "msgspec",
-    "sqlite-utils",
     "psycopg",
     "langgraph-checkpoint-sqlite",
     "langgraph-checkpoint",

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -277,3 +281,32 @@ def test_verify_with_worker_processes_matches_serial_verify(store: cs.Store) -> 
     s.redact([5], "x")
     serial, parallel = store.verify(workers=1), store.verify(workers=2)
     assert parallel == serial and serial.ok and serial.events == 9001 and serial.redacted == 1
+
+
+#: What a process that opens a store, appends, reads and verifies may load besides the
+#: standard library: compactstore and its core dependencies (typing_extensions is
+#: msgspec's, where installed; _distutils_hack is setuptools' start-up hook).
+_CORE = {"compactstore", "msgspec", "blake3", "typing_extensions", "_distutils_hack"}
+
+
+def test_using_a_store_loads_no_package_beyond_its_core_dependencies(tmp_path: Path) -> None:
+    """Nothing else is imported (numpy came in through a schema helper) and no thread is left running."""
+    code = (
+        "import json, sys, threading\n"
+        "import compactstore as cs\n"
+        "with cs.open(sys.argv[1]) as store:\n"
+        "    s = store.session('a')\n"
+        "    s.append(cs.Turn('user', 'x'))\n"
+        "    s.extend([cs.Turn('user', 'y'), cs.ToolCall('c1', 'run', {'n': 1})])\n"
+        "    assert [s.read(i).pos for i in range(3)] == [0, 1, 2] and store.verify().ok\n"
+        "print(json.dumps([sorted({m.split('.')[0] for m in sys.modules}), threading.active_count()]))\n"
+    )
+    with cs.open(str(tmp_path / "made.db")):
+        pass  # a store made here; the child opens it again and makes another
+    for db in ("made.db", "new.db"):
+        done = subprocess.run([sys.executable, "-c", code, str(tmp_path / db)], capture_output=True, text=True,
+                              timeout=120, check=True)
+        modules, threads = json.loads(done.stdout)
+        third_party = {m for m in modules if m not in sys.stdlib_module_names and not m.startswith("__")}
+        assert third_party <= _CORE, third_party - _CORE
+        assert threads == 1

@@ -18,7 +18,6 @@ from contextlib import contextmanager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
-import sqlite_utils
 
 from ..errors import CompactStoreError, ConflictError, IntegrityError, LockTimeout, NotAStore, StaleHead, StoreClosed
 from ..structure import IndexRow
@@ -50,36 +49,33 @@ def _append_only(table: str, op: str) -> str:
     )
 
 
-def _schema(db: sqlite_utils.Database) -> None:
-    db.table("meta").create({"name": str, "value": str}, pk="name", not_null={"value"}, strict=True)
-    db.table("sessions").create({"id": int, "name": str}, pk="id", not_null={"name"}, strict=True)
-    db.table("sessions").create_index(["name"], unique=True)
-    db.table("events").create(
-        {"seq": int, "session_id": int, "pos": int, "kind": str, "idem_key": str, "leaf": bytes, "body": bytes},
-        pk="seq",
-        not_null={"session_id", "pos", "kind", "leaf"},
-        strict=True,
-    )
-    db.table("events").create_index(["session_id", "pos"], unique=True)
-    db.execute(
-        "CREATE UNIQUE INDEX idx_events_idem ON events(session_id, idem_key) WHERE idem_key IS NOT NULL"
-    )
+# The tables as sqlite-utils writes them (the text SQLite keeps is the same as in stores
+# made before): written out here, since importing sqlite-utils imports numpy where it is
+# installed, and with it a BLAS thread pool, in every process that opens a store.
+_TABLES = (
+    'CREATE TABLE "meta" (\n   "name" TEXT PRIMARY KEY,\n   "value" TEXT NOT NULL\n) STRICT',
+    'CREATE TABLE "sessions" (\n   "id" INTEGER PRIMARY KEY,\n   "name" TEXT NOT NULL\n) STRICT',
+    'CREATE UNIQUE INDEX "idx_sessions_name"\n    ON "sessions" ("name")',
+    'CREATE TABLE "events" (\n   "seq" INTEGER PRIMARY KEY,\n   "session_id" INTEGER NOT NULL,\n'
+    '   "pos" INTEGER NOT NULL,\n   "kind" TEXT NOT NULL,\n   "idem_key" TEXT,\n   "leaf" BLOB NOT NULL,\n'
+    '   "body" BLOB\n) STRICT',
+    'CREATE UNIQUE INDEX "idx_events_session_id_pos"\n    ON "events" ("session_id", "pos")',
+    "CREATE UNIQUE INDEX idx_events_idem ON events(session_id, idem_key) WHERE idem_key IS NOT NULL",
     # WITHOUT ROWID: a row lives in its primary key's B-tree only, so a commit writes one
-    # page of heads (and of subtrees) where a rowid table writes a table page and an index
-    # page. sqlite-utils cannot create these; the columns are those it would create.
-    db.execute(
-        'CREATE TABLE "subtrees" (\n   "session_id" INTEGER,\n   "level" INTEGER,\n   "idx" INTEGER,\n'
-        '   "hash" BLOB NOT NULL,\n   PRIMARY KEY ("session_id", "level", "idx")\n) STRICT, WITHOUT ROWID'
-    )
-    db.execute(
-        'CREATE TABLE "heads" (\n   "session_id" INTEGER,\n   "size" INTEGER,\n   "root" BLOB NOT NULL,\n'
-        '   "prev" INTEGER NOT NULL,\n   "seal" BLOB NOT NULL,\n   "seqs" BLOB NOT NULL,\n'
-        '   PRIMARY KEY ("session_id", "size")\n'
-        ') STRICT, WITHOUT ROWID'
-    )
-    db.table("redactions").create(
-        {"session_id": int, "pos": int, "by": int}, pk=("session_id", "pos"), not_null={"by"}, strict=True
-    )
+    # page of heads (and of subtrees) where a rowid table writes a table page and an index page.
+    'CREATE TABLE "subtrees" (\n   "session_id" INTEGER,\n   "level" INTEGER,\n   "idx" INTEGER,\n'
+    '   "hash" BLOB NOT NULL,\n   PRIMARY KEY ("session_id", "level", "idx")\n) STRICT, WITHOUT ROWID',
+    'CREATE TABLE "heads" (\n   "session_id" INTEGER,\n   "size" INTEGER,\n   "root" BLOB NOT NULL,\n'
+    '   "prev" INTEGER NOT NULL,\n   "seal" BLOB NOT NULL,\n   "seqs" BLOB NOT NULL,\n'
+    '   PRIMARY KEY ("session_id", "size")\n) STRICT, WITHOUT ROWID',
+    'CREATE TABLE "redactions" (\n   "session_id" INTEGER,\n   "pos" INTEGER,\n   "by" INTEGER NOT NULL,\n'
+    '   PRIMARY KEY ("session_id", "pos")\n) STRICT',
+)
+
+
+def _schema(db: sqlite3.Connection) -> None:
+    for sql in _TABLES:
+        db.execute(sql)
     for table in LOG_TABLES:
         for op in ("UPDATE", "DELETE"):
             db.execute(_append_only(table, op))
@@ -156,7 +152,7 @@ class SQLiteBackend(Reads):
             conn.execute(f"PRAGMA synchronous = {'FULL' if durable else 'NORMAL'}")
             with self._write():
                 if _refuse_foreign(conn, path, create):
-                    _schema(sqlite_utils.Database(conn, execute_plugins=False))
+                    _schema(conn)
         except (sqlite3.Error, UnicodeDecodeError) as exc:
             conn.close()
             if getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_NOTADB:
