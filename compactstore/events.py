@@ -528,36 +528,38 @@ def prepare(events: Sequence[Event], clock: Clock, other: Callable[[int, Event],
     it). Events are taken in order, so the clock is read in the same order either way,
     and not past a refused event. When every event is of that kind (the common case),
     the batch is stamped and encoded by :func:`encode_plain`, without a bytecode loop per event.
+    Each event is read once, from a copy of the list taken before the clock runs: a
+    clock (Python code) that changes the caller's list changes nothing here.
 
     Raises:
         InvalidEvent: naming the field, as ``events[i].field`` when there are several.
     """
-    batch, n = len(events) > 1, len(events)
+    given = list(events)
+    batch, n = len(given) > 1, len(given)
     # The system clock read in place: a call of a Python function per event cost as much as the check.
     read, scale = (time.time_ns, 1000) if clock is system_clock else (clock, 1)
     replace = msgspec.structs.replace
-    if n == 1:  # one append: the batch's maps, lists and loop would cost more than the event
-        e = events[0]
-        if type(e) not in _REGISTERED or e.ts is not None or e.idempotency_key is not None:
-            return [other(0, e)]
-        one, stamps, stop = encode_plain([e], 0, read, scale)
-        event = replace(e, ts=stamps[0])
-        return [Prepared(event, one[0], None, True) if stop else _canonical_at(0, event, False)]
-    if not (_REGISTERED.issuperset(map(type, events)) and not any(map(is_not, map(_TS, events), repeat(None)))
-            and not any(map(is_not, map(_KEY, events), repeat(None)))):
-        return [other(i, e) if type(e) not in _REGISTERED or e.ts is not None or e.idempotency_key is not None
-                else _canonical_at(i, replace(e, ts=clock()), batch) for i, e in enumerate(events)]
-    given = events if type(events) is list else list(events)
+    if not (_REGISTERED.issuperset(map(type, given)) and not any(map(is_not, map(_TS, given), repeat(None)))
+            and not any(map(is_not, map(_KEY, given), repeat(None)))):
+        return [other(i, e) if _unplain(e) else _canonical_at(i, replace(e, ts=clock()), batch)
+                for i, e in enumerate(given)]
     out: list[Prepared] = []
     start = 0
     while start < n:
-        bodies, stamps, stop = encode_plain(given, start, read, scale)
-        out += map(Prepared, [replace(e, ts=t) for e, t in zip(given[start:stop], stamps)], bodies,
-                   repeat(None), repeat(True))
+        bodies, stamps, taken, stop = encode_plain(given, start, read, scale)
+        if n == 1 and stop:  # one append: the batch's maps would cost more than the event
+            return [Prepared(replace(taken[0], ts=stamps[0]), bodies[0], None, True)]
+        out += map(Prepared, [replace(e, ts=t) for e, t in zip(taken, stamps)], bodies, repeat(None), repeat(True))
         if stop < n:  # the slow way: canonical() writes it as the decoder reads it back, or refuses it
-            out.append(_canonical_at(stop, replace(given[stop], ts=stamps[-1]), batch))
+            e = taken[-1]
+            out.append(other(stop, e) if _unplain(e) else _canonical_at(stop, replace(e, ts=stamps[-1]), batch))
         start = stop + 1
     return out
+
+
+def _unplain(event: object) -> bool:
+    """Whether :func:`prepare` leaves ``event`` to its caller: not registered, or carrying a stamp or a key."""
+    return type(event) not in _REGISTERED or event.ts is not None or event.idempotency_key is not None  # type: ignore[attr-defined]
 
 
 def _canonical_at(i: int, event: Event, batch: bool) -> Prepared:
@@ -571,42 +573,54 @@ def _canonical_at(i: int, event: Event, batch: bool) -> Prepared:
     return Prepared(canon, body, None, True)
 
 
-def encode_plain(events: list[Event], start: int, clock: Clock, scale: int = 1) -> tuple[list[bytes], list[int], int]:
+def encode_plain(
+    events: list[Event], start: int, clock: Clock, scale: int = 1
+) -> tuple[list[bytes], list[int], list[Event], int]:
     """Stamp and encode ``events[start:]`` in order, up to the first that is not plain.
 
-    Each event's stamp is ``clock() // scale``, read just before the event is looked at,
-    and its ``ts`` in the bytes. Plain: of a registered type whose every field (with the
-    stamp) already holds exactly what decoding its bytes would give, within
-    :data:`MAX_EVENT_BYTES`; the bytes are those :func:`canonical` gives. Returns the
-    bytes of the plain events, the stamps read (the last one the first other event's,
-    when there is one) and that event's index (``len(events)`` when all are plain).
+    Each event's stamp is ``clock() // scale``, read just before the event is taken from
+    the list, and its ``ts`` in the bytes. Plain: of a registered type, with no ``ts`` or
+    idempotency key of its own, whose every field (with the stamp) already holds exactly
+    what decoding its bytes would give, within :data:`MAX_EVENT_BYTES`; the bytes are
+    those :func:`canonical` gives. Returns the bytes of the plain events, the stamps
+    read and the events read (the last of each the first other event's, when there is
+    one) and that event's index (``len(events)`` when all are plain).
 
     Natively, in one call, when the extension is built (it may stop at more events than
     the reference, never give other bytes); else by the checks of ``_PLAIN`` and msgspec.
     """
     if _NATIVE is not None:
-        made: tuple[list[bytes], list[int], int] = _NATIVE.encode(events, start, clock, scale)
+        made: tuple[list[bytes], list[int], list[Event], int] = _NATIVE.encode(events, start, clock, scale)
         return made
     return _encode_plain_reference(events, start, clock, scale)
 
 
-def _encode_plain_reference(events: list[Event], start: int, clock: Clock, scale: int) -> tuple[list[bytes], list[int], int]:
+def _encode_plain_reference(
+    events: list[Event], start: int, clock: Clock, scale: int
+) -> tuple[list[bytes], list[int], list[Event], int]:
     """:func:`encode_plain` by the checks of ``_PLAIN`` and msgspec: what the native encoder is held to."""
+    if scale < 1:
+        raise ValueError(f"scale must be at least 1, got {scale}")
     bodies: list[bytes] = []
     stamps: list[int] = []
-    for i in range(start, len(events)):
+    read: list[Event] = []
+    i = start
+    while i < len(events):
         stamps.append(clock() if scale == 1 else clock() // scale)  # a clock's odd value is canonical()'s to refuse
-        event = msgspec.structs.replace(events[i], ts=stamps[-1])
-        check, body = _PLAIN.get(type(event)), None
-        if check is not None and check(event):
-            try:
-                body = _encoder.encode(event)
-            except (TypeError, UnicodeEncodeError, OverflowError):
-                body = None
+        read.append(given := events[i])
+        check, body = _PLAIN.get(type(given)), None
+        if check is not None and given.ts is None and given.idempotency_key is None:
+            event = msgspec.structs.replace(given, ts=stamps[-1])
+            if check(event):
+                try:
+                    body = _encoder.encode(event)
+                except (TypeError, UnicodeEncodeError, OverflowError):
+                    body = None
         if body is None or len(body) > MAX_EVENT_BYTES:
-            return bodies, stamps, i
+            return bodies, stamps, read, i
         bodies.append(body)
-    return bodies, stamps, len(events)
+        i += 1
+    return bodies, stamps, read, i
 
 
 def _canonical_by_decoding(event: Event) -> tuple[Event, bytes]:
@@ -837,7 +851,7 @@ def _native_plan(cls: type[Event], plan: _Plan) -> list[bytes | tuple[object, ..
             omit = _OMIT_NONE if field.default is None else _OMIT_OBJECT
         key = _encoder.encode(field.encode_name) + b":"
         parts.append((field.encode_name, (name, key, check, nullable, sorted(values), omit, own, name in required,
-                                          name == "supersedes", name == "ts")))
+                                          name == "supersedes", name == "ts", name == "idempotency_key")))
     parts.sort(key=lambda part: part[0])  # order="sorted": by name, code point order
     return [part for _, part in parts]
 

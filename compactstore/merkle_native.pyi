@@ -91,15 +91,17 @@ class Encoder:
 
     Built by :mod:`compactstore.events` from its plans: per event type, the kind tag's bytes
     and each field's ``(name, key bytes, check, nullable, literal values, omit, default,
-    nonempty, nonneg, stamped)``, in the order msgspec writes them.
+    nonempty, nonneg, stamped, absent)``, in the order msgspec writes them.
     """
 
     def __init__(self, plans: list[tuple[type, list[bytes | tuple[object, ...]]]], limit: int, depth: int, /) -> None: ...
     def encode(
         self, events: list[Any], start: int, clock: Callable[[], Any], scale: int, /
-    ) -> tuple[list[bytes], list[int], int]:
-        """Stamp (``clock() // scale``) and encode ``events[start:]`` up to the first it does not take.
+    ) -> tuple[list[bytes], list[int], list[Any], int]:
+        """Stamp (``clock() // scale``, ``scale`` >= 1) and encode ``events[start:]`` up to the first it does not take.
 
-        Returns the bytes of those taken, the stamps read (the last the one not taken's,
-        when there is one) and the index of the one not taken (``len(events)`` when none).
+        Returns the bytes of those taken, the stamps read and the events read (the last of
+        each the one not taken's, when there is one), and the index of the one not taken
+        (``len(events)`` when none). The clock is read before each event is taken from
+        the list. An event with a ``ts`` or an idempotency key of its own is not taken.
         """

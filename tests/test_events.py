@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -254,7 +257,7 @@ def _has_float(value: object) -> bool:
 _stamps = st.one_of(st.integers(0, 2**62), st.sampled_from([2**63 - 1, 2**64 - 1, 2**64, -1, True, 1.5, "x", None]))
 
 
-@given(st.lists(st.one_of(events(), wild_events()).map(lambda e: msgspec.structs.replace(e, ts=None)),  # type: ignore[arg-type]
+@given(st.lists(st.one_of(events(), wild_events()).map(lambda e: msgspec.structs.replace(e, ts=None)),  # type: ignore[type-var]
                 min_size=1, max_size=6), st.lists(_stamps, min_size=6, max_size=6), st.integers(0, 5))
 @settings(max_examples=1500, deadline=None)
 def test_native_encoder_gives_the_references_bytes_and_stamps(batch: list[ev.Event], stamps: list[object], start: int) -> None:
@@ -262,25 +265,26 @@ def test_native_encoder_gives_the_references_bytes_and_stamps(batch: list[ev.Eve
     if ev._NATIVE is None:
         pytest.skip("compactstore.merkle_native is not in use: not built, or COMPACTSTORE_PURE=1")
     start = min(start, len(batch))
-    twins = [type(e)(**{f: _fresh(getattr(e, f)) for f in e.__struct_fields__}) for e in batch]
+    twins = [type(e)(**{f: _fresh(getattr(e, f)) for f in e.__struct_fields__}) for e in batch]  # type: ignore[arg-type]
     for events in (batch, twins):
         got = ev._NATIVE.encode(events, start, iter(stamps).__next__, 1)
-        want = ev._encode_plain_reference(events, start, iter(stamps).__next__, 1)
-        assert got[2] <= want[2]
-        taken = got[2] - start
+        want = ev._encode_plain_reference(events, start, iter(stamps).__next__, 1)  # type: ignore[arg-type]
+        assert got[3] <= want[3]
+        taken = got[3] - start
         assert got[0] == want[0][:taken] and got[1] == want[1][: len(got[1])]
-        if got[2] < want[2]:
-            assert _has_float(events[got[2]])
+        assert got[2] == events[start : got[3] + 1] and len(got[1]) == len(got[2])
+        if got[3] < want[3]:
+            assert _has_float(events[got[3]])
 
 
 def test_native_encoder_scales_the_clock_and_raises_its_error() -> None:
     """``scale`` floor-divides each reading (the system clock in nanoseconds); a clock's error is raised as it is."""
     if ev._NATIVE is None:
         pytest.skip("compactstore.merkle_native is not in use: not built, or COMPACTSTORE_PURE=1")
-    turns = [cs.Turn("user", "a"), cs.Turn("user", "b")]
+    turns: list[ev.Event] = [cs.Turn("user", "a"), cs.Turn("user", "b")]
     readings = iter([1_999, 5_000])
-    bodies, stamps, stop = ev._NATIVE.encode(turns, 0, readings.__next__, 1000)
-    assert (stamps, stop) == ([1, 5], 2)
+    bodies, stamps, read, stop = ev._NATIVE.encode(turns, 0, readings.__next__, 1000)
+    assert (stamps, read, stop) == ([1, 5], turns, 2)
     assert bodies == [ev.encode(msgspec.structs.replace(t, ts=s)) for t, s in zip(turns, stamps, strict=True)]
 
     def broken() -> int:
@@ -288,6 +292,67 @@ def test_native_encoder_scales_the_clock_and_raises_its_error() -> None:
 
     with pytest.raises(OSError, match="no clock"):
         ev._NATIVE.encode(turns, 0, broken, 1)
+    for encode in (ev._NATIVE.encode, ev._encode_plain_reference):
+        with pytest.raises(ValueError, match="scale"):
+            encode(turns, 0, readings.__next__, 0)
+        # A reading that is not an int is divided as Python divides it, and the event is left to canonical().
+        assert encode(turns, 0, iter([2500.0]).__next__, 1000)[1:] == ([2.0], turns[:1], 0)  # type: ignore[arg-type]
+        # A stamp or a key of the event's own: not taken (prepare leaves such an event to its caller).
+        own: list[ev.Event] = [cs.Turn("user", "a", ts=7), msgspec.structs.replace(cs.Turn("user", "b"), idempotency_key="k")]
+        assert encode(own, 0, iter([1]).__next__, 1)[3] == 0
+        assert encode(own, 1, iter([1]).__next__, 1)[3] == 1
+
+
+def test_a_foreign_slot_is_read_by_name_not_by_offset() -> None:
+    """A plan whose field a class borrowed from an unrelated type's member descriptor encodes nothing and does not crash."""
+    code = (
+        "from compactstore.merkle_native import Encoder\n"
+        "class Big:\n    __slots__ = ('a', 'b', 'c', 'd')\n"
+        "class B(bytes):\n    pass\n"
+        "B.x = Big.__dict__['b']\n"
+        "plan = [b'\"kind\":\"k\"', ('x', b'\"x\":', 0, False, [], 0, None, False, False, False, False)]\n"
+        "print(Encoder([(B, plan)], 1 << 20, 64).encode([B(b'A' * 32)], 0, lambda: 0, 1)[3])\n"
+    )
+    if ev._NATIVE is None:
+        pytest.skip("compactstore.merkle_native is not in use: not built, or COMPACTSTORE_PURE=1")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout) == (0, "0\n"), done.stderr
+
+
+@given(st.lists(events(), min_size=2, max_size=5), st.integers(0, 4), st.integers(0, 4), st.booleans())
+@settings(max_examples=150, deadline=None)
+def test_a_clock_that_changes_the_callers_list_changes_nothing(batch: list[ev.Event], when: int, where: int,
+                                                              keyed: bool) -> None:
+    """prepare reads a copy of the list taken before the clock runs: each body is its own event's, on both paths."""
+    batch = [msgspec.structs.replace(e, ts=None, idempotency_key=None) for e in batch]
+    swap = cs.Turn("user", "swapped", idempotency_key="k" if keyed else None)
+
+    def outcome() -> tuple[object, ...]:
+        given, ticks = list(batch), itertools.count(1)
+
+        def clock() -> int:
+            tick = next(ticks)
+            if tick == when + 1:
+                given[where % len(given)] = swap
+            return tick
+
+        def other(i: int, e: ev.Event) -> ev.Prepared:
+            raise AssertionError(f"events[{i}] went to other()")
+
+        try:
+            got = ev.prepare(given, clock, other)
+        except cs.InvalidEvent as exc:
+            return ("refused", exc.field)
+        assert [p.event for p in got] == [msgspec.structs.replace(e, ts=p.event.ts) for e, p in zip(batch, got)]
+        assert all(ev.encode(p.event) == p.body for p in got)
+        return ("ok", [(p.event, p.body) for p in got])
+
+    native = outcome()
+    saved, ev._NATIVE = ev._NATIVE, None
+    try:
+        assert outcome() == native
+    finally:
+        ev._NATIVE = saved
 
 
 @given(st.lists(st.one_of(events(), wild_events(), st.just({"kind": "turn"})), min_size=1, max_size=5))

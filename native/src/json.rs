@@ -49,8 +49,11 @@ struct Field {
     nonempty: bool,
     /// The int may not be negative.
     nonneg: bool,
-    /// The field the clock stamps (`ts`): its value is the clock's reading, not the event's.
+    /// The field the clock stamps (`ts`): its value is the clock's reading, and the event's
+    /// own must be None.
     stamped: bool,
+    /// The field must be None (an idempotency key is the caller's to pass apart).
+    absent: bool,
 }
 
 enum Part {
@@ -74,6 +77,9 @@ pub struct Encoder {
     depth: usize,
 }
 
+/// What `Encoder.encode` returns: the bodies, stamps and events read, and where it stopped.
+type Encoded<'py> = (Bound<'py, PyList>, Bound<'py, PyList>, Bound<'py, PyList>, usize);
+
 /// Why an event is not encoded here; the caller's path decides what it is.
 struct Decline;
 
@@ -84,15 +90,15 @@ fn field_of(cls: &Bound<'_, PyType>, part: &Bound<'_, PyAny>) -> PyResult<Part> 
         return Ok(Part::Text(text.as_bytes().to_vec()));
     }
     let t = part.cast::<PyTuple>()?;
-    if t.len() != 10 {
-        return Err(PyValueError::new_err("a field's plan has 10 items"));
+    if t.len() != 11 {
+        return Err(PyValueError::new_err("a field's plan has 11 items"));
     }
     let values: Vec<String> = t.get_item(4)?.extract()?;
     let default = t.get_item(6)?;
     // Interned: the attribute lookup's type cache holds interned names only.
     let name = PyString::intern(part.py(), t.get_item(0)?.cast::<PyString>()?.to_str()?);
     let field = Field {
-        slot: slot_of(&cls.getattr(&name)?),
+        slot: slot_of(cls, &cls.getattr(&name)?),
         name: name.unbind(),
         key: t.get_item(1)?.cast::<PyBytes>()?.as_bytes().to_vec(),
         check: t.get_item(2)?.extract()?,
@@ -103,6 +109,7 @@ fn field_of(cls: &Bound<'_, PyType>, part: &Bound<'_, PyAny>) -> PyResult<Part> 
         nonempty: t.get_item(7)?.extract()?,
         nonneg: t.get_item(8)?.extract()?,
         stamped: t.get_item(9)?.extract()?,
+        absent: t.get_item(10)?.extract()?,
     };
     if field.check > JSON || field.omit > OMIT_EMPTY_DICT || (field.omit == OMIT_OBJECT) != field.default.is_some() {
         return Err(PyValueError::new_err(
@@ -112,25 +119,30 @@ fn field_of(cls: &Bound<'_, PyType>, part: &Bound<'_, PyAny>) -> PyResult<Part> 
     Ok(Part::Field(field))
 }
 
-/// The offset of the object a struct's field holds, when the class gives the field as a
-/// member descriptor of an object (what msgspec makes of a field) and not as anything else.
-fn slot_of(descr: &Bound<'_, PyAny>) -> Option<isize> {
-    // SAFETY: the type is checked before the descriptor is read as a member descriptor,
-    // whose `d_member` is a `PyMemberDef` on every CPython this builds for.
+/// The offset of the object a struct's field holds, when `cls` gives the field as a member
+/// descriptor of an object (what msgspec makes of a field) defined on `cls` or a base of
+/// it, as CPython's own descriptor requires before it reads the offset; else None.
+fn slot_of(cls: &Bound<'_, PyType>, descr: &Bound<'_, PyAny>) -> Option<isize> {
+    // SAFETY: the descriptor's type is checked before it is read as a member descriptor,
+    // whose `d_member` is a `PyMemberDef` on every CPython this builds for; its offset
+    // is into instances of `d_type`, of which every instance of `cls` is one.
     unsafe {
         if ffi::Py_TYPE(descr.as_ptr()) != &raw mut ffi::PyMemberDescr_Type {
             return None;
         }
-        let member = (*(descr.as_ptr() as *const ffi::PyMemberDescrObject)).d_member as *const ffi::PyMemberDef;
-        ((*member).type_code == ffi::Py_T_OBJECT_EX && (*member).flags & ffi::Py_READONLY == 0)
-            .then(|| (*member).offset)
+        let descr = &*(descr.as_ptr() as *const ffi::PyMemberDescrObject);
+        if ffi::PyType_IsSubtype(cls.as_type_ptr(), descr.d_common.d_type) == 0 {
+            return None;
+        }
+        let member = &*(descr.d_member as *const ffi::PyMemberDef);
+        (member.type_code == ffi::Py_T_OBJECT_EX && member.flags & ffi::Py_READONLY == 0).then_some(member.offset)
     }
 }
 
 #[pymethods]
 impl Encoder {
     /// `plans`: `(type, parts)` per event type, each part the kind tag's bytes or a field's
-    /// `(name, key bytes, check, nullable, literal values, omit, default, nonempty, nonneg, stamped)`.
+    /// `(name, key bytes, check, nullable, literal values, omit, default, nonempty, nonneg, stamped, absent)`.
     #[new]
     fn new(plans: &Bound<'_, PyList>, limit: usize, depth: usize) -> PyResult<Self> {
         let mut out = Vec::with_capacity(plans.len());
@@ -150,11 +162,13 @@ impl Encoder {
     }
 
     /// Stamp and encode `events[start:]` in order until one is not taken: return the bytes
-    /// of those taken, the stamps read (the last is the one not taken's, when one is not),
-    /// and the index of the one not taken (`len(events)` when all are).
+    /// of those taken, the stamps read and the events read (the last of each is the one
+    /// not taken's, when one is not), and the index of the one not taken (`len(events)`
+    /// when all are).
     ///
-    /// Each event's stamp is `clock() // scale`, read just before it is encoded, and is
-    /// what its body holds for `ts`. An error of the clock is raised as it is.
+    /// Each event's stamp is `clock() // scale`, read just before the event is taken from
+    /// the list (the clock is Python code, and may change the list), and is what its body
+    /// holds for `ts`. An error of the clock is raised as it is.
     fn encode<'py>(
         &self,
         py: Python<'py>,
@@ -162,28 +176,37 @@ impl Encoder {
         start: usize,
         clock: &Bound<'py, PyAny>,
         scale: i64,
-    ) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyList>, usize)> {
+    ) -> PyResult<Encoded<'py>> {
+        if scale < 1 {
+            return Err(PyValueError::new_err(format!("scale must be at least 1, got {scale}")));
+        }
         let mut buf = Vec::with_capacity(4096);
-        let (bodies, stamps) = (PyList::empty(py), PyList::empty(py));
-        for i in start..events.len() {
-            let event = events.get_item(i)?;
+        let (bodies, stamps, read) = (PyList::empty(py), PyList::empty(py), PyList::empty(py));
+        let mut i = start;
+        while i < events.len() {
             let mut stamp = clock.call0()?;
             if scale != 1 {
                 // Python's floor division, for a clock in finer units (time.time_ns).
-                stamp = stamp.extract::<i64>()?.div_euclid(scale).into_pyobject(py)?.into_any();
+                stamp = match stamp.extract::<i64>() {
+                    Ok(n) => n.div_euclid(scale).into_pyobject(py)?.into_any(),
+                    Err(_) => stamp.call_method1("__floordiv__", (scale,))?,
+                };
             }
             stamps.append(&stamp)?;
+            let event = events.get_item(i)?;
+            read.append(&event)?;
             buf.clear();
             let taken = match self.plan_of(&event) {
                 Some(plan) => self.event(&mut buf, plan, &event, &stamp).is_ok() && buf.len() <= self.limit,
                 None => false,
             };
             if !taken {
-                return Ok((bodies, stamps, i));
+                return Ok((bodies, stamps, read, i));
             }
             bodies.append(PyBytes::new(py, &buf))?;
+            i += 1;
         }
-        Ok((bodies, stamps, events.len()))
+        Ok((bodies, stamps, read, i))
     }
 }
 
@@ -226,16 +249,19 @@ impl Encoder {
         event: &Bound<'_, PyAny>,
         stamp: &Bound<'_, PyAny>,
     ) -> Result<bool, Decline> {
-        let v = match f.slot {
-            _ if f.stamped => stamp.clone(),
-            // SAFETY: `event` is exactly of the plan's class (plan_of), whose member
-            // descriptor gave the offset; an unset slot is NULL (declined).
+        let own = match f.slot {
+            // SAFETY: `event` is exactly of the plan's class (plan_of), an instance of the
+            // type whose member descriptor gave the offset (slot_of); an unset slot is NULL.
             Some(offset) => unsafe {
                 let at = (event.as_ptr() as *const u8).offset(offset) as *const *mut ffi::PyObject;
                 Bound::from_borrowed_ptr_or_opt(event.py(), *at).ok_or(Decline)?
             },
             None => event.getattr(f.name.bind(event.py())).map_err(|_| Decline)?,
         };
+        if (f.stamped || f.absent) && !own.is_none() {
+            return Err(Decline); // a stamp or a key of the caller's own: not this path's to write
+        }
+        let v = if f.stamped { stamp.clone() } else { own };
         match f.omit {
             OMIT_NONE if v.is_none() => return Ok(false),
             OMIT_OBJECT => {

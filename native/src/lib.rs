@@ -1,4 +1,6 @@
 //! `compactstore.merkle_native`: the BLAKE3 Merkle hot paths of `compactstore.merkle`, in Rust.
+//! (`json.rs` holds the other hot path, the canonical JSON of plain events for
+//! `compactstore.events`.)
 //!
 //! Each function here has a namesake in `compactstore/merkle_pure.py` that gives the
 //! same bytes; `compactstore.merkle` checks arguments and calls these for BLAKE3. Hashes
