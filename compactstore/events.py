@@ -539,6 +539,15 @@ def prepare(events: Sequence[Event], clock: Clock, other: Callable[[int, Event],
     # The system clock read in place: a call of a Python function per event cost as much as the check.
     read, scale = (time.time_ns, 1000) if clock is system_clock else (clock, 1)
     replace = msgspec.structs.replace
+    if n == 1:  # one append: the batch's maps and loop would cost more than the event
+        e = given[0]
+        if type(e) not in _REGISTERED or e.ts is not None or e.idempotency_key is not None:
+            return [other(0, e)]
+        bodies, stamps, taken, stop = encode_plain(given, 0, read, scale)
+        if stop:
+            return [Prepared(replace(taken[0], ts=stamps[0]), bodies[0], None, True)]
+        e = taken[0]
+        return [other(0, e) if _unplain(e) else _canonical_at(0, replace(e, ts=stamps[0]), False)]
     if not (_REGISTERED.issuperset(map(type, given)) and not any(map(is_not, map(_TS, given), repeat(None)))
             and not any(map(is_not, map(_KEY, given), repeat(None)))):
         return [other(i, e) if _unplain(e) else _canonical_at(i, replace(e, ts=clock()), batch)
@@ -547,8 +556,6 @@ def prepare(events: Sequence[Event], clock: Clock, other: Callable[[int, Event],
     start = 0
     while start < n:
         bodies, stamps, taken, stop = encode_plain(given, start, read, scale)
-        if n == 1 and stop:  # one append: the batch's maps would cost more than the event
-            return [Prepared(replace(taken[0], ts=stamps[0]), bodies[0], None, True)]
         out += map(Prepared, [replace(e, ts=t) for e, t in zip(taken, stamps)], bodies, repeat(None), repeat(True))
         if stop < n:  # the slow way: canonical() writes it as the decoder reads it back, or refuses it
             e = taken[-1]
