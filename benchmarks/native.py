@@ -14,6 +14,10 @@ the native tree may use every core):
 Then ``Frontier.extend`` throughput: a fresh frontier fed leaf hashes 1,000 per call with
 ``every=TILE_HEIGHT``, as ``Session.extend`` feeds it, native against pure.
 
+Last, the canonical encoding of a batch: ``events.encode_plain`` over 1,000 turns of 1 KiB
+(stamped by a tick clock, as ``Session.extend`` stamps them), through the native encoder
+against the reference (the plain checks and msgspec), which must give the same bytes.
+
 Goals (from the native hashing issue), in wall time: ``merkle.tree_root`` over 1 KiB leaves
 at least as fast as raw single-threaded BLAKE3 over the same bytes (both cores may be
 used), and 1.5 times as fast over 16 KiB leaves. Beside wall time, CPU time: the work a
@@ -38,12 +42,15 @@ from harness import SHORT_ROUNDS, Goal, Section, Stat, interleaved, rate, ratio,
 
 import blake3  # noqa: E402
 
+from compactstore import events as ev  # noqa: E402
 from compactstore import merkle_pure as pure  # noqa: E402
 from compactstore import merkle  # noqa: E402
+from plain import turns  # noqa: E402
 
 # (label, leaf size in bytes, number of leaves, goal: tree_root / raw single-threaded BLAKE3)
 WORKLOADS = [("1 KiB leaves", 1024, 4096, 1.0), ("16 KiB leaves", 16 * 1024, 512, 1.5)]
 FRONTIER_LEAVES, FRONTIER_BATCH = 100_000, 1000
+ENCODE_TURNS = 1000
 SEED = 20240601
 CORES = os.cpu_count() or 1
 
@@ -142,6 +149,38 @@ def frontier_rows(repeat: int) -> Section:
     return section
 
 
+def encode_rows(repeat: int) -> Section:
+    """Time encode_plain over a batch of turns, native against the reference, interleaved."""
+    section = Section(
+        f"events.encode_plain, {ENCODE_TURNS:,} turns of 1 KiB per call (wall time)",
+        ("turns", "method", "min", "median", "max", "turns/s", "vs reference"),
+    )
+    batch: list[ev.Event] = list(turns(ENCODE_TURNS))
+
+    def encode(native: bool) -> Callable[[], None]:
+        def run() -> None:
+            clock = ev.tick_clock()
+            if native:
+                ev.encode_plain(batch, 0, clock)
+            else:
+                ev._encode_plain_reference(batch, 0, clock, 1)
+
+        return run
+
+    methods = [("reference (plain checks, msgspec)", encode(False)), ("native (merkle_native.Encoder)", encode(True))]
+    if ev.encode_plain(batch, 0, ev.tick_clock()) != ev._encode_plain_reference(batch, 0, ev.tick_clock(), 1):
+        raise SystemExit("the native encoder and the reference gave different bytes")
+    got = interleaved(methods, repeat)
+    ref = Stat.of(got[methods[0][0]]).median
+    for name, _ in methods:
+        st = Stat.of(got[name])
+        section.rows.append((f"{ENCODE_TURNS:,}", name, seconds(st.min), seconds(st.median), seconds(st.max),
+                             rate(ENCODE_TURNS / st.median), ratio(ref / st.median)))
+        section.data.append({"turns": ENCODE_TURNS, "method": name, **st.as_dict(),
+                             "turns_per_s": ENCODE_TURNS / st.median, "vs_reference": ref / st.median})
+    return section
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run both parts, print their tables and write benchmarks/results/native.json."""
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
@@ -154,6 +193,8 @@ def main(argv: list[str] | None = None) -> int:
         print("warning: compactstore.merkle_native is not in use (not built, or COMPACTSTORE_PURE=1): "
               "the 'merkle.' rows are the pure reference")
     done = [root_rows(args.repeat), frontier_rows(args.repeat)]
+    if merkle.IMPLEMENTATION == "native":  # the same switch (COMPACTSTORE_PURE) picks the encoder
+        done.append(encode_rows(args.repeat))
     for section in done:
         section.print()
     path = harness.write_json("native", info, done, repeat=args.repeat, implementation=merkle.IMPLEMENTATION)
