@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import subprocess
 import sys
@@ -310,3 +311,37 @@ def test_using_a_store_loads_no_package_beyond_its_core_dependencies(tmp_path: P
         third_party = {m for m in modules if m not in sys.stdlib_module_names and not m.startswith("__")}
         assert third_party <= _CORE, third_party - _CORE
         assert threads == 1
+
+
+_WRITE_AND_DIGEST = """
+import hashlib, sys
+import compactstore as cs
+from compactstore import events as ev, merkle
+other = "".join(["oth", "er"])
+batch = [cs.Turn("user", "caf\\u00e9 \\"q\\" \\n\\x01", meta={"b": [1, None, True], "a": {"z": -5}}),
+         cs.ToolCall("c1", "run", {"x": 1.5, "y": [2**63, -(2**63)], "k": {}}),
+         cs.ToolResult("c1", {"rows": ["a", "b"]}, ok=False),
+         ev.HandleOpened("h", resource=other), ev.HandleOpened("h", resource="file", detail=""),
+         cs.Turn("assistant", "x" * 5000, uses=["k"], supersedes=0)]
+with cs.open(sys.argv[1], clock=ev.tick_clock()) as store:
+    s = store.session("s")
+    s.extend(batch)
+    for e in batch:
+        s.append(e)
+    s.extend(batch[:1])
+    bodies = hashlib.sha256(b"".join(s.read(i).body for i in range(s.size))).hexdigest()
+    print(ev._NATIVE is not None, merkle.IMPLEMENTATION, bodies, s.head().root.hex(), store.verify().ok)
+"""
+
+
+def test_the_native_and_pure_paths_write_the_same_bytes(tmp_path: Path) -> None:
+    """The same events through the native encoder and hashes and through the pure reference give the same bodies and root."""
+    runs = []
+    for pure in ("0", "1"):
+        done = subprocess.run([sys.executable, "-c", _WRITE_AND_DIGEST, str(tmp_path / f"{pure}.db")],
+                              capture_output=True, text=True, timeout=120, check=True,
+                              env={**os.environ, "COMPACTSTORE_PURE": pure})
+        runs.append(done.stdout.split())
+    native, pure_run = runs
+    assert pure_run[:2] == ["False", "pure"]
+    assert native[2:] == pure_run[2:] and native[4] == "True"
