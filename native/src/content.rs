@@ -76,18 +76,18 @@ impl State {
     }
 }
 
-/// Return the content digest of `bodies` under `tag`, on the calling thread.
-pub fn digest(tag: &[u8], bodies: &[&[u8]]) -> Hash {
-    let mut state = State::new(tag);
-    for body in bodies {
-        state.add(body);
-    }
-    state.finish()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The content digest of `bodies` under `tag`, fed as one batch.
+    fn digest(tag: &[u8], bodies: &[&[u8]]) -> Hash {
+        let mut state = State::new(tag);
+        for body in bodies {
+            state.add(body);
+        }
+        state.finish()
+    }
 
     fn reference(tag: &[u8], bodies: &[Vec<u8>]) -> Hash {
         let mut input = tag.to_vec();

@@ -319,18 +319,14 @@ impl Encoder {
                 if f.nonempty && items.is_empty() {
                     return Err(Decline);
                 }
-                buf.push(b'[');
-                for (i, item) in items.iter().enumerate() {
-                    if i > 0 {
-                        buf.push(b',');
-                    }
+                write_list(buf, items, |buf, item| {
                     if f.check == STR_LIST {
-                        write_str(buf, text(&item)?);
+                        write_str(buf, text(item)?);
                     } else {
-                        int(&item)?.write(buf);
+                        int(item)?.write(buf);
                     }
-                }
-                buf.push(b']');
+                    Ok(())
+                })?;
             }
             JSON_DICT if !v.is_exact_instance_of::<PyDict>() => return Err(Decline),
             JSON_DICT | JSON => {
@@ -358,14 +354,7 @@ impl Encoder {
         } else if v.is_exact_instance_of::<PyInt>() {
             int(v)?.write(buf);
         } else if let Ok(items) = v.cast_exact::<PyList>() {
-            buf.push(b'[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    buf.push(b',');
-                }
-                self.json(buf, &item, depth + 1)?;
-            }
-            buf.push(b']');
+            write_list(buf, items, |buf, item| self.json(buf, item, depth + 1))?;
         } else if let Ok(map) = v.cast_exact::<PyDict>() {
             // Sorted by key: code point order, which is the order of their UTF-8 bytes.
             let mut pairs = Vec::with_capacity(map.len());
@@ -395,6 +384,23 @@ impl Encoder {
         }
         Ok(())
     }
+}
+
+/// Write `[a,b,...]`, each item by `item`.
+fn write_list(
+    buf: &mut Vec<u8>,
+    items: &Bound<'_, PyList>,
+    mut item: impl FnMut(&mut Vec<u8>, &Bound<'_, PyAny>) -> Out,
+) -> Out {
+    buf.push(b'[');
+    for (i, x) in items.iter().enumerate() {
+        if i > 0 {
+            buf.push(b',');
+        }
+        item(buf, &x)?;
+    }
+    buf.push(b']');
+    Ok(())
 }
 
 /// The UTF-8 of an exact `str` (a lone surrogate has none: declined).

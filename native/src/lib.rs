@@ -9,6 +9,7 @@
 //! the hashing.
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::marker::Ungil;
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedBytes;
 use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
@@ -27,6 +28,20 @@ use hash::Hash;
 const DETACH_BYTES: usize = 4096;
 /// Below this many hashes a fold or a frontier step is done without releasing the GIL.
 const DETACH_HASHES: usize = 16;
+
+/// Run `work` with the GIL released, unless it is `small`: for a few hashes, releasing
+/// the GIL and taking it back costs more than the hashing.
+fn detach_unless<T, F>(py: Python<'_>, small: bool, work: F) -> T
+where
+    F: Ungil + FnOnce() -> T,
+    T: Ungil,
+{
+    if small {
+        work()
+    } else {
+        py.detach(work)
+    }
+}
 
 /// Return the 32-byte hash `obj`, or None when it is not one.
 fn hash_of(obj: &Bound<'_, PyAny>) -> Option<Hash> {
@@ -123,12 +138,10 @@ fn bytes_list<'py>(py: Python<'py>, hashes: &[Hash]) -> PyResult<Bound<'py, PyLi
 /// Return ``H(0x00 || entry)``.
 #[pyfunction]
 fn leaf_hash<'py>(py: Python<'py>, entry: PyBackedBytes) -> Bound<'py, PyBytes> {
-    let h = if entry.len() < DETACH_BYTES {
-        hash::leaf(&entry)
-    } else {
-        py.detach(|| hash::leaf(&entry))
-    };
-    PyBytes::new(py, &h)
+    PyBytes::new(
+        py,
+        &detach_unless(py, entry.len() < DETACH_BYTES, || hash::leaf(&entry)),
+    )
 }
 
 /// Return ``H(0x00 || entry)`` of each entry, in order.
@@ -230,11 +243,7 @@ fn span_root_of_leaves<'py>(
 #[pyfunction]
 fn fold<'py>(py: Python<'py>, hashes: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyBytes>> {
     let hashes = hashes_of("hashes", hashes)?;
-    let root = if hashes.len() < DETACH_HASHES {
-        tree::fold(&hashes)
-    } else {
-        py.detach(|| tree::fold(&hashes))
-    };
+    let root = detach_unless(py, hashes.len() < DETACH_HASHES, || tree::fold(&hashes));
     Ok(PyBytes::new(py, &root))
 }
 
@@ -345,11 +354,9 @@ fn frontier_extend<'py>(
     every: u32,
 ) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyList>)> {
     let (mut frontier, leaves) = frontier_args(size, hashes, leaves, every)?;
-    let made = if leaves.len() < DETACH_HASHES {
+    let made = detach_unless(py, leaves.len() < DETACH_HASHES, || {
         tree::extend(&mut frontier, size, &leaves, every)
-    } else {
-        py.detach(|| tree::extend(&mut frontier, size, &leaves, every))
-    };
+    });
     Ok((bytes_list(py, &frontier)?, subtree_list(py, &made)?))
 }
 
@@ -371,16 +378,10 @@ fn frontier_push<'py>(
 ) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyBytes>)> {
     let (before, leaves) = frontier_args(size, hashes.as_any(), leaves, every)?;
     let mut frontier = before.clone();
-    let (made, root) = if leaves.len() < DETACH_HASHES {
+    let (made, root) = detach_unless(py, leaves.len() < DETACH_HASHES, || {
         let made = tree::extend(&mut frontier, size, &leaves, every);
         (made, tree::fold(&frontier))
-    } else {
-        py.detach(|| {
-            let made = tree::extend(&mut frontier, size, &leaves, every);
-            let root = tree::fold(&frontier);
-            (made, root)
-        })
-    };
+    });
     // Extending pops roots off the end and pushes new ones: the prefix both share stays.
     let keep = before.iter().zip(&frontier).take_while(|(a, b)| a == b).count();
     hashes.del_slice(keep, before.len())?;
@@ -412,17 +413,13 @@ impl ContentDigest {
         let Some(state) = self.state.as_mut() else {
             return Err(PyValueError::new_err("the digest was taken: start another"));
         };
-        let mut work = || {
+        let small = bodies.iter().map(|b| b.len()).sum::<usize>() < DETACH_BYTES;
+        detach_unless(py, small, || {
             for body in &bodies {
                 state.add(body);
             }
             state.flush();
-        };
-        if bodies.iter().map(|b| b.len()).sum::<usize>() < DETACH_BYTES {
-            work();
-        } else {
-            py.detach(work);
-        }
+        });
         Ok(())
     }
 
