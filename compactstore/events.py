@@ -540,26 +540,22 @@ def prepare(events: Sequence[Event], clock: Clock, other: Callable[[int, Event],
     read, scale = (time.time_ns, 1000) if clock is system_clock else (clock, 1)
     replace = msgspec.structs.replace
     if n == 1:  # one append: the batch's maps and loop would cost more than the event
-        e = given[0]
-        if type(e) not in _REGISTERED or e.ts is not None or e.idempotency_key is not None:
-            return [other(0, e)]
+        if _unplain(given[0]):
+            return [other(0, given[0])]
         bodies, stamps, taken, stop = encode_plain(given, 0, read, scale)
         if stop:
             return [Prepared(replace(taken[0], ts=stamps[0]), bodies[0], None, True)]
-        e = taken[0]
-        return [other(0, e) if _unplain(e) else _canonical_at(0, replace(e, ts=stamps[0]), False)]
+        return [_one(0, taken[0], lambda: stamps[0], False, other)]
     if not (_REGISTERED.issuperset(map(type, given)) and not any(map(is_not, map(_TS, given), repeat(None)))
             and not any(map(is_not, map(_KEY, given), repeat(None)))):
-        return [other(i, e) if _unplain(e) else _canonical_at(i, replace(e, ts=clock()), batch)
-                for i, e in enumerate(given)]
+        return [_one(i, e, clock, batch, other) for i, e in enumerate(given)]
     out: list[Prepared] = []
     start = 0
     while start < n:
         bodies, stamps, taken, stop = encode_plain(given, start, read, scale)
         out += map(Prepared, [replace(e, ts=t) for e, t in zip(taken, stamps)], bodies, repeat(None), repeat(True))
-        if stop < n:  # the slow way: canonical() writes it as the decoder reads it back, or refuses it
-            e = taken[-1]
-            out.append(other(stop, e) if _unplain(e) else _canonical_at(stop, replace(e, ts=stamps[-1]), batch))
+        if stop < n:  # its stamp is read already
+            out.append(_one(stop, taken[-1], lambda: stamps[-1], batch, other))
         start = stop + 1
     return out
 
@@ -569,10 +565,17 @@ def _unplain(event: object) -> bool:
     return type(event) not in _REGISTERED or event.ts is not None or event.idempotency_key is not None  # type: ignore[attr-defined]
 
 
-def _canonical_at(i: int, event: Event, batch: bool) -> Prepared:
-    """Return the stamped ``event``, the ``i``-th of its batch, prepared by :func:`canonical`."""
+def _one(i: int, event: Event, stamp: Callable[[], object], batch: bool,
+         other: Callable[[int, Event], Prepared]) -> Prepared:
+    """Prepare ``event``, the ``i``-th of its batch, the slow way.
+
+    ``other`` takes it when it is not :func:`prepare`'s to stamp; else :func:`canonical`
+    writes it, stamped ``stamp()``, as the decoder reads it back, or refuses it.
+    """
+    if _unplain(event):
+        return other(i, event)
     try:
-        canon, body = canonical(event)
+        canon, body = canonical(msgspec.structs.replace(event, ts=stamp()))
     except InvalidEvent as exc:
         if not batch:
             raise
@@ -822,9 +825,8 @@ def _plain_json(value: object, depth: int) -> bool:
 
 
 #: The fast check per event type; a type absent here (Summary: enums, nested structs) always goes the slow way.
-_PLAIN: dict[type[Event], Callable[[Event], bool]] = {
-    t: _plain_check(t, p) for t in EVENT_TYPES if (p := _plan_of(t)) is not None
-}
+_PLANS: dict[type[Event], _Plan] = {t: p for t in EVENT_TYPES if (p := _plan_of(t)) is not None}
+_PLAIN: dict[type[Event], Callable[[Event], bool]] = {t: _plain_check(t, p) for t, p in _PLANS.items()}
 
 
 #: The registered event types: the only ones :func:`prepare` takes itself.
@@ -871,7 +873,7 @@ def _native_encoder() -> Any:
         from .merkle_native import Encoder
     except ImportError:  # a source tree whose extension is not built
         return None
-    plans = [(t, parts) for t in _PLAIN if (parts := _native_plan(t, _plan_of(t) or ())) is not None]
+    plans = [(t, parts) for t, plan in _PLANS.items() if (parts := _native_plan(t, plan)) is not None]
     return Encoder(plans, MAX_EVENT_BYTES, MAX_DEPTH)
 
 

@@ -73,4 +73,3 @@ def test_the_pure_path_digest_is_the_reference() -> None:
     got = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True, timeout=60,
                          env={**os.environ, "COMPACTSTORE_PURE": "1"})
     assert got.stdout.strip() == _whole([b"a" * 300_000, b"", b"b"]).hex()
-
