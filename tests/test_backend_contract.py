@@ -18,7 +18,7 @@ import pytest
 import compactstore as cs
 from compactstore import events as ev
 from compactstore import index, merkle
-from compactstore.backends import SCHEMA_VERSION, Backend, HeadRow, Row, Writer, open_backend
+from compactstore.backends import SCHEMA_VERSION, Backend, HeadRow, Row, Rows, Writer, open_backend
 from compactstore.backends.protocol import BODY_BATCH
 from compactstore.errors import LockTimeout
 from compactstore.seal import seq_runs
@@ -321,6 +321,24 @@ def test_a_writer_inserts_events_subtree_roots_a_head_and_index_rows(backend: Ba
     assert stored is not None and [stored.seq] == seqs and (stored.leaf, stored.body) == (leaf, body)
     assert backend.head(sid) == head
     assert sorted(backend.index_rows(sid, ("binding", "negative"), 0, 1)) == sorted(rows)
+
+
+@pytest.mark.parametrize("by", ["list", "Rows"])
+def test_a_writer_inserts_many_rows_as_a_list_or_by_column(backend: Backend, by: str) -> None:
+    """insert() of several rows stores each as given, keys and all, whether the rows come as a list or as Rows."""
+    bodies = [ev.encode(cs.Turn("user", f"t{i}", ts=i)) for i in range(3)]
+    leaves = [merkle.leaf_hash(b) for b in bodies]
+    keys = [None, "k1", None]
+    with backend.writer("many") as w:
+        seqs = list(w.next_seqs(3))
+        head = HeadRow(3, b"\x02" * 32, 0, b"\x01" * 32, seq_runs(seqs))
+        listed = [Row(q, w.session_id, i, "turn", k, leaf, body)
+                  for i, (q, k, leaf, body) in enumerate(zip(seqs, keys, leaves, bodies))]
+        rows = listed if by == "list" else Rows(seqs, w.session_id, range(3), ["turn"] * 3, keys, leaves, bodies)
+        assert w.insert(rows, [], head) == seqs
+    sid = _sid(backend, "many")
+    assert [backend.row(sid, i) for i in range(3)] == listed
+    assert backend.head(sid) == head
 
 
 def test_a_writer_erases_redacted_bodies(store: cs.Store, backend: Backend) -> None:
