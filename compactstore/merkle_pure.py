@@ -117,6 +117,11 @@ def digest(data: bytes, key: bytes | None) -> bytes:
     return (blake3(data) if key is None else blake3(data, key=key)).digest()
 
 
+def digest_fn() -> Callable[[bytes, bytes | None], bytes]:
+    """Return :func:`digest` (``compactstore.merkle.digest_fn`` returns the native one when it is built)."""
+    return digest
+
+
 def leaf_fn(algo: str = "blake3") -> Callable[[bytes], bytes]:
     """Return a leaf hasher for a loop of the calling thread (not to be handed to another)."""
     return _b3_fns()[0] if algo == "blake3" else _hasher(algo)[0]
