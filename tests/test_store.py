@@ -344,6 +344,6 @@ def test_the_native_and_pure_paths_write_the_same_bytes(tmp_path: Path) -> None:
         runs.append(done.stdout.split())
     native, pure_run = runs
     if native[:2] != ["True", "native"]:
-        pytest.skip("compactstore.merkle_native is not built: both runs took the pure path")
+        pytest.skip("compactstore._native is not built: both runs took the pure path")
     assert pure_run[:2] == ["False", "pure"]
     assert native[2:] == pure_run[2:] and native[4] == "True"

@@ -68,7 +68,7 @@ struct Plan {
 }
 
 /// The canonical encoder of plain events; see the module's documentation.
-#[pyclass(frozen, module = "compactstore.merkle_native")]
+#[pyclass(frozen, module = "compactstore._native")]
 pub struct Encoder {
     plans: Vec<Plan>,
     /// Bodies longer than this are declined (the caller refuses them in its own words).

@@ -1,4 +1,4 @@
-//! `compactstore.merkle_native`: the BLAKE3 Merkle hot paths of `compactstore.merkle`, in Rust.
+//! `compactstore._native`: the BLAKE3 Merkle hot paths of `compactstore.merkle`, in Rust.
 //! (`json.rs` holds the other hot path, the canonical JSON of plain events for
 //! `compactstore.events`.)
 //!
@@ -392,7 +392,7 @@ fn frontier_push<'py>(
 }
 
 /// The content digest of a span, fed batch by batch (see `content.rs`).
-#[pyclass(module = "compactstore.merkle_native")]
+#[pyclass(module = "compactstore._native")]
 struct ContentDigest {
     state: Option<content::State>,
     done: Option<Hash>,
@@ -433,7 +433,7 @@ impl ContentDigest {
 }
 
 #[pymodule]
-fn merkle_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(leaf_hash, m)?)?;
     m.add_function(wrap_pyfunction!(leaf_hashes, m)?)?;
     m.add_function(wrap_pyfunction!(node_hash, m)?)?;
