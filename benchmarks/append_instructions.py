@@ -9,7 +9,9 @@ Instructions per append: (the N=1000 run's total - the N=0 run's) / 1000. With
 B), after a warm-up batch of B: instructions per extended event, the same way.
 ``--via langgraph`` or ``--via openai`` sends the same turns (as chat messages) through
 ``CompactStoreSaver.put_writes`` or ``CompactStoreSession.add_items`` instead, B per
-call (1 without ``--batch``).
+call (1 without ``--batch``); ``--via sqlitesaver`` or ``--via sqlitesession`` through
+the peers those adapters are measured against (langgraph's ``SqliteSaver.put_writes``,
+the OpenAI Agents SDK's ``SQLiteSession.add_items``), on a file at the same path.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ def main() -> None:
     parser.add_argument("path")
     parser.add_argument("n", type=int)
     parser.add_argument("--batch", type=int, default=0, help="turns per extend call (0: one append per call)")
-    parser.add_argument("--via", choices=("store", "langgraph", "openai"), default="store")
+    parser.add_argument("--via", choices=("store", "langgraph", "openai", "sqlitesaver", "sqlitesession"), default="store")
     args = parser.parse_args()
     path, n, batch = args.path, args.n, args.batch
     for suffix in ("", "-wal", "-shm"):
@@ -53,6 +55,31 @@ def _adapter(via: str, path: str, n: int, per: int) -> None:
     """Send a warm-up call of ``per`` messages, then ``n`` more, ``per`` per call, through an adapter."""
     warm = [{"role": "user", "content": "w" * 200}] * per
     work = [{"role": "user", "content": "x" * 200}] * per
+    if via == "sqlitesaver":
+        import sqlite3
+
+        from langgraph.checkpoint.base import empty_checkpoint
+        from langgraph.checkpoint.sqlite import SqliteSaver
+
+        conn = sqlite3.connect(path, check_same_thread=False)
+        peer = SqliteSaver(conn)
+        peer.setup()
+        config = peer.put({"configurable": {"thread_id": "t", "checkpoint_ns": ""}}, empty_checkpoint(),
+                          {"source": "input", "step": -1, "parents": {}}, {})
+        for k in range(n // per + 1):
+            peer.put_writes(config, [("messages", m) for m in (work if k else warm)], task_id=f"task-{k}")
+        conn.close()
+        return
+    if via == "sqlitesession":
+        from agents import SQLiteSession
+
+        session = SQLiteSession("t", path)
+        loop = asyncio.new_event_loop()
+        for k in range(n // per + 1):
+            loop.run_until_complete(session.add_items([dict(m) for m in (work if k else warm)]))  # type: ignore[misc]
+        loop.close()
+        session.close()
+        return
     with cs.open(path) as st:
         if via == "langgraph":
             from langgraph.checkpoint.base import empty_checkpoint

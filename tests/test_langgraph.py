@@ -6,11 +6,14 @@ import asyncio
 import contextlib
 import io
 import operator
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("langgraph.checkpoint.conformance", reason="the test extra (langgraph) is not installed")
 
@@ -22,6 +25,7 @@ from langgraph.types import Command, interrupt  # noqa: E402
 import compactstore as cs  # noqa: E402
 from compactstore import merkle  # noqa: E402
 from compactstore.adapters.langgraph import CompactStoreSaver  # noqa: E402
+from compactstore.adapters.langgraph_index import ThreadIndex  # noqa: E402
 
 
 def _backend(target: str) -> str:
@@ -469,3 +473,58 @@ def test_the_saver_opens_from_a_conn_string_in_async_with_and_closes(target: str
         await again.aclose()
 
     asyncio.run(run())
+
+
+# --- the thread index follows the log -------------------------------------------------
+
+_STEP = st.one_of(
+    # (op, task, idxs, namespace, checkpoint)
+    st.tuples(st.just("writes"), st.sampled_from(["t1", "t2", "t3"]), st.lists(st.integers(-3, 4), min_size=1, max_size=6),
+              st.sampled_from(["", "sub"]), st.sampled_from(["c1", "c2"])),
+    st.tuples(st.just("talk"), st.sampled_from(["m1", "m2", "m3"]), st.just([]), st.just(""), st.just("")),
+    st.tuples(st.just("other"), st.sampled_from(["t1", "t4"]), st.lists(st.integers(0, 3), min_size=1, max_size=3),
+              st.just(""), st.just("c1")),
+    st.tuples(st.just("erase"), st.just(""), st.lists(st.integers(0, 40), min_size=1, max_size=4), st.just(""), st.just("")),
+)
+
+
+def _index_state(index: ThreadIndex) -> dict[str, object]:
+    """What an index holds of its log (not what its process stored: tips)."""
+    return {"size": index.size, "live": index.live, "namespaces": index.namespaces, "at": index.at,
+            "said": index.said, "talk": index.talk, "asked": index.asked, "waiting": index.waiting,
+            "deps": index.deps, "thread_id": index.thread_id}
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=st.lists(_STEP, max_size=12))
+def test_an_index_kept_by_its_own_commits_is_the_index_read_from_the_log(tmp_path: Path, steps: list[Any]) -> None:
+    """Whatever runs of writes, messages, other writers' appends and redactions, the index its commits kept equals one built from the log."""
+    from compactstore.adapters.langgraph_messages import MESSAGE
+    from compactstore.adapters.langgraph_state import StateCodec
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+    with cs.open(str(tmp_path / f"idx-{uuid.uuid4().hex}.db")) as store:
+        session, codec = store.session("langgraph:t"), StateCodec(JsonPlusSerializer())
+        kept = ThreadIndex(session, codec)
+        for op, task, idxs, ns, cid in steps:
+            if op == "writes":  # what put_writes commits: a task's new writes, then each special one replaced
+                for _ in range(3):  # decided on a stale index, a commit writes nothing: read, decide again
+                    held = kept.pending(ns, cid)
+                    fresh = [cs.events.Write(checkpoint=cid, task=task, channel="ch", idx=i, ns=ns, value=[i])
+                             for i in dict.fromkeys(idxs) if (task, i) not in held]
+                    again = [cs.events.Write(checkpoint=cid, task=task, channel="ch", idx=i, ns=ns, value=[i, 1],
+                                             supersedes=held[(task, i)][-1])
+                             for i in dict.fromkeys(idxs) if i < 0 and (task, i) in held]
+                    if all(kept.commit(batch) is not None for batch in (fresh, *[[w] for w in again]) if batch):
+                        break
+                    kept.refresh()
+            elif op == "talk":
+                kept.commit([cs.Turn("user", task, meta={MESSAGE: task}), cs.Turn("user", "no id")])
+            elif op == "other":  # another writer: the index reads it at its next commit or refresh
+                session.extend([cs.events.Write(checkpoint=cid, task=task, channel="ch", idx=i, value=[i]) for i in idxs])
+            else:
+                kept.erase([p for p in idxs if p < session.size], "test")
+        kept.refresh()
+        read = ThreadIndex(session, codec)
+        read.refresh()
+        assert _index_state(kept) == _index_state(read)

@@ -54,6 +54,7 @@ import random
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import ExitStack
+from operator import itemgetter
 from typing import Any, TypeVar
 
 import msgspec
@@ -99,6 +100,7 @@ STRATEGIES = ("keep_latest", "delete")
 COPY_CHUNK = 512
 #: Tuples ``list`` builds under one head check per thread before it yields them.
 LIST_PAGE = 32
+_CHANNEL = itemgetter(0)
 
 T = TypeVar("T")
 
@@ -522,13 +524,9 @@ class CompactStoreSaver(StoreUser, BaseCheckpointSaver[str]):
             # An interrupt asked here for the first time is an open handle, recorded with its write.
             new: list[ev.Event] = [interrupt_opened(iid, value, ns, cid) for iid, value in dict(asked).items()
                                    if iid not in thread.asked]
-            special = []
-            for i, event in events.items():
-                if thread.holder(("w", ns, cid, task_id, i)) is None:
-                    new.append(event)
-                elif i < 0:
-                    special.append(event)
-            return new, special
+            held = thread.pending(ns, cid)
+            new += [event for i, event in events.items() if (task_id, i) not in held]
+            return new, [event for i, event in events.items() if i < 0 and (task_id, i) in held]
 
         with thread.lock:
             _, special = _settle(thread, decide, f"the writes of task {task_id!r}")
@@ -851,6 +849,8 @@ def _by_index(writes: Sequence[tuple[str, Any]]) -> dict[int, tuple[str, Any]]:
 
     Of two writes to one special channel the last counts; of two at one regular idx, the first.
     """
+    if WRITES_IDX_MAP.keys().isdisjoint(map(_CHANNEL, writes)):  # the usual case: regular writes only
+        return dict(enumerate(writes))
     batch: dict[int, tuple[str, Any]] = {}
     for idx, (channel, value) in enumerate(writes):
         i = WRITES_IDX_MAP.get(channel, idx)

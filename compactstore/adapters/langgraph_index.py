@@ -10,6 +10,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from .. import events as ev
@@ -26,6 +27,7 @@ Key = tuple[str, str]
 #: What a graph state event (``("c", ns, id)``) or a write event (``("w", ns, checkpoint
 #: id, task id, idx)``) stands for: a later event for the same supersedes it.
 Ident = tuple[Any, ...]
+_NONE: Mapping[Any, Any] = MappingProxyType({})
 
 
 @dataclass
@@ -90,6 +92,29 @@ class ThreadIndex(Tail):
             self.at[pos] = ("w", event.ns, event.checkpoint, wkey)
         elif isinstance(event.meta, dict):
             self._apply_talk(event, pos, event.meta)
+
+    def apply_all(self, records: Sequence[Record]) -> None:
+        """Index live records at consecutive positions: :meth:`apply` each, writes without a call each.
+
+        A task's writes (``put_writes``) come as a run against one checkpoint: its
+        namespace and per-checkpoint map are looked up once per run.
+        """
+        at, space, per, ns, cid = self.at, None, None, None, None
+        for record in records:
+            event = record.event
+            if type(event) is not ev.Write:
+                self.apply(record)
+                ns = None  # the run of writes ends: look the maps up again
+                continue
+            if ns != event.ns or cid != event.checkpoint or per is None:
+                ns, cid = event.ns, event.checkpoint
+                space = self._space(ns)
+                per = space.writes.get(cid)
+                if per is None:
+                    per = space.writes[cid] = {}
+            wkey, pos = (event.task, event.idx), record.pos
+            per[wkey] = per.get(wkey, ()) + (pos,)
+            at[pos] = ("w", ns, cid, wkey)
 
     def _apply_talk(self, event: ev.Event, pos: int, meta: dict[str, Any]) -> None:
         """Index an event the saver recorded from a message or an interrupt."""
@@ -170,6 +195,8 @@ class ThreadIndex(Tail):
                         del per[wkey]
                 if not per:
                     space.writes.pop(cid, None)
+            if not (space.ids or space.where or space.writes or space.blobs or space.runs):
+                del self.namespaces[entry[1]]  # as if never read: an index read from the log has none
 
     # --- questions ---------------------------------------------------------------------
 
@@ -214,6 +241,11 @@ class ThreadIndex(Tail):
         else:
             where = space.writes.get(ident[2], {}).get((ident[3], ident[4]))
         return where[-1] if where else None
+
+    def pending(self, ns: str, cid: str) -> Mapping[tuple[str, int], Sequence[int]]:
+        """Return the live writes pending against checkpoint ``cid`` of ``ns``: (task id, idx) -> positions, the current last."""
+        space = self.namespaces.get(ns)
+        return _NONE if space is None else space.writes.get(cid, _NONE)
 
     def writes(self, ns: str, cid: str) -> list[int]:
         """Return the positions of the live writes pending against checkpoint ``cid``, one per (task, idx)."""

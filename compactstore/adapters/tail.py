@@ -15,6 +15,7 @@ import re
 import threading
 from collections.abc import Iterable, Sequence
 from contextlib import AbstractContextManager, nullcontext
+from operator import attrgetter
 from types import TracebackType
 from typing import Any, Self
 from urllib.parse import quote
@@ -38,6 +39,9 @@ MAX_KEY = 1000
 READ_GAP = 64
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_POS, _EVENT, _KIND = attrgetter("pos"), attrgetter("event"), attrgetter("kind")
+#: Event types whose record changes what earlier positions hold.
+_ERASING = frozenset({ev.Redaction})
 #: What a part of an idempotency key must not hold unquoted: separators, "%", controls, non-ASCII.
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.~:|\-]")
 
@@ -162,8 +166,22 @@ class Tail:
     def own(self, records: Sequence[Record]) -> None:
         """Apply records this process just appended, reading any gap other writers left first."""
         with self.lock:
-            if records and records[0].pos > self.size:
+            if not records:
+                return
+            first = records[0].pos
+            if first > self.size:
                 self.refresh()
+            # One commit's fresh records (the usual case): in order from the index's end, and
+            # nothing among them that erases. They are applied as a batch, without the
+            # per-record branches of _take; anything else (replays, redactions) one by one.
+            if (first == self.size and records[-1].pos == first + len(records) - 1
+                    and list(map(_POS, records)) == list(range(first, first + len(records)))
+                    and _ERASING.isdisjoint(map(type, map(_EVENT, records)))
+                    and "redacted" not in map(_KIND, records)):
+                self.size = first + len(records)
+                self.live.update(range(first, self.size))
+                self.apply_all(records)
+                return
             for record in records:
                 if record.pos >= self.size:
                     self._take(record)
@@ -203,6 +221,11 @@ class Tail:
 
     def apply(self, record: Record) -> None:
         """Index one live record (not a redaction)."""
+
+    def apply_all(self, records: Sequence[Record]) -> None:
+        """Index live records at consecutive positions, none of them a redaction: :meth:`apply` each, in order."""
+        for record in records:
+            self.apply(record)
 
     def forget(self, positions: Sequence[int]) -> None:
         """Drop redacted ``positions`` from the index."""
