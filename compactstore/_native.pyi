@@ -69,7 +69,7 @@ def frontier_push(
     argument is refused.
     """
 
-def digest(data: bytes, key: bytes | None, /) -> bytes:
+def digest(data: bytes, key: bytes | None) -> bytes:
     """Return the BLAKE3 hash of ``data``, keyed with the 32-byte ``key`` unless it is None."""
 
 class ContentDigest:
@@ -80,8 +80,8 @@ class ContentDigest:
     """
 
     def __init__(self, tag: bytes, /) -> None: ...
-    def update(self, bodies: Sequence[bytes], /) -> None:
-        """Add the next bodies, in order; TypeError for one that is not bytes (None)."""
+    def update(self, bodies: Iterable[bytes], /) -> None:
+        """Add the next bodies, in order; TypeError for one that is not bytes or bytearray (None)."""
 
     def digest(self) -> bytes:
         """Return the 32-byte digest of every body added (the same on every later call)."""
@@ -96,7 +96,7 @@ class Encoder:
 
     def __init__(self, plans: list[tuple[type, list[bytes | tuple[object, ...]]]], limit: int, depth: int, /) -> None: ...
     def encode(
-        self, events: list[Any], start: int, clock: Callable[[], Any], scale: int, /
+        self, events: list[Any], start: int, clock: Callable[[], Any], scale: Any, /
     ) -> tuple[list[bytes], list[int], list[Any], int]:
         """Stamp (``clock() // scale``, ``scale`` >= 1) and encode ``events[start:]`` up to the first it does not take.
 

@@ -7,6 +7,7 @@ replaced with one hash, instead of rebuilding the span's Merkle root.
 from __future__ import annotations
 
 import struct
+import threading
 from collections.abc import Iterable, Sequence
 from typing import Protocol
 
@@ -14,6 +15,8 @@ from blake3 import blake3
 
 from . import merkle
 
+#: The types a body may be, tested in C before the slower isinstance (subclasses).
+_BODIES = frozenset({bytes, bytearray})
 #: Separates a span's content digest from every other BLAKE3 input in the store.
 CONTENT_TAG = b"compactstore/span-content/v1\x00"
 
@@ -41,8 +44,8 @@ def content_digest_of(chunks: Iterable[Sequence[bytes]]) -> bytes:
 class Digester(Protocol):
     """A content digest fed batch by batch: :class:`ContentDigest` or its native namesake."""
 
-    def update(self, bodies: Sequence[bytes], /) -> None:
-        """Add the next bodies, in order (TypeError for one that is not bytes, such as None)."""
+    def update(self, bodies: Iterable[bytes], /) -> None:
+        """Add the next bodies, in order (TypeError for one that is not bytes or bytearray, such as None)."""
         ...
 
     def digest(self) -> bytes:
@@ -51,28 +54,40 @@ class Digester(Protocol):
 
 
 class ContentDigest:
-    """The content digest fed batch by batch: the reference the native digest matches byte for byte."""
+    """The content digest fed batch by batch: the reference the native digest matches byte for byte.
+
+    As the native digest, it may be shared between threads: each update adds its batch whole.
+    """
 
     def __init__(self) -> None:
         """Start a digest of no bodies."""
         self._hash = blake3(CONTENT_TAG)
         self._lengths: list[int] = []
         self._done: bytes | None = None
+        self._lock = threading.Lock()
 
-    def update(self, bodies: Sequence[bytes], /) -> None:
-        """Add the next bodies, in order (TypeError for one that is not bytes, such as None)."""
-        if self._done is not None:
-            raise ValueError("the digest was taken: start another")
-        self._hash.update(b"".join(bodies))
-        self._lengths.extend(map(len, bodies))
+    def update(self, bodies: Iterable[bytes], /) -> None:
+        """Add the next bodies, in order (TypeError for one that is not bytes or bytearray, such as None).
+
+        A list or tuple is read as it is; any other iterable once, as ``list(bodies)`` reads it.
+        """
+        listed = bodies if type(bodies) is list or type(bodies) is tuple else list(bodies)
+        if not _BODIES.issuperset(map(type, listed)) and not all(isinstance(b, (bytes, bytearray)) for b in listed):
+            raise TypeError("a body is not bytes")
+        with self._lock:
+            if self._done is not None:
+                raise ValueError("the digest was taken: start another")
+            self._hash.update(b"".join(listed))
+            self._lengths.extend(map(len, listed))
 
     def digest(self) -> bytes:
         """Return the content digest of every body added (the same on every later call)."""
-        if self._done is None:
-            n = len(self._lengths)
-            self._hash.update(struct.pack(f">{n}QQ", *self._lengths, n))
-            self._done = self._hash.digest()
-        return self._done
+        with self._lock:
+            if self._done is None:
+                n = len(self._lengths)
+                self._hash.update(struct.pack(f">{n}QQ", *self._lengths, n))
+                self._done = self._hash.digest()
+            return self._done
 
 
 def digester() -> Digester:

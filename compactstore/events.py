@@ -599,7 +599,8 @@ def encode_plain(
     Natively, in one call, when the extension is built (it may stop at more events than
     the reference, never give other bytes); else by the checks of ``_PLAIN`` and msgspec.
     """
-    if _NATIVE is not None:
+    # The native encoder reads an exact list from a position in it; anything else the reference reads.
+    if _NATIVE is not None and type(events) is list and start >= 0:
         made: tuple[list[bytes], list[int], list[Event], int] = _NATIVE.encode(events, start, clock, scale)
         return made
     return _encode_plain_reference(events, start, clock, scale)

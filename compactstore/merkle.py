@@ -16,6 +16,13 @@ nodes many at a time (the SIMD lanes of a core shared across leaves, every core 
 batches) with the GIL released. BLAKE3 runs natively when the extension is built, unless
 the environment sets ``COMPACTSTORE_PURE=1``; :data:`IMPLEMENTATION` says which. SHA-256,
 and hashes that are not 32 bytes where hashes are expected, always take the reference.
+
+What keeps the two alike for any argument: the native module reads only what it sees
+exactly as Python would (an exact list or tuple, exact ``bytes`` for a hash, ``bytes`` or
+``bytearray`` for an entry, sizes within u64), never trusts a reported length, and
+refuses anything else with TypeError, ValueError or OverflowError; each function here
+then hands the same argument to the reference, which reads it by Python's protocols. An
+iterable argument is read once, before either path sees it.
 """
 
 from __future__ import annotations
@@ -55,8 +62,15 @@ IMPLEMENTATION = "pure" if native is None else "native"
 _U64 = 1 << 64
 
 
+#: What the native module raises for an argument it does not read as Python would (a
+#: container that is not an exact list or tuple, an item that is not exact bytes, a size
+#: past u64): the reference then answers, so both paths answer alike.
+_DECLINED = (TypeError, ValueError, OverflowError)
+
+
 def _listed(items: Iterable[bytes]) -> Sequence[bytes]:
-    return items if isinstance(items, (list, tuple)) else list(items)
+    """Return ``items`` read once: an exact list or tuple as it is, anything else through its iterator."""
+    return items if type(items) is list or type(items) is tuple else list(items)
 
 
 def digest_fn() -> Callable[[bytes, bytes | None], bytes]:
@@ -85,24 +99,33 @@ def leaf_fn(algo: str = "blake3") -> Callable[[bytes], bytes]:
 def leaf_hash(entry: bytes, algo: str = "blake3") -> bytes:
     """Return ``H(0x00 || entry)``."""
     if algo == "blake3" and native is not None:
-        return native.leaf_hash(entry)
+        try:
+            return native.leaf_hash(entry)
+        except _DECLINED:
+            pass
     return merkle_pure.leaf_hash(entry, algo)
 
 
 def leaf_hashes(entries: Iterable[bytes], algo: str = "blake3") -> list[bytes]:
     """Return ``H(0x00 || entry)`` of each entry, in order (cheaper than one call per entry)."""
+    listed = _listed(entries)
     if algo == "blake3" and native is not None:
-        listed = _listed(entries)
-        if len(listed) == 1:  # one append's leaf: hashed in place, no lanes set up nor GIL handed over
-            return [native.leaf_hash(listed[0])]
-        return native.leaf_hashes(listed)
-    return merkle_pure.leaf_hashes(entries, algo)
+        try:
+            if len(listed) == 1:  # one append's leaf: hashed in place, no lanes set up nor GIL handed over
+                return [native.leaf_hash(listed[0])]
+            return native.leaf_hashes(listed)
+        except _DECLINED:
+            pass
+    return merkle_pure.leaf_hashes(listed, algo)
 
 
 def node_hash(left: bytes, right: bytes, algo: str = "blake3") -> bytes:
     """Return ``H(0x01 || left || right)``."""
     if algo == "blake3" and native is not None:
-        return native.node_hash(left, right)
+        try:
+            return native.node_hash(left, right)
+        except _DECLINED:
+            pass
     return merkle_pure.node_hash(left, right, algo)
 
 
@@ -115,7 +138,7 @@ def fold(hashes: Sequence[bytes], algo: str = "blake3") -> bytes:
     if algo == "blake3" and native is not None:
         try:
             return native.fold(hashes)
-        except ValueError:  # not all 32-byte hashes
+        except _DECLINED:
             pass
     return merkle_pure.fold(hashes, algo)
 
@@ -129,7 +152,7 @@ def subtree_levels(leaves: Sequence[bytes], algo: str = "blake3") -> list[list[b
     if algo == "blake3" and native is not None:
         try:
             return native.subtree_levels(leaves)
-        except ValueError:  # not all 32-byte hashes
+        except _DECLINED:
             pass
     return merkle_pure.subtree_levels(leaves, algo)
 
@@ -168,7 +191,10 @@ def serve(spans: Sequence[Span], fetch: Callable[[list[Coord]], list[bytes]], al
 def tree_root(entries: Sequence[bytes], algo: str = "blake3") -> bytes:
     """Return the RFC 9162 Merkle Tree Hash of ``entries``."""
     if algo == "blake3" and native is not None:
-        return native.tree_root(_listed(entries))
+        try:
+            return native.tree_root(entries)
+        except _DECLINED:
+            pass
     return merkle_pure.tree_root(entries, algo)
 
 
@@ -177,7 +203,7 @@ def root_of_leaves(leaves: Sequence[bytes], algo: str = "blake3") -> bytes:
     if algo == "blake3" and native is not None:
         try:
             return native.root_of_leaves(leaves)
-        except ValueError:  # not all 32-byte hashes
+        except _DECLINED:
             pass
     return merkle_pure.root_of_leaves(leaves, algo)
 
@@ -194,7 +220,10 @@ def span_root(entries: Sequence[bytes], start: int, stop: int, algo: str = "blak
     if algo == "blake3" and native is not None:
         check_size("stop", stop, 0, len(entries))
         check_size("start", start, 0, stop)
-        return native.span_root(_listed(entries[start:stop]), start, stop)
+        try:
+            return native.span_root(entries[start:stop], start, stop)
+        except _DECLINED:
+            pass
     return merkle_pure.span_root(entries, start, stop, algo)
 
 
@@ -211,7 +240,7 @@ def span_root_of_leaves(
         check_size("start", start, first, stop)
         try:
             return native.span_root_of_leaves(leaves[start - first : stop - first], start, stop)
-        except ValueError:  # not all 32-byte hashes
+        except _DECLINED:
             pass
     return merkle_pure.span_root_of_leaves(leaves, start, stop, algo, first=first)
 
@@ -223,7 +252,10 @@ def inclusion_proof(entries: Sequence[bytes], index: int, algo: str = "blake3") 
     """
     if algo == "blake3" and native is not None:
         check_size("index", index, 0, len(entries) - 1)
-        return native.inclusion_proof(_listed(entries), index)
+        try:
+            return native.inclusion_proof(entries, index)
+        except _DECLINED:
+            pass
     return merkle_pure.inclusion_proof(entries, index, algo)
 
 
@@ -234,7 +266,10 @@ def consistency_proof(entries: Sequence[bytes], old_size: int, algo: str = "blak
     """
     if algo == "blake3" and native is not None:
         check_size("old_size", old_size, 0, len(entries))
-        return native.consistency_proof(_listed(entries), old_size)
+        try:
+            return native.consistency_proof(entries, old_size)
+        except _DECLINED:
+            pass
     return merkle_pure.consistency_proof(entries, old_size, algo)
 
 
@@ -335,8 +370,8 @@ def root_with(
         plan(level, idx)
     stored = resolve(need, fetch, algo)
     for t in tiles:
-        row = [leaves.get(j) or stored[(0, j)] for j in range(t << TILE_HEIGHT, (t + 1) << TILE_HEIGHT)]
-        stored[(TILE_HEIGHT, t)] = native.root_of_leaves(row)
+        row = [leaves[j] if j in leaves else stored[(0, j)] for j in range(t << TILE_HEIGHT, (t + 1) << TILE_HEIGHT)]
+        stored[(TILE_HEIGHT, t)] = root_of_leaves(row, algo)
 
     def root(level: int, idx: int) -> bytes:
         got = stored.get((level, idx))
@@ -344,7 +379,7 @@ def root_with(
             return got
         if level == 0:
             return leaves[idx]
-        return native.node_hash(root(level - 1, 2 * idx), root(level - 1, 2 * idx + 1))
+        return node_hash(root(level - 1, 2 * idx), root(level - 1, 2 * idx + 1), algo)
 
     return fold([root(level, idx) for level, idx in tops], algo)
 
@@ -361,7 +396,10 @@ def root_from_inclusion(
     index and size (wrong length, malformed hash).
     """
     if algo == "blake3" and native is not None and 0 <= index < size < _U64:
-        return native.root_from_inclusion(leaf, index, size, proof)
+        try:
+            return native.root_from_inclusion(leaf, index, size, proof)
+        except _DECLINED:
+            pass
     return merkle_pure.root_from_inclusion(leaf, index, size, proof, algo)
 
 
@@ -396,7 +434,10 @@ def verify_consistency(
     empty proof. Roots and proof hashes must be 32 bytes.
     """
     if algo == "blake3" and native is not None and 0 <= old_size <= new_size < _U64:
-        return native.verify_consistency(old_size, new_size, old_root, new_root, proof)
+        try:
+            return native.verify_consistency(old_size, new_size, old_root, new_root, proof)
+        except _DECLINED:
+            pass
     return merkle_pure.verify_consistency(old_size, new_size, old_root, new_root, proof, algo)
 
 
@@ -428,7 +469,7 @@ class Frontier(merkle_pure.Frontier):
         if self._algo == "blake3" and native is not None and self.size + len(cur) < _U64:
             try:
                 hashes, made = native.frontier_extend(self.size, self.hashes, cur, every)
-            except (ValueError, OverflowError):  # not all 32-byte hashes, or every < 1
+            except _DECLINED:  # not all 32-byte hashes, every not an int >= 1, ...
                 pass
             else:
                 self.hashes[:] = hashes
@@ -449,7 +490,7 @@ class Frontier(merkle_pure.Frontier):
         if self._algo == "blake3" and native is not None and self.size + len(cur) < _U64:
             try:
                 made, root = native.frontier_push(self.size, self.hashes, cur, every)
-            except (ValueError, OverflowError, TypeError):  # not all 32-byte hashes, every < 1, or not a list
+            except _DECLINED:  # not all 32-byte hashes, every not an int >= 1, not a list, ...
                 pass
             else:
                 self.size += len(cur)

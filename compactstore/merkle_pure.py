@@ -113,7 +113,9 @@ def _node_fn(algo: str) -> Callable[[bytes, bytes], bytes]:
 
 
 def digest(data: bytes, key: bytes | None) -> bytes:
-    """Return the BLAKE3 hash of ``data``, keyed with the 32-byte ``key`` unless it is None."""
+    """Return the BLAKE3 hash of ``data`` (bytes or bytearray), keyed with the 32-byte ``key`` unless it is None."""
+    if not isinstance(data, (bytes, bytearray)) or not (key is None or isinstance(key, (bytes, bytearray))):
+        raise TypeError("digest takes bytes or bytearray")  # as the native digest: one interface
     return (blake3(data) if key is None else blake3(data, key=key)).digest()
 
 
@@ -285,7 +287,7 @@ def resolve(
     if len(distinct) == len(need):
         # No two runs share a stored root (always so for a proof's disjoint subtrees):
         # the roots come back run after run.
-        got = fetch(need)
+        got = _fetched(fetch, need)
         k = 0
         for c, _, _, n in runs:
             if n == 1:
@@ -295,10 +297,24 @@ def resolve(
             k += n
         return out
     keys = list(distinct)
-    by = dict(zip(keys, fetch(keys)))
+    by = dict(zip(keys, _fetched(fetch, keys)))
     for c, base, lo, n in runs:
         out[c] = by[(base, lo)] if n == 1 else hash_run([by[(base, j)] for j in range(lo, lo + n)])
     return out
+
+
+def _fetched(fetch: Callable[[list[Coord]], list[bytes]], coords: list[Coord]) -> list[bytes]:
+    """Return ``fetch(coords)``, refused unless it holds one root per coordinate.
+
+    A run of too few roots would still hash to a root, just not this tree's.
+
+    Raises:
+        ValueError: naming how many roots came back for how many coordinates.
+    """
+    got = fetch(coords)
+    if len(got) != len(coords):
+        raise ValueError(f"fetch returned {len(got)} roots for {len(coords)} coordinates")
+    return got
 
 
 def _up(row: list[bytes], node: Callable[[bytes, bytes], bytes]) -> bytes:
@@ -521,6 +537,7 @@ def root_from_inclusion(
     index and size (wrong length, malformed hash).
     """
     node = _hasher(algo)[1]
+    proof = list(proof)  # read once: it is checked, then walked
     if not (0 <= index < size) or not _well_formed([leaf, *proof]):
         return None
     fn, sn, r = index, size - 1, leaf
@@ -571,6 +588,7 @@ def verify_consistency(
     empty proof. Roots and proof hashes must be 32 bytes.
     """
     _, node, empty = _hasher(algo)
+    proof = list(proof)  # read once: it is checked, then walked
     if not (0 <= old_size <= new_size) or not _well_formed([old_root, new_root, *proof]):
         return False
     if old_size == 0:

@@ -11,12 +11,16 @@
 //! those the caller takes msgspec's path, which encodes or refuses them; None is never a
 //! refusal of its own, so declining more than needed costs time and never bytes.
 
-use pyo3::exceptions::PyValueError;
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyInt, PyList, PyString, PyTuple, PyType};
 
 /// The checks of `compactstore.events._field_check`, by the same numbers.
+/// The deepest JSON an encoder takes (the store's own limit is 64): each level is a native
+/// stack frame, and a thread's stack may be small.
+const MAX_DEPTH: usize = 256;
+
 const STR: u8 = 0;
 const INT: u8 = 1;
 const BOOL: u8 = 2;
@@ -145,6 +149,12 @@ impl Encoder {
     /// `(name, key bytes, check, nullable, literal values, omit, default, nonempty, nonneg, stamped, absent)`.
     #[new]
     fn new(plans: &Bound<'_, PyList>, limit: usize, depth: usize) -> PyResult<Self> {
+        // Each level of a JSON value is a frame of native stack: bound it.
+        if depth > MAX_DEPTH {
+            return Err(PyValueError::new_err(format!(
+                "depth must be at most {MAX_DEPTH}, got {depth}"
+            )));
+        }
         let mut out = Vec::with_capacity(plans.len());
         for plan in plans.iter() {
             let (cls, parts): (Bound<'_, PyType>, Bound<'_, PyList>) = plan.extract()?;
@@ -172,24 +182,39 @@ impl Encoder {
     fn encode<'py>(
         &self,
         py: Python<'py>,
-        events: &Bound<'py, PyList>,
+        events: &Bound<'py, PyAny>,
         start: usize,
         clock: &Bound<'py, PyAny>,
-        scale: i64,
+        scale: &Bound<'py, PyAny>,
     ) -> PyResult<Encoded<'py>> {
-        if scale < 1 {
+        // An exact list only: a subclass's own methods would not be the ones read here.
+        let events = events
+            .cast_exact::<PyList>()
+            .map_err(|_| PyTypeError::new_err("events must be a list"))?;
+        if scale.lt(1)? {
             return Err(PyValueError::new_err(format!("scale must be at least 1, got {scale}")));
         }
+        // As Python reads `clock() // scale`: in i64 for exact ints, else by Python's `//`.
+        let one = scale.eq(1)?;
+        let fast = if scale.is_exact_instance_of::<PyInt>() {
+            scale.extract::<i64>().ok()
+        } else {
+            None
+        };
         let mut buf = Vec::with_capacity(4096);
         let (bodies, stamps, read) = (PyList::empty(py), PyList::empty(py), PyList::empty(py));
         let mut i = start;
         while i < events.len() {
             let mut stamp = clock.call0()?;
-            if scale != 1 {
-                // Python's floor division, for a clock in finer units (time.time_ns).
-                stamp = match stamp.extract::<i64>() {
-                    Ok(n) => n.div_euclid(scale).into_pyobject(py)?.into_any(),
-                    Err(_) => stamp.call_method1("__floordiv__", (scale,))?,
+            if !one {
+                let exact = if stamp.is_exact_instance_of::<PyInt>() {
+                    stamp.extract::<i64>().ok()
+                } else {
+                    None
+                };
+                stamp = match (exact, fast) {
+                    (Some(n), Some(d)) => n.div_euclid(d).into_pyobject(py)?.into_any(),
+                    _ => stamp.floor_div(scale)?,
                 };
             }
             stamps.append(&stamp)?;

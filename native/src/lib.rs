@@ -8,11 +8,13 @@
 //! hashing, except for work of a few node hashes, where releasing it would cost more than
 //! the hashing.
 
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use std::sync::{Mutex, MutexGuard};
+
+use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::marker::Ungil;
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedBytes;
-use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
+use pyo3::types::{PyBytes, PyList, PyTuple};
 
 pub mod content;
 pub mod hash;
@@ -43,34 +45,58 @@ where
     }
 }
 
-/// Return the 32-byte hash `obj`, or None when it is not one.
+/// Return the 32-byte hash `obj`, or None when it is not one: an exact `bytes` of 32 bytes
+/// (a subclass may answer `len` or `==` its own way, which only the reference asks).
 fn hash_of(obj: &Bound<'_, PyAny>) -> Option<Hash> {
-    obj.cast::<PyBytes>().ok().and_then(|b| b.as_bytes().try_into().ok())
+    obj.cast_exact::<PyBytes>()
+        .ok()
+        .and_then(|b| b.as_bytes().try_into().ok())
 }
 
-/// Return the hashes of iterable `items`; ValueError names the first that is not 32 bytes
-/// of `bytes` (`compactstore.merkle` then asks the reference, which hashes whatever it is given).
+/// The items of an exact list or tuple; anything else is a TypeError naming `field`.
+///
+/// Native code reads only containers whose length and items are what it sees in C: a
+/// subclass or another sequence may define them otherwise (or report a length it does not
+/// have), so `compactstore.merkle` hands those to the reference, which reads them as
+/// Python does.
+fn items_of<'py>(field: &str, obj: &Bound<'py, PyAny>) -> PyResult<Vec<Bound<'py, PyAny>>> {
+    if let Ok(list) = obj.cast_exact::<PyList>() {
+        return Ok(list.iter().collect());
+    }
+    if let Ok(tuple) = obj.cast_exact::<PyTuple>() {
+        return Ok(tuple.iter().collect());
+    }
+    Err(PyTypeError::new_err(format!("{field} must be a list or a tuple")))
+}
+
+/// Return the hashes of list or tuple `items`; ValueError names the first that is not an
+/// exact 32-byte `bytes` (`compactstore.merkle` then asks the reference).
 fn hashes_of(field: &str, items: &Bound<'_, PyAny>) -> PyResult<Vec<Hash>> {
-    let mut out = Vec::with_capacity(items.len().unwrap_or(0));
-    for (i, item) in items.try_iter()?.enumerate() {
-        let Some(h) = hash_of(&item?) else {
-            return Err(PyValueError::new_err(format!("{field}[{i}] is not a 32-byte hash")));
-        };
-        out.push(h);
-    }
-    Ok(out)
+    items_of(field, items)?
+        .iter()
+        .enumerate()
+        .map(|(i, item)| {
+            hash_of(item).ok_or_else(|| PyValueError::new_err(format!("{field}[{i}] is not a 32-byte hash")))
+        })
+        .collect()
 }
 
-/// Return the hashes of iterable `items`, or None when one is not 32 bytes of `bytes`.
-fn well_formed(items: &Bound<'_, PyAny>) -> PyResult<Option<Vec<Hash>>> {
-    let mut out = Vec::new();
-    for item in items.try_iter()? {
-        match hash_of(&item?) {
-            Some(h) => out.push(h),
-            None => return Ok(None),
-        }
-    }
-    Ok(Some(out))
+/// Return the hash `obj` is, or None when it is an exact `bytes` of another length. Anything
+/// else is a TypeError naming `field`: the reference judges it.
+fn hash_arg(field: &str, obj: &Bound<'_, PyAny>) -> PyResult<Option<Hash>> {
+    let b = obj
+        .cast_exact::<PyBytes>()
+        .map_err(|_| PyTypeError::new_err(format!("{field} must be bytes, not {}", obj.get_type())))?;
+    Ok(b.as_bytes().try_into().ok())
+}
+
+/// Return the hashes of list or tuple `items`, or None when one is an exact `bytes` of
+/// another length (as [`hash_arg`] reads each).
+fn well_formed(field: &str, items: &Bound<'_, PyAny>) -> PyResult<Option<Vec<Hash>>> {
+    items_of(field, items)?
+        .iter()
+        .map(|item| hash_arg(field, item))
+        .collect()
 }
 
 /// One entry as Python passed it: `bytes` held as it is (immutable, so its buffer stays
@@ -97,21 +123,12 @@ impl<'py> FromPyObject<'_, 'py> for Entries<'py> {
                 Err(e) => Ok(Entry::Other(e.into_inner().extract()?)),
             }
         };
-        if let Ok(list) = obj.cast::<PyList>() {
-            return Ok(Entries(list.iter().map(one).collect::<PyResult<_>>()?));
-        }
-        if let Ok(tuple) = obj.cast::<PyTuple>() {
-            return Ok(Entries(tuple.iter().map(one).collect::<PyResult<_>>()?));
-        }
-        if obj.is_instance_of::<PyString>() {
-            // As a `Vec` extraction refuses it: a string is not a list of entries.
-            return Err(PyTypeError::new_err("Can't extract `str` to `Vec`"));
-        }
-        let mut out = Vec::with_capacity(obj.len().unwrap_or(0));
-        for item in obj.try_iter()? {
-            out.push(one(item?)?);
-        }
-        Ok(Entries(out))
+        Ok(Entries(
+            items_of("entries", &obj.to_owned())?
+                .into_iter()
+                .map(one)
+                .collect::<PyResult<_>>()?,
+        ))
     }
 }
 
@@ -154,7 +171,7 @@ fn leaf_hashes<'py>(py: Python<'py>, entries: Entries<'py>) -> PyResult<Bound<'p
 
 /// Return the BLAKE3 hash of ``data``, keyed with the 32-byte ``key`` unless it is None.
 #[pyfunction]
-#[pyo3(signature = (data, key, /))]
+#[pyo3(signature = (data, key))]
 fn digest<'py>(py: Python<'py>, data: PyBackedBytes, key: Option<PyBackedBytes>) -> PyResult<Bound<'py, PyBytes>> {
     let h = match key {
         None => blake3::hash(&data),
@@ -287,7 +304,7 @@ fn root_from_inclusion<'py>(
     size: u64,
     proof: &Bound<'py, PyAny>,
 ) -> PyResult<Option<Bound<'py, PyBytes>>> {
-    let (Some(leaf), Some(proof)) = (hash_of(leaf), well_formed(proof)?) else {
+    let (Some(leaf), Some(proof)) = (hash_arg("leaf", leaf)?, well_formed("proof", proof)?) else {
         return Ok(None);
     };
     let root = py.detach(|| tree::root_from_inclusion(&leaf, index, size, &proof));
@@ -304,8 +321,11 @@ fn verify_consistency(
     new_root: &Bound<'_, PyAny>,
     proof: &Bound<'_, PyAny>,
 ) -> PyResult<bool> {
-    let (Some(old_root), Some(new_root), Some(proof)) = (hash_of(old_root), hash_of(new_root), well_formed(proof)?)
-    else {
+    let (Some(old_root), Some(new_root), Some(proof)) = (
+        hash_arg("old_root", old_root)?,
+        hash_arg("new_root", new_root)?,
+        well_formed("proof", proof)?,
+    ) else {
         return Ok(false);
     };
     Ok(py.detach(|| tree::verify_consistency(old_size, new_size, &old_root, &new_root, &proof)))
@@ -330,7 +350,15 @@ fn frontier_args(
             frontier.len()
         )));
     }
-    Ok((frontier, hashes_of("leaves", leaves)?))
+    let leaves = hashes_of("leaves", leaves)?;
+    // Sizes are u64: a tree of 2**64 leaves or more is the reference's.
+    if size.checked_add(leaves.len() as u64).is_none() {
+        return Err(PyValueError::new_err(format!(
+            "{} leaves after {size} pass 2**64 - 1",
+            leaves.len()
+        )));
+    }
+    Ok((frontier, leaves))
 }
 
 /// The completed subtrees ``(level, index, root)`` as a Python list.
@@ -392,10 +420,26 @@ fn frontier_push<'py>(
 }
 
 /// The content digest of a span, fed batch by batch (see `content.rs`).
-#[pyclass(module = "compactstore._native")]
+///
+/// Safe to share between threads: each `update` adds its batch whole, under the digest's
+/// own lock, taken with the GIL released when the batch is large.
+#[pyclass(frozen, module = "compactstore._native")]
 struct ContentDigest {
-    state: Option<content::State>,
-    done: Option<Hash>,
+    inner: Mutex<Digesting>,
+}
+
+/// The state being fed, or the digest once taken.
+enum Digesting {
+    Open(Box<content::State>),
+    Done(Hash),
+}
+
+impl ContentDigest {
+    fn lock(&self) -> PyResult<MutexGuard<'_, Digesting>> {
+        self.inner
+            .lock()
+            .map_err(|_| PyRuntimeError::new_err("a content digest broke off mid-update: start another"))
+    }
 }
 
 #[pymethods]
@@ -403,32 +447,52 @@ impl ContentDigest {
     #[new]
     fn new(tag: &[u8]) -> Self {
         ContentDigest {
-            state: Some(content::State::new(tag)),
-            done: None,
+            inner: Mutex::new(Digesting::Open(Box::new(content::State::new(tag)))),
         }
     }
 
     /// Add the next bodies, in order. A body that is not bytes (None) is a TypeError.
-    fn update(&mut self, py: Python<'_>, bodies: Vec<PyBackedBytes>) -> PyResult<()> {
-        let Some(state) = self.state.as_mut() else {
-            return Err(PyValueError::new_err("the digest was taken: start another"));
+    ///
+    /// A list or tuple is read as it is; any other iterable once, into a list, as
+    /// `list(bodies)` reads it.
+    fn update(&self, py: Python<'_>, bodies: &Bound<'_, PyAny>) -> PyResult<()> {
+        let listed;
+        let bodies = if bodies.is_exact_instance_of::<PyList>() || bodies.is_exact_instance_of::<PyTuple>() {
+            bodies
+        } else {
+            listed = py.get_type::<PyList>().call1((bodies,))?;
+            &listed
         };
+        let bodies = items_of("bodies", bodies)?
+            .iter()
+            .map(|b| b.extract::<PyBackedBytes>().map_err(PyErr::from))
+            .collect::<PyResult<Vec<_>>>()?;
+        if matches!(*self.lock()?, Digesting::Done(_)) {
+            return Err(PyValueError::new_err("the digest was taken: start another"));
+        }
         let small = bodies.iter().map(|b| b.len()).sum::<usize>() < DETACH_BYTES;
-        detach_unless(py, small, || {
+        detach_unless(py, small, || -> PyResult<()> {
+            let mut inner = self.lock()?;
+            let Digesting::Open(state) = &mut *inner else {
+                return Err(PyValueError::new_err("the digest was taken: start another"));
+            };
             for body in &bodies {
                 state.add(body);
             }
             state.flush();
-        });
-        Ok(())
+            Ok(())
+        })
     }
 
     /// Return the 32-byte digest of everything added (the same on every call).
-    fn digest<'py>(&mut self, py: Python<'py>) -> Bound<'py, PyBytes> {
-        if let Some(state) = self.state.take() {
-            self.done = Some(state.finish());
-        }
-        PyBytes::new(py, self.done.as_ref().expect("set when the state was taken"))
+    fn digest<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
+        let mut inner = self.lock()?;
+        let done = match std::mem::replace(&mut *inner, Digesting::Done([0; 32])) {
+            Digesting::Open(state) => state.finish(),
+            Digesting::Done(h) => h,
+        };
+        *inner = Digesting::Done(done);
+        Ok(PyBytes::new(py, &done))
     }
 }
 
