@@ -849,6 +849,7 @@ def _by_index(writes: Sequence[tuple[str, Any]]) -> dict[int, tuple[str, Any]]:
 
     Of two writes to one special channel the last counts; of two at one regular idx, the first.
     """
+    writes = writes if type(writes) is list or type(writes) is tuple else list(writes)  # read once
     if WRITES_IDX_MAP.keys().isdisjoint(map(_CHANNEL, writes)):  # the usual case: regular writes only
         return dict(enumerate(writes))
     batch: dict[int, tuple[str, Any]] = {}

@@ -62,8 +62,8 @@ class ThreadIndex(Tail):
         self.namespaces: dict[str, Namespace] = {}
         #: position -> what it holds: ("c", ns, id, blob keys) or ("w", ns, id, (task, idx))
         self.at: dict[int, tuple[Any, ...]] = {}
-        #: a thread id read from a graph state event (for sessions named by digest)
-        self.thread_id: str | None = None
+        #: live graph state position -> the thread id it names (for sessions named by digest)
+        self.named: dict[int, str] = {}
         #: graph state position -> the earlier positions its list values are spread over
         self.deps: dict[int, set[int]] = {}
         #: namespace -> channel -> the list value this process last stored there
@@ -99,9 +99,11 @@ class ThreadIndex(Tail):
         A task's writes (``put_writes``) come as a run against one checkpoint: its
         namespace and per-checkpoint map are looked up once per run.
         """
-        at, space, per, ns, cid = self.at, None, None, None, None
+        at, live, space, per, ns, cid = self.at, self.live, None, None, None, None
         for record in records:
-            event = record.event
+            event, pos = record.event, record.pos
+            self.size = pos + 1  # read, then applied, as refresh takes it
+            live.add(pos)
             if type(event) is not ev.Write:
                 self.apply(record)
                 ns = None  # the run of writes ends: look the maps up again
@@ -112,9 +114,15 @@ class ThreadIndex(Tail):
                 per = space.writes.get(cid)
                 if per is None:
                     per = space.writes[cid] = {}
-            wkey, pos = (event.task, event.idx), record.pos
+            wkey = (event.task, event.idx)
             per[wkey] = per.get(wkey, ()) + (pos,)
             at[pos] = ("w", ns, cid, wkey)
+
+    @property
+    def thread_id(self) -> str | None:
+        """The thread id the latest live graph state names, or None."""
+        named = self.named
+        return named[max(named)] if named else None
 
     def _apply_talk(self, event: ev.Event, pos: int, meta: dict[str, Any]) -> None:
         """Index an event the saver recorded from a message or an interrupt."""
@@ -149,7 +157,7 @@ class ThreadIndex(Tail):
             space.runs[event.id] = run
         thread = event.value.get("thread") if isinstance(event.value, dict) else None
         if isinstance(thread, str):
-            self.thread_id = thread
+            self.named[pos] = thread
         spread = parts(event.value)
         if spread:
             self.deps[pos] = spread
@@ -177,6 +185,7 @@ class ThreadIndex(Tail):
             if entry[0] == "c":
                 _, _, cid, keys = entry
                 self.deps.pop(pos, None)
+                self.named.pop(pos, None)
                 _drop(space.where, cid, pos)
                 if cid not in space.where:
                     space.ids.remove(cid)

@@ -164,27 +164,24 @@ class Tail:
                 self._take(record)
 
     def own(self, records: Sequence[Record]) -> None:
-        """Apply records this process just appended, reading any gap other writers left first."""
+        """Apply records this process just appended; the index then holds what the log holds up to them.
+
+        One commit's fresh records (the usual case) follow the index's end in order with
+        nothing among them that erases: they are applied as a batch (:meth:`apply_all`).
+        Anything else (a gap another writer left, replays of idempotent appends, a
+        redaction) is read back from the log instead, by :meth:`refresh`.
+        """
         with self.lock:
             if not records:
                 return
             first = records[0].pos
-            if first > self.size:
-                self.refresh()
-            # One commit's fresh records (the usual case): in order from the index's end, and
-            # nothing among them that erases. They are applied as a batch, without the
-            # per-record branches of _take; anything else (replays, redactions) one by one.
             if (first == self.size and records[-1].pos == first + len(records) - 1
                     and list(map(_POS, records)) == list(range(first, first + len(records)))
                     and _ERASING.isdisjoint(map(type, map(_EVENT, records)))
                     and "redacted" not in map(_KIND, records)):
-                self.size = first + len(records)
-                self.live.update(range(first, self.size))
                 self.apply_all(records)
-                return
-            for record in records:
-                if record.pos >= self.size:
-                    self._take(record)
+            else:
+                self.refresh()
 
     def commit(self, events: Sequence[ev.Event]) -> list[Record] | None:
         """Append ``events`` in one transaction, if the log still ends where the index does.
@@ -223,8 +220,15 @@ class Tail:
         """Index one live record (not a redaction)."""
 
     def apply_all(self, records: Sequence[Record]) -> None:
-        """Index live records at consecutive positions, none of them a redaction: :meth:`apply` each, in order."""
+        """Take live records that follow the index's end, none a redaction: each read, then applied, in order.
+
+        As :meth:`refresh` takes them: when :meth:`apply` raises, the records before are
+        applied and the rest are left unread.
+        """
+        live = self.live
         for record in records:
+            self.size = record.pos + 1
+            live.add(record.pos)
             self.apply(record)
 
     def forget(self, positions: Sequence[int]) -> None:
