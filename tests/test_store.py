@@ -347,3 +347,28 @@ def test_the_native_and_pure_paths_write_the_same_bytes(tmp_path: Path) -> None:
         pytest.skip("compactstore._native is not built: both runs took the pure path")
     assert pure_run[:2] == ["False", "pure"]
     assert native[2:] == pure_run[2:] and native[4] == "True"
+
+
+#: Makes ``compactstore._native`` impossible to import, as where the extension was never built.
+_NO_EXTENSION = """
+import sys
+class _NoExtension:
+    def find_spec(self, name, path=None, target=None):
+        if name == "compactstore._native":
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+sys.meta_path.insert(0, _NoExtension())
+"""
+
+
+def test_without_the_extension_the_package_works_on_the_pure_path_with_the_same_bytes(tmp_path: Path) -> None:
+    """Where the extension cannot be imported, a store is written, read and verified on the pure path, to the same bytes."""
+    runs = []
+    for name, code in (("native", _WRITE_AND_DIGEST), ("absent", _NO_EXTENSION + _WRITE_AND_DIGEST)):
+        env = {k: v for k, v in os.environ.items() if k != "COMPACTSTORE_PURE"}
+        done = subprocess.run([sys.executable, "-c", code, str(tmp_path / f"{name}.db")],
+                              capture_output=True, text=True, timeout=120, check=True, env=env)
+        runs.append(done.stdout.split())
+    with_extension, absent = runs
+    assert absent[:2] == ["False", "pure"]
+    assert absent[2:] == with_extension[2:] and absent[4] == "True"
