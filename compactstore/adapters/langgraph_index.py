@@ -64,6 +64,8 @@ class ThreadIndex(Tail):
         self.at: dict[int, tuple[Any, ...]] = {}
         #: live graph state position -> the thread id it names (for sessions named by digest)
         self.named: dict[int, str] = {}
+        #: the thread id the latest live graph state names, or None
+        self.thread_id: str | None = None
         #: graph state position -> the earlier positions its list values are spread over
         self.deps: dict[int, set[int]] = {}
         #: namespace -> channel -> the list value this process last stored there
@@ -118,12 +120,6 @@ class ThreadIndex(Tail):
             per[wkey] = per.get(wkey, ()) + (pos,)
             at[pos] = ("w", ns, cid, wkey)
 
-    @property
-    def thread_id(self) -> str | None:
-        """The thread id the latest live graph state names, or None."""
-        named = self.named
-        return named[max(named)] if named else None
-
     def _apply_talk(self, event: ev.Event, pos: int, meta: dict[str, Any]) -> None:
         """Index an event the saver recorded from a message or an interrupt."""
         mid = meta.get(MESSAGE)
@@ -158,6 +154,7 @@ class ThreadIndex(Tail):
         thread = event.value.get("thread") if isinstance(event.value, dict) else None
         if isinstance(thread, str):
             self.named[pos] = thread
+            self.thread_id = thread  # records are applied in position order: this is the latest
         spread = parts(event.value)
         if spread:
             self.deps[pos] = spread
@@ -171,6 +168,7 @@ class ThreadIndex(Tail):
 
     def forget(self, positions: Sequence[int]) -> None:
         """Drop the checkpoints and writes at redacted ``positions``."""
+        named = len(self.named)
         for pos in positions:
             said = self.talk.pop(pos, None)
             if said is not None:
@@ -206,6 +204,8 @@ class ThreadIndex(Tail):
                     space.writes.pop(cid, None)
             if not (space.ids or space.where or space.writes or space.blobs or space.runs):
                 del self.namespaces[entry[1]]  # as if never read: an index read from the log has none
+        if len(self.named) != named:  # a state naming the thread went: the latest left names it
+            self.thread_id = self.named[max(self.named)] if self.named else None
 
     # --- questions ---------------------------------------------------------------------
 
