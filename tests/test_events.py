@@ -355,12 +355,21 @@ def test_a_clock_that_changes_the_callers_list_changes_nothing(batch: list[ev.Ev
         ev._NATIVE = saved
 
 
-@given(st.lists(st.one_of(events(), wild_events(), st.just({"kind": "turn"})), min_size=1, max_size=5))
-@settings(max_examples=400, deadline=None)
-def test_prepare_is_the_same_on_the_native_and_pure_paths(batch: list[ev.Event]) -> None:
-    """prepare gives the same events, bytes, refusals and clock readings with the native encoder and without it."""
+class _OwnInt(int):
+    """A clock reading that is an int, but not exactly one."""
+
+
+#: Clock readings a caller's clock may give: within and past 64 bits, and not ints at all.
+_READINGS = st.one_of(st.integers(0, 2**62), st.sampled_from([2**64 - 1, 2**64, -1, True, 1.5, None, "x", _OwnInt(3)]))
+
+
+@given(st.lists(st.one_of(events(), wild_events(), st.just({"kind": "turn"})), min_size=1, max_size=5),
+       st.one_of(st.none(), st.lists(_READINGS, min_size=6, max_size=6)))
+@settings(max_examples=600, deadline=None)
+def test_prepare_is_the_same_on_the_native_and_pure_paths(batch: list[ev.Event], readings: list[object] | None) -> None:
+    """prepare gives the same events, bytes, refusals and clock readings with the native encoder and without it, whatever the clock reads."""
     def outcome() -> tuple[object, ...]:
-        clock = ev.tick_clock(1, 1)
+        clock = ev.tick_clock(1, 1) if readings is None else iter([*readings, *[7] * 10]).__next__
         try:
             got = ev.prepare(batch, clock, lambda i, e: ev.Prepared(*ev.canonical(e), None, False))
         except Exception as exc:  # noqa: BLE001 - the refusal itself is what is compared

@@ -1017,28 +1017,6 @@ def test_encoder_and_hashing_do_not_leak_memory() -> None:
 # =====================================================================================
 
 
-@given(st.lists(plain_events(), min_size=1, max_size=5),
-       st.lists(st.one_of(st.integers(0, 2**62), st.sampled_from([2**64 - 1, 2**64, -1, True, 1.5, None, "x", IntSub(3)])),
-                min_size=6, max_size=6))
-@settings(max_examples=600, deadline=None, suppress_health_check=list(HealthCheck))
-def test_prepare_with_odd_clocks_is_the_same_natively_and_purely(batch: list[Any], readings: list[Any]) -> None:
-    def run() -> tuple[Any, ...]:
-        it = iter(readings + [7] * 10)
-        try:
-            got = E.prepare(list(batch), it.__next__, lambda i, e: E.Prepared(*E.canonical(e), None, False))
-        except Exception as exc:  # noqa: BLE001
-            return ("refused", type(exc), getattr(exc, "field", None), str(exc), next(it))
-        return ("ok", [(p.event, p.body, p.key, p.stamped) for p in got], next(it))
-
-    native_result = run()
-    saved, E._NATIVE = E._NATIVE, None
-    try:
-        pure_result = run()
-    finally:
-        E._NATIVE = saved
-    assert native_result == pure_result
-
-
 E2E = r'''
 import hashlib, sys, tempfile, os, random, itertools
 import compactstore as cs
