@@ -1212,3 +1212,61 @@ def test_root_with_rejects_positions_outside_the_tree_negative_sizes_and_unknown
     assert info.value.field == "algo"
     assert calls == []
     assert merkle.root_with({}, 0, fetch) == merkle.empty_root()
+
+
+def _share_run_alongside(call: Callable[[], object]) -> float:
+    """Return the share of ``call``'s time (run in another thread) during which this thread also ran.
+
+    While ``call`` holds the GIL this thread cannot take a step, so the share is near 0;
+    while it has released it, this thread steps all along, so the share is near 1.
+    """
+    import threading
+    import time
+
+    window: list[float] = []
+    steps: list[float] = []
+    done = threading.Event()
+
+    def work() -> None:
+        window.append(time.perf_counter())
+        call()
+        window.append(time.perf_counter())
+        done.set()
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-4)  # hand the GIL back soon after a call returns, so the window ends with it
+    try:
+        worker = threading.Thread(target=work)
+        worker.start()
+        clock, note = time.perf_counter, steps.append
+        while not done.is_set():
+            note(clock())
+        worker.join()
+    finally:
+        sys.setswitchinterval(interval)
+    start, end = window
+    inside = [t for t in steps if start < t < end]
+    return (max(inside) - min(inside)) / (end - start) if len(inside) > 1 else 0.0
+
+
+def test_the_gil_probe_tells_held_from_released() -> None:
+    """The probe below itself: a C loop that keeps the GIL gives a share near 0, a sleep near 1."""
+    import time
+
+    assert _share_run_alongside(lambda: sum(range(2 * 10**7))) < 0.3
+    assert _share_run_alongside(lambda: time.sleep(0.05)) > 0.5
+
+
+@pytest.mark.parametrize("what", ["leaf_hashes", "tree_root", "content digest"])
+def test_native_hashing_releases_the_gil_so_other_threads_run(what: str) -> None:
+    """While a large batch is hashed natively, another Python thread keeps running (held, it could not take a step)."""
+    import compactstore.content as content
+
+    _native_and_pure()
+    bodies = [bytes([i % 251]) * 65536 for i in range(2048)]  # 128 MiB: tens of milliseconds of hashing
+    call: Callable[[], object] = {
+        "leaf_hashes": lambda: public_merkle.leaf_hashes(bodies),
+        "tree_root": lambda: public_merkle.tree_root(bodies),
+        "content digest": lambda: content.digester().update(bodies),
+    }[what]
+    assert _share_run_alongside(call) > 0.5
