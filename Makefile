@@ -30,4 +30,4 @@ bench: $(VENV)/.bench-installed
 	$(PY) benchmarks/run_all.py $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis *.egg-info native/target compactstore/_native.*.so
+	rm -rf $(VENV) .pytest_cache .hypothesis *.egg-info native/target compactstore/native.*.so

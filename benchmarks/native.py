@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Native hashing: the Merkle tree through compactstore._native against raw BLAKE3 and the pure reference.
+"""Native hashing: the Merkle tree through compactstore.native against raw BLAKE3 and the pure reference.
 
     python benchmarks/native.py [--repeat N]
 
@@ -167,7 +167,7 @@ def encode_rows(repeat: int) -> Section:
 
         return run
 
-    methods = [("reference (plain checks, msgspec)", encode(False)), ("native (_native.Encoder)", encode(True))]
+    methods = [("reference (plain checks, msgspec)", encode(False)), ("native (native.Encoder)", encode(True))]
     if ev.encode_plain(batch, 0, ev.tick_clock()) != ev._encode_plain_reference(batch, 0, ev.tick_clock(), 1):
         raise SystemExit("the native encoder and the reference gave different bytes")
     got = interleaved(methods, repeat)
@@ -190,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     harness.print_machine(info, args.repeat)
     print(f"merkle:   {merkle.IMPLEMENTATION} implementation; blake3 (PyPI) {blake3.__version__}")
     if merkle.IMPLEMENTATION != "native":
-        print("warning: compactstore._native is not in use (not built, or COMPACTSTORE_PURE=1): "
+        print("warning: compactstore.native is not in use (not built, or COMPACTSTORE_PURE=1): "
               "the 'merkle.' rows are the pure reference")
     done = [root_rows(args.repeat), frontier_rows(args.repeat)]
     if merkle.IMPLEMENTATION == "native":  # the same switch (COMPACTSTORE_PURE) picks the encoder

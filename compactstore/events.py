@@ -867,11 +867,11 @@ def _native_plan(cls: type[Event], plan: _Plan) -> list[bytes | tuple[object, ..
 
 
 def _native_encoder() -> Any:
-    """Return the native encoder of plain events (``_native.Encoder``), or None on the pure path."""
+    """Return the native encoder of plain events (``native.Encoder``), or None on the pure path."""
     if os.environ.get("COMPACTSTORE_PURE", "") not in ("", "0"):
         return None
     try:
-        from ._native import Encoder
+        from .native import Encoder
     except ImportError:  # a source tree whose extension is not built
         return None
     plans = [(t, parts) for t, plan in _PLANS.items() if (parts := _native_plan(t, plan)) is not None]

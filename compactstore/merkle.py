@@ -11,7 +11,7 @@ subtree roots in O(log n). A subtree is named by ``(level, index)``: it covers
 positions ``[index << level, (index + 1) << level)``; level 0 is a leaf.
 
 Two implementations give the same bytes: ``compactstore.merkle_pure``, the pure-Python
-reference, and ``compactstore._native``, a Rust extension that hashes BLAKE3 leaves and
+reference, and ``compactstore.native``, a Rust extension that hashes BLAKE3 leaves and
 nodes many at a time (the SIMD lanes of a core shared across leaves, every core for large
 batches) with the GIL released. BLAKE3 runs natively when the extension is built, unless
 the environment sets ``COMPACTSTORE_PURE=1``; :data:`IMPLEMENTATION` says which. SHA-256,
@@ -48,7 +48,7 @@ from .merkle_pure import is_stored as is_stored
 
 if os.environ.get("COMPACTSTORE_PURE", "") in ("", "0"):
     try:
-        from . import _native as native
+        from . import native
     except ImportError:  # a source tree whose extension is not built
         native = None  # type: ignore[assignment]
 else:

@@ -1,6 +1,6 @@
 """The pure-Python implementation of :mod:`compactstore.merkle`: the reference.
 
-Every function here gives the bytes that ``compactstore._native`` must give; the tests
+Every function here gives the bytes that ``compactstore.native`` must give; the tests
 hold the two to each other and both to a naive oracle. :mod:`compactstore.merkle`
 documents the trees and proofs, re-exports what is the same in both (the coordinate
 arithmetic, serving from stored roots) and calls the native module for BLAKE3 when it is

@@ -11,14 +11,10 @@ import compactstore
 
 SOURCE = Path(compactstore.__file__).parent
 
-#: The native core: an extension module, with no ``.py`` source to parse.
-NATIVE = "compactstore._native"
-#: (importer, imported) pairs allowed to cross a private name. The native core is private,
-#: as C accelerators are (``_json``, ``_sqlite3``): only the two modules that wrap it,
-#: each beside its pure reference, import it; everything else goes through them.
-ALLOWED_PRIVATE_IMPORTS: set[tuple[str, str]] = {
-    ("compactstore.merkle", NATIVE), ("compactstore.events", NATIVE),
-}  # fmt: skip
+#: The native accelerator: an extension module, with no ``.py`` source to parse.
+NATIVE = "compactstore.native"
+#: (importer, imported) pairs allowed to cross a private name: none.
+ALLOWED_PRIVATE_IMPORTS: set[tuple[str, str]] = set()
 
 #: Import cycles kept on purpose, each with its reason. The command's registration is not
 #: one: cli/__init__ imports the subcommand modules and app, the subcommand modules import
@@ -31,7 +27,7 @@ ALLOWED_CYCLES: dict[frozenset[str], str] = {}
 #: module, and no module imports it.
 LAYERS = {
     # 1. Values and pure functions: no I/O, no state.
-    "errors": 1, "events": 1, "merkle": 1, "merkle_pure": 1, "_native": 1, "seal": 1, "content": 1,
+    "errors": 1, "events": 1, "merkle": 1, "merkle_pure": 1, "native": 1, "_native": 1, "seal": 1, "content": 1,
     # 2. Facts: what a log says (structure), the one Facts interface, the read protocol.
     "structure": 2, "facts": 2, "view": 2,
     # 3. Rules: pure functions over Facts.
@@ -305,7 +301,7 @@ def test_no_module_reaches_a_private_attribute_of_another_modules_object() -> No
 
 
 def test_no_private_name_is_imported_across_modules() -> None:
-    """No module imports a private name or module, but merkle.py and events.py the native core."""
+    """No module imports a private name or module, but merkle.py its native accelerator."""
     offenders = private_imports(package())
     assert offenders == [], listing(offenders)
 
@@ -361,7 +357,7 @@ def test_foreign_privates_allows_a_modules_own_private_names_only() -> None:
 
 
 def test_private_imports_finds_every_form_and_allows_none_across_modules() -> None:
-    """Private names and modules imported in any form are reported; a private alias is not; only the wrappers import the native core."""
+    """Private names and modules imported in any form are reported, merkle's included; a private alias is not."""
     bad = (
         "from .x import _y\nfrom p.x import z, _w\nimport p._x\nfrom . import _x\n"
         "def f():\n    from ._x import a\n"
@@ -374,12 +370,7 @@ def test_private_imports_finds_every_form_and_allows_none_across_modules() -> No
     ]  # fmt: skip
     native = "from . import _native\nfrom ._native import leaf\nimport compactstore._native\n"
     mods = parse({"compactstore/merkle.py": native, "compactstore/store.py": native})
-    assert [line.split(":")[0] for line in private_imports(mods)] == ["compactstore/store.py"] * 3
-    # The allowance is for the native module itself, not for its private names.
-    mods = parse({"compactstore/merkle.py": "from ._native import _pool\nfrom ._nativex import a\n"})
-    assert private_imports(mods) == [
-        "compactstore/merkle.py:1: imports compactstore._native._pool", "compactstore/merkle.py:2: imports compactstore._nativex.a",
-    ]  # fmt: skip
+    assert [line.split(":")[0] for line in private_imports(mods)] == ["compactstore/merkle.py"] * 3 + ["compactstore/store.py"] * 3
 
 
 def test_import_graph_resolves_relative_package_and_deferred_imports() -> None:

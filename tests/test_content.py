@@ -34,7 +34,7 @@ def _spans() -> list[list[bytes]]:
 def _native() -> content.Digester:
     got = merkle.content_digest(CONTENT_TAG)
     if got is None:
-        pytest.skip("compactstore._native is not in use: not built, or COMPACTSTORE_PURE=1")
+        pytest.skip("compactstore.native is not in use: not built, or COMPACTSTORE_PURE=1")
     return got
 
 

@@ -263,7 +263,7 @@ _stamps = st.one_of(st.integers(0, 2**62), st.sampled_from([2**63 - 1, 2**64 - 1
 def test_native_encoder_gives_the_references_bytes_and_stamps(batch: list[ev.Event], stamps: list[object], start: int) -> None:
     """Native and reference read the same stamps in order and give the same bytes; the native stops earlier only at a float."""
     if ev._NATIVE is None:
-        pytest.skip("compactstore._native is not in use: not built, or COMPACTSTORE_PURE=1")
+        pytest.skip("compactstore.native is not in use: not built, or COMPACTSTORE_PURE=1")
     start = min(start, len(batch))
     twins = [type(e)(**{f: _fresh(getattr(e, f)) for f in e.__struct_fields__}) for e in batch]  # type: ignore[arg-type]
     for events in (batch, twins):
@@ -280,7 +280,7 @@ def test_native_encoder_gives_the_references_bytes_and_stamps(batch: list[ev.Eve
 def test_native_encoder_scales_the_clock_and_raises_its_error() -> None:
     """``scale`` floor-divides each reading (the system clock in nanoseconds); a clock's error is raised as it is."""
     if ev._NATIVE is None:
-        pytest.skip("compactstore._native is not in use: not built, or COMPACTSTORE_PURE=1")
+        pytest.skip("compactstore.native is not in use: not built, or COMPACTSTORE_PURE=1")
     turns: list[ev.Event] = [cs.Turn("user", "a"), cs.Turn("user", "b")]
     readings = iter([1_999, 5_000])
     bodies, stamps, read, stop = ev._NATIVE.encode(turns, 0, readings.__next__, 1000)
@@ -306,7 +306,7 @@ def test_native_encoder_scales_the_clock_and_raises_its_error() -> None:
 def test_a_foreign_slot_is_read_by_name_not_by_offset() -> None:
     """A plan whose field a class borrowed from an unrelated type's member descriptor encodes nothing and does not crash."""
     code = (
-        "from compactstore._native import Encoder\n"
+        "from compactstore.native import Encoder\n"
         "class Big:\n    __slots__ = ('a', 'b', 'c', 'd')\n"
         "class B(bytes):\n    pass\n"
         "B.x = Big.__dict__['b']\n"
@@ -314,7 +314,7 @@ def test_a_foreign_slot_is_read_by_name_not_by_offset() -> None:
         "print(Encoder([(B, plan)], 1 << 20, 64).encode([B(b'A' * 32)], 0, lambda: 0, 1)[3])\n"
     )
     if ev._NATIVE is None:
-        pytest.skip("compactstore._native is not in use: not built, or COMPACTSTORE_PURE=1")
+        pytest.skip("compactstore.native is not in use: not built, or COMPACTSTORE_PURE=1")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert (done.returncode, done.stdout) == (0, "0\n"), done.stderr
 

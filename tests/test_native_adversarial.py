@@ -1,4 +1,4 @@
-"""Adversarial tests of the native core (``compactstore._native``) against the pure references.
+"""Adversarial tests of the native core (``compactstore.native``) against the pure references.
 
 The promise under test: for EVERY input the native path gives the reference's bytes, or
 declines/refuses as the reference does (declining *more* is allowed for the JSON encoder),
@@ -36,7 +36,7 @@ from compactstore import merkle_pure as P
 
 native: Any = M.native
 pytestmark = pytest.mark.skipif(
-    native is None or E._NATIVE is None, reason="compactstore._native is not in use (not built, or COMPACTSTORE_PURE=1)"
+    native is None or E._NATIVE is None, reason="compactstore.native is not in use (not built, or COMPACTSTORE_PURE=1)"
 )
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -1117,7 +1117,7 @@ def test_an_encoder_refuses_a_depth_past_its_cap_and_declines_deeper_json_withou
     done = run_py("""
         import threading
         from compactstore import events as E
-        from compactstore._native import Encoder
+        from compactstore.native import Encoder
         plans = [(t, parts) for t, plan in E._PLANS.items() if (parts := E._native_plan(t, plan)) is not None]
         try:
             Encoder(plans, 1 << 40, 10**9)

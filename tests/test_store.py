@@ -344,17 +344,17 @@ def test_the_native_and_pure_paths_write_the_same_bytes(tmp_path: Path) -> None:
         runs.append(done.stdout.split())
     native, pure_run = runs
     if native[:2] != ["True", "native"]:
-        pytest.skip("compactstore._native is not built: both runs took the pure path")
+        pytest.skip("compactstore.native is not built: both runs took the pure path")
     assert pure_run[:2] == ["False", "pure"]
     assert native[2:] == pure_run[2:] and native[4] == "True"
 
 
-#: Makes ``compactstore._native`` impossible to import, as where the extension was never built.
+#: Makes ``compactstore.native`` impossible to import, as where the extension was never built.
 _NO_EXTENSION = """
 import sys
 class _NoExtension:
     def find_spec(self, name, path=None, target=None):
-        if name == "compactstore._native":
+        if name == "compactstore.native":
             raise ModuleNotFoundError(f"No module named {name!r}", name=name)
         return None
 sys.meta_path.insert(0, _NoExtension())
@@ -372,3 +372,7 @@ def test_without_the_extension_the_package_works_on_the_pure_path_with_the_same_
     with_extension, absent = runs
     assert absent[:2] == ["False", "pure"]
     assert absent[2:] == with_extension[2:] and absent[4] == "True"
+    done = subprocess.run([sys.executable, "-c", _NO_EXTENSION + "import compactstore._native"],
+                          capture_output=True, text=True, timeout=120)
+    last = done.stderr.strip().splitlines()[-1]
+    assert done.returncode == 1 and last.startswith(("ImportError", "ModuleNotFoundError")), last  # its other name too

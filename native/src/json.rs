@@ -72,7 +72,7 @@ struct Plan {
 }
 
 /// The canonical encoder of plain events; see the module's documentation.
-#[pyclass(frozen, module = "compactstore._native")]
+#[pyclass(frozen, module = "compactstore.native")]
 pub struct Encoder {
     plans: Vec<Plan>,
     /// Bodies longer than this are declined (the caller refuses them in its own words).

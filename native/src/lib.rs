@@ -1,4 +1,4 @@
-//! `compactstore._native`: the BLAKE3 Merkle hot paths of `compactstore.merkle`, in Rust.
+//! `compactstore.native`: the BLAKE3 Merkle hot paths of `compactstore.merkle`, in Rust.
 //! (`json.rs` holds the other hot path, the canonical JSON of plain events for
 //! `compactstore.events`.)
 //!
@@ -423,7 +423,7 @@ fn frontier_push<'py>(
 ///
 /// Safe to share between threads: each `update` adds its batch whole, under the digest's
 /// own lock, taken with the GIL released when the batch is large.
-#[pyclass(frozen, module = "compactstore._native")]
+#[pyclass(frozen, module = "compactstore.native")]
 struct ContentDigest {
     inner: Mutex<Digesting>,
 }
@@ -497,7 +497,7 @@ impl ContentDigest {
 }
 
 #[pymodule]
-fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(leaf_hash, m)?)?;
     m.add_function(wrap_pyfunction!(leaf_hashes, m)?)?;
     m.add_function(wrap_pyfunction!(node_hash, m)?)?;

@@ -1,4 +1,4 @@
-"""Types of ``compactstore._native``, the Rust extension behind :mod:`compactstore.merkle`
+"""Types of ``compactstore.native``, the Rust extension behind :mod:`compactstore.merkle`
 (and the canonical encoder of :mod:`compactstore.events`).
 
 Each function gives the bytes of its namesake in ``compactstore.merkle_pure`` for BLAKE3.
