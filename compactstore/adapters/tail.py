@@ -175,8 +175,7 @@ class Tail:
             if not records:
                 return
             first = records[0].pos
-            if (first == self.size and records[-1].pos == first + len(records) - 1
-                    and list(map(_POS, records)) == list(range(first, first + len(records)))
+            if (first == self.size and list(map(_POS, records)) == list(range(first, first + len(records)))
                     and _ERASING.isdisjoint(map(type, map(_EVENT, records)))
                     and "redacted" not in map(_KIND, records)):
                 self.apply_all(records)

@@ -45,14 +45,6 @@ where
     }
 }
 
-/// Return the 32-byte hash `obj`, or None when it is not one: an exact `bytes` of 32 bytes
-/// (a subclass may answer `len` or `==` its own way, which only the reference asks).
-fn hash_of(obj: &Bound<'_, PyAny>) -> Option<Hash> {
-    obj.cast_exact::<PyBytes>()
-        .ok()
-        .and_then(|b| b.as_bytes().try_into().ok())
-}
-
 /// The items of an exact list or tuple; anything else is a TypeError naming `field`.
 ///
 /// Native code reads only containers whose length and items are what it sees in C: a
@@ -69,20 +61,22 @@ fn items_of<'py>(field: &str, obj: &Bound<'py, PyAny>) -> PyResult<Vec<Bound<'py
     Err(PyTypeError::new_err(format!("{field} must be a list or a tuple")))
 }
 
-/// Return the hashes of list or tuple `items`; ValueError names the first that is not an
-/// exact 32-byte `bytes` (`compactstore.merkle` then asks the reference).
+/// Return the hashes of list or tuple `items` (each read as [`hash_arg`] reads it); an
+/// exact `bytes` of another length is a ValueError naming it (`compactstore.merkle` then
+/// asks the reference).
 fn hashes_of(field: &str, items: &Bound<'_, PyAny>) -> PyResult<Vec<Hash>> {
     items_of(field, items)?
         .iter()
         .enumerate()
         .map(|(i, item)| {
-            hash_of(item).ok_or_else(|| PyValueError::new_err(format!("{field}[{i}] is not a 32-byte hash")))
+            hash_arg(field, item)?.ok_or_else(|| PyValueError::new_err(format!("{field}[{i}] is not a 32-byte hash")))
         })
         .collect()
 }
 
 /// Return the hash `obj` is, or None when it is an exact `bytes` of another length. Anything
-/// else is a TypeError naming `field`: the reference judges it.
+/// else (a subclass may answer `len` or `==` its own way) is a TypeError naming `field`:
+/// the reference judges it.
 fn hash_arg(field: &str, obj: &Bound<'_, PyAny>) -> PyResult<Option<Hash>> {
     let b = obj
         .cast_exact::<PyBytes>()
