@@ -110,6 +110,38 @@ class PlainSQLite:
         self.conn.close()
 
 
+class PlainWithHeads(PlainSQLite):
+    """``PlainSQLite`` plus compactstore's ``heads`` table: each transaction also inserts one head row.
+
+    The SQL of compactstore's own commit with no Python work around it: the events rows
+    and a sealed head (root, seal and seq runs of the sizes compactstore stores), the
+    head's values made outside the transaction. Between plain and compactstore, it
+    shows what the schema costs and what the Python work does.
+    """
+
+    HEADS = (
+        'CREATE TABLE "heads" (\n   "session_id" INTEGER,\n   "size" INTEGER,\n   "root" BLOB NOT NULL,\n'
+        '   "prev" INTEGER NOT NULL,\n   "seal" BLOB NOT NULL,\n   "seqs" BLOB NOT NULL,\n'
+        '   PRIMARY KEY ("session_id", "size")\n) STRICT, WITHOUT ROWID'
+    )
+
+    def __init__(self, path: str | Path, synchronous: str = "NORMAL") -> None:
+        """Create the events and heads tables in a new database at ``path``."""
+        super().__init__(path, synchronous)
+        self.conn.execute(self.HEADS)
+        self.root, self.seal = os.urandom(32), os.urandom(32)
+
+    def insert(self, rows: Sequence[tuple[Any, ...]]) -> None:
+        """Insert ``rows`` and the head after them in one transaction."""
+        conn = self.conn
+        first, last = rows[0], rows[-1]
+        head = (1, last[2] + 1, self.root, first[2], self.seal, first[0].to_bytes(8, "big") + len(rows).to_bytes(8, "big"))
+        conn.execute("BEGIN")
+        conn.executemany("INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+        conn.execute("INSERT INTO heads VALUES (?, ?, ?, ?, ?, ?)", head)
+        conn.execute("COMMIT")
+
+
 class PlainPostgres:
     """A plain psycopg 3 log with compactstore's PostgreSQL events table, for the same rows."""
 
