@@ -1,0 +1,82 @@
+"""Bad input is refused with InvalidEvent naming the field, on the native and the pure path, and nothing is written.
+
+Each case here is a value the encoder cannot write: nesting too deep for it (in a typed
+field, which the JSON walk of free-form fields does not look at), a list that holds
+itself, an int too long to write in decimal. None of them may escape as a RecursionError
+or a bare ValueError.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+import compactstore as cs
+from compactstore import events as E
+
+
+def _deep(levels: int) -> Any:
+    value: Any = "x"
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+def _loop() -> list[Any]:
+    loop: list[Any] = []
+    loop.append(loop)
+    return loop
+
+
+HUGE = 10**5000  # more digits than int -> str converts by default (4300)
+
+CASES: dict[str, tuple[Callable[[], cs.Event], str]] = {
+    "deep list in uses": (lambda: cs.Turn("user", "x", uses=[_deep(10_000)]), "uses"),
+    "deep list in needs": (lambda: cs.Obligation("o", needs=[_deep(10_000)]), "needs"),
+    "self-holding list as content": (lambda: cs.Turn("user", _loop()), "content"),  # type: ignore[arg-type]
+    "self-holding list as supersedes": (lambda: cs.Turn("user", "x", supersedes=_loop()), "supersedes"),  # type: ignore[arg-type]
+    "huge int in meta": (lambda: cs.Turn("user", "x", meta={"n": HUGE}), "meta"),
+    "huge int in a tool's args": (lambda: cs.ToolCall("c", "run", {"n": HUGE}), "args"),
+    "huge int as supersedes": (lambda: cs.Turn("user", "x", supersedes=HUGE), "supersedes"),
+    "huge int as ts": (lambda: cs.Turn("user", "x", ts=HUGE), "ts"),
+}
+
+
+@pytest.fixture(params=["native", "pure"])
+def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    if request.param == "native":
+        if E._NATIVE is None:
+            pytest.skip("compactstore.native is not in use")
+    else:
+        monkeypatch.setattr(E, "_NATIVE", None)
+    yield request.param
+
+
+@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("how", ["append", "extend"])
+def test_unwritable_values_are_refused_as_invalid_event(tmp_path: Any, path: str, case: str, how: str) -> None:
+    make, field = CASES[case]
+    with cs.open(os.path.join(tmp_path, "s.db"), clock=E.tick_clock()) as store:
+        s = store.session("s")
+        s.append(cs.Turn("user", "first"))
+        with pytest.raises(cs.InvalidEvent) as info:
+            if how == "append":
+                s.append(make())
+            else:
+                s.extend([cs.Turn("user", "ok"), make()])
+        want = field if how == "append" else f"events[1].{field}"
+        assert info.value.field.startswith(want), info.value.field
+        assert s.size == 1
+
+
+def test_a_clock_reading_too_long_to_write_is_refused_as_invalid_event(tmp_path: Any, path: str) -> None:
+    with cs.open(os.path.join(tmp_path, "s.db"), clock=lambda: HUGE) as store:
+        s = store.session("s")
+        for events in ([cs.Turn("user", "x")], [cs.Turn("user", "x"), cs.Turn("user", "y")]):
+            with pytest.raises(cs.InvalidEvent) as info:
+                s.extend(events)
+            assert info.value.field.endswith("ts"), info.value.field
+        assert s.size == 0
