@@ -80,3 +80,39 @@ def test_a_clock_reading_too_long_to_write_is_refused_as_invalid_event(tmp_path:
                 s.extend(events)
             assert info.value.field.endswith("ts"), info.value.field
         assert s.size == 0
+
+
+class _Text(str):
+    pass
+
+
+class _Number(int):
+    pass
+
+
+@pytest.mark.parametrize(
+    ("make", "field"),
+    [
+        (lambda: cs.Turn("user", "x", meta={"k": _Text("v")}), "meta.k"),
+        (lambda: cs.ToolCall("c", "run", {"k": [_Number(1)]}), "args.k[0]"),
+        (lambda: cs.ToolResult("c", output={"k": _Text("v")}), "output.k"),
+    ],
+)
+def test_a_str_or_int_subclass_in_free_json_is_refused_naming_its_path(tmp_path: Any, path: str,
+                                                                       make: Callable[[], cs.Event], field: str) -> None:
+    """As bytes or a set there is: ``meta.k``, not ``event``."""
+    with cs.open(os.path.join(tmp_path, "s.db"), clock=E.tick_clock()) as store:
+        s = store.session("s")
+        with pytest.raises(cs.InvalidEvent) as info:
+            s.append(make())
+        assert info.value.field == field
+        assert s.size == 0
+
+
+def test_a_clock_reading_of_an_int_subclass_is_refused_naming_ts(tmp_path: Any, path: str) -> None:
+    with cs.open(os.path.join(tmp_path, "s.db"), clock=lambda: _Number(5)) as store:
+        s = store.session("s")
+        with pytest.raises(cs.InvalidEvent) as info:
+            s.append(cs.Turn("user", "x"))
+        assert info.value.field == "ts"
+        assert s.size == 0
