@@ -664,14 +664,30 @@ def _canonical_by_decoding(event: Event) -> tuple[Event, bytes]:
     return decoded, again
 
 
+#: What msgspec raises on a value it cannot write: a type it does not encode (a str
+#: subclass, say), a lone surrogate, an int too long for decimal, a value holding itself.
+_UNWRITABLE = (TypeError, ValueError, OverflowError, RecursionError)
+
+
 def _encode_checked(event: Event) -> bytes:
     try:
         body = _encoder.encode(event)
-    except (TypeError, UnicodeEncodeError, OverflowError) as exc:
-        raise InvalidEvent("event", str(exc)) from exc
+    except _UNWRITABLE as exc:
+        raise _unwritable(event, exc) from exc
     if len(body) > MAX_EVENT_BYTES:
         raise InvalidEvent("event", f"encodes to {len(body)} bytes, more than the limit of {MAX_EVENT_BYTES}")
     return body
+
+
+def _unwritable(event: Event, exc: BaseException) -> InvalidEvent:
+    """Return the refusal of ``event``, which the encoder could not write, naming the first field it cannot write alone."""
+    reason = "nested too deep, or holds itself" if isinstance(exc, RecursionError) else str(exc)
+    for name in event.__struct_fields__:
+        try:
+            _encoder.encode(getattr(event, name))
+        except _UNWRITABLE:
+            return InvalidEvent(name, reason)
+    return InvalidEvent("event", reason)
 
 
 def _check_rules(event: Event) -> None:
@@ -882,15 +898,25 @@ def _native_encoder() -> Any:
 _NATIVE = _native_encoder()
 
 
+#: Python's default bound on an int's decimal digits (``sys.int_info.default_max_str_digits``):
+#: a process left at the default can neither write nor read a longer one, whatever this one allows.
+_INT_DIGITS = 4300
+_INT_BOUND = 10**_INT_DIGITS
+
+
 def _check_json(value: object, path: str, depth: int) -> None:
     # JSON silently maps NaN to null and int keys to strings; refuse both rather than
     # store something other than what the caller gave.
     if depth > MAX_DEPTH:
         raise InvalidEvent(path, f"nested deeper than {MAX_DEPTH}")
-    if value is None or type(value) in (str, int, bool):
+    kind = type(value)
+    if value is None or kind is str or kind is bool:
         return
-    if isinstance(value, float):
-        if not math.isfinite(value):
+    if kind is int:
+        if not -_INT_BOUND < value < _INT_BOUND:
+            raise InvalidEvent(path, f"an int of more than {_INT_DIGITS} digits")
+    elif kind is float:
+        if not math.isfinite(value):  # type: ignore[arg-type]
             raise InvalidEvent(path, f"not a finite number: {value!r}")
     elif isinstance(value, dict):
         for k, v in value.items():
@@ -900,9 +926,10 @@ def _check_json(value: object, path: str, depth: int) -> None:
     elif isinstance(value, list | tuple):
         for i, v in enumerate(value):
             _check_json(v, f"{path}[{i}]", depth + 1)
-    elif not isinstance(value, str | int):
+    elif not (isinstance(value, enum.Enum) and type(value.value) in (str, int)):
         # bytes, sets, datetimes, UUIDs...: msgspec would store a string or list in their
-        # place, so what is read back would not be what was given.
+        # place, so what is read back would not be what was given. A subclass of str, int
+        # or float it does not encode at all; an enum of a str or int it writes as its value.
         raise InvalidEvent(path, f"not a JSON value: {type(value).__name__}")
 
 

@@ -77,7 +77,7 @@ def test_extend_is_one_transaction_and_bad_input_writes_nothing(store: cs.Store)
         (cs.Turn("user", "x", status="maybe"), "status"),  # type: ignore[arg-type]
         (cs.Turn("user", "x", supersedes=-1), "supersedes"),
         (cs.Turn("user", "x", supersedes=7), "supersedes"),
-        (cs.Turn("user", "\ud800"), "event"),
+        (cs.Turn("user", "\ud800"), "content"),
     ],
 )
 def test_invalid_events_name_the_field_and_write_nothing(store: cs.Store, event: cs.Event, field: str) -> None:
