@@ -23,7 +23,7 @@ import msgspec
 
 from . import events as ev
 from . import rules
-from .errors import CompactionInvariantError, InvalidArgument
+from .errors import CompactionInvariantError, InvalidArgument, shown
 from .events import Excerpt, Fact, Item, LossClass, Record, SpillRef, as_list
 from .facts import Facts
 from .structure import build
@@ -133,9 +133,10 @@ class Finding(msgspec.Struct, frozen=True):
 def loss_class(loss: object) -> LossClass:
     """Return ``loss`` as a loss class, or raise InvalidArgument naming ``loss``."""
     try:
-        return LossClass(loss)
+        # Looked up by a str only: the enum's own refusal formats the value, which may not format.
+        return loss if isinstance(loss, LossClass) else LossClass(loss if type(loss) is str else None)
     except ValueError:
-        raise InvalidArgument("loss", f"want one of {[c.value for c in LossClass]}, got {loss!r}") from None
+        raise InvalidArgument("loss", f"want one of {[c.value for c in LossClass]}, got {shown(loss)}") from None
 
 
 def _facts(given: Iterable[Fact | int] | Auto, structural: list[Fact], f: Facts) -> list[Fact]:
@@ -151,7 +152,7 @@ def _facts(given: Iterable[Fact | int] | Auto, structural: list[Fact], f: Facts)
         elif found is not None:
             out.append(found)
         else:
-            raise InvalidArgument("negative_facts", f"{x!r} is neither a Fact nor the position of a negative fact")
+            raise InvalidArgument("negative_facts", f"{shown(x)} is neither a Fact nor the position of a negative fact")
     return sorted(set(out), key=lambda x: x.pos)
 
 
@@ -167,7 +168,7 @@ def _items(given: Iterable[Item | str] | Auto, structural: list[Item], field: st
         elif isinstance(i, str) and i in by_id:
             out.append(by_id[i])
         else:
-            raise InvalidArgument(field, f"{i!r} is neither an Item nor the id of {what}")
+            raise InvalidArgument(field, f"{shown(i)} is neither an Item nor the id of {what}")
     return sorted(set(out), key=lambda x: (x.pos, x.kind, x.id))
 
 
@@ -194,7 +195,7 @@ def _kept(view: SessionView, keep: Iterable[object], f: Facts, stop: int) -> lis
         if isinstance(k, str):
             found = f.latest_binding(k, stop)
             if found is None:
-                raise InvalidArgument("keep", f"no binding {k!r} before pos {stop}")
+                raise InvalidArgument("keep", f"no binding {shown(k)} before pos {stop}")
             out.append(Excerpt(found[0], "value", f.binding(found[0]).value))
         elif isinstance(k, tuple) and len(k) == 2 and isinstance(k[1], str):
             pos, path = ev.as_position("keep", k[0]), k[1]
@@ -202,7 +203,7 @@ def _kept(view: SessionView, keep: Iterable[object], f: Facts, stop: int) -> lis
                 raise InvalidArgument("keep", f"pos {pos} is not a position of the session")
             out.append(rules.excerpt_of(view.read(pos).event, pos, path))
         else:
-            raise InvalidArgument("keep", f"want a binding key or (pos, path), got {k!r}")
+            raise InvalidArgument("keep", f"want a binding key or (pos, path), got {shown(k)}")
     return out
 
 
@@ -247,14 +248,14 @@ def compaction(
         CompactionInvariantError: the gate refused, or LOSSLESS was claimed and does not hold.
     """
     if on_risk not in ("refuse", "preserve", "spill"):
-        raise InvalidArgument("on_risk", f'want "refuse", "preserve" or "spill", got {on_risk!r}')
+        raise InvalidArgument("on_risk", f'want "refuse", "preserve" or "spill", got {shown(on_risk)}')
     wanted = None if loss is AUTO else loss_class(loss)
     keep_all = keep is AUTO
     keep = [] if keep is AUTO else as_list("keep", keep)
     negative_facts, unresolved, resolved = _node_arguments(  # type: ignore[assignment]
         negative_facts, unresolved, resolved, summary, summarizer)
     if not 0 <= ev.as_int("start", start) < ev.as_int("stop", stop) <= size:
-        raise InvalidArgument("span", f"[{start}, {stop}) is not a non-empty span of the session's {size} positions")
+        raise InvalidArgument("span", f"[{shown(start)}, {shown(stop)}) is not a non-empty span of the session's {size} positions")
     reader = view.reader(size)
     f = view.facts(size, reader=reader)
     found = rules.overlap(f, 1, start, stop, size)

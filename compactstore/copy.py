@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Iterator
 import msgspec
 
 from . import events as ev
-from .errors import CompactStoreError, IntegrityError, InvalidArgument, InvalidEvent
+from .errors import CompactStoreError, IntegrityError, InvalidArgument, InvalidEvent, shown
 from .store import Record, Session, Store
 
 #: Events per destination transaction.
@@ -154,7 +154,7 @@ def copy(
         if not isinstance(store, Store):
             raise InvalidArgument(field, f"want an open Store, got {type(store).__name__}")
     if ev.as_int("batch", batch) < 1:
-        raise InvalidArgument("batch", f"must be a positive int, got {batch!r}")
+        raise InvalidArgument("batch", f"must be a positive int, got {shown(batch)}")
     if progress is not None:
         ev.as_callable("progress", progress)
     present = src.sessions()

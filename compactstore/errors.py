@@ -5,6 +5,20 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 
+def shown(value: object, limit: int = 200) -> str:
+    """Return ``value`` as an error message shows it: its repr, cut to ``limit`` characters.
+
+    Never an error of its own: an int too long for decimal, a value nested past the
+    recursion limit, or a ``__repr__`` that raises is shown by its type instead.
+    """
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001 - whatever a caller's value does, the message is still made
+        bits = f" of {value.bit_length()} bits" if isinstance(value, int) else ""
+        return f"a {type(value).__name__}{bits}"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 class CompactStoreError(Exception):
     """Base class of every error compactstore raises.
 

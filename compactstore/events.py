@@ -23,7 +23,7 @@ from typing import Any, Literal, TypeAlias, Union
 
 import msgspec
 
-from .errors import InvalidArgument, InvalidEvent
+from .errors import InvalidArgument, InvalidEvent, shown
 
 #: A JSON value: None, bool, int, float (finite), str, list, or dict with str keys.
 JSON: TypeAlias = Any
@@ -645,19 +645,19 @@ def _canonical_by_decoding(event: Event) -> tuple[Event, bytes]:
         value = getattr(event, name)
         if value is not None and type(value) is not str:
             _check_json(value, name, 0)
-    if isinstance(event, Summary):
+    if isinstance(event, Summary) and isinstance(event.kept, list | tuple):  # anything else the decoder refuses
         for i, e in enumerate(event.kept):
             if isinstance(e, Excerpt):
                 _check_json(e.value, f"kept[{i}].value", 0)
     if isinstance(event.supersedes, int) and event.supersedes < 0:
-        raise InvalidEvent("supersedes", f"must be a position >= 0, got {event.supersedes}")
+        raise InvalidEvent("supersedes", f"must be a position >= 0, got {shown(event.supersedes)}")
     body = _encode_checked(event)
     decoded = decode_canonical(body)
     # JSON turns NaN and infinities into null: a typed optional field that held one
     # decodes as None. Refuse it rather than store a body that is not canonical.
     for name in _OPTIONAL[cls]:
         if getattr(decoded, name) is None and getattr(event, name) is not None:
-            raise InvalidEvent(name, f"not a valid value: {getattr(event, name)!r}")
+            raise InvalidEvent(name, f"not a valid value: {shown(getattr(event, name))}")
     # A value equal to its field's default only once decoded (a tuple for a list) was
     # not omitted by the first encoding: the canonical bytes are those of the decoded event.
     again = _encoder.encode(decoded)
@@ -696,7 +696,7 @@ def _check_rules(event: Event) -> None:
         if not getattr(event, name):
             raise InvalidEvent(name, "must not be empty")
     if event.supersedes is not None and event.supersedes < 0:
-        raise InvalidEvent("supersedes", f"must be a position >= 0, got {event.supersedes}")
+        raise InvalidEvent("supersedes", f"must be a position >= 0, got {shown(event.supersedes)}")
 
 
 # --- the fast path: events whose fields are already plain ---------------------------
@@ -917,11 +917,11 @@ def _check_json(value: object, path: str, depth: int) -> None:
             raise InvalidEvent(path, f"an int of more than {_INT_DIGITS} digits")
     elif kind is float:
         if not math.isfinite(value):  # type: ignore[arg-type]
-            raise InvalidEvent(path, f"not a finite number: {value!r}")
+            raise InvalidEvent(path, f"not a finite number: {shown(value)}")
     elif isinstance(value, dict):
         for k, v in value.items():
             if not isinstance(k, str):
-                raise InvalidEvent(path, f"keys must be str, got {type(k).__name__} {k!r}")
+                raise InvalidEvent(path, f"keys must be str, got {type(k).__name__} {shown(k)}")
             _check_json(v, f"{path}.{k}", depth + 1)
     elif isinstance(value, list | tuple):
         for i, v in enumerate(value):
@@ -996,7 +996,7 @@ def as_int(field: str, value: object) -> int:
         InvalidArgument: naming ``field``.
     """
     if not isinstance(value, int) or isinstance(value, bool):
-        raise InvalidArgument(field, f"want an int, got {value!r}")
+        raise InvalidArgument(field, f"want an int, got {shown(value)}")
     return int(value)
 
 
@@ -1007,7 +1007,7 @@ def as_position(field: str, value: object) -> int:
         InvalidArgument: naming ``field``.
     """
     if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_POSITION:
-        raise InvalidArgument(field, f"want an int position in [0, 2**63), got {value!r}")
+        raise InvalidArgument(field, f"want an int position in [0, 2**63), got {shown(value)}")
     return int(value)
 
 
@@ -1018,7 +1018,7 @@ def as_flag(field: str, value: object) -> bool:
         InvalidArgument: naming ``field``.
     """
     if not isinstance(value, bool):
-        raise InvalidArgument(field, f"want True or False, got {value!r}")
+        raise InvalidArgument(field, f"want True or False, got {shown(value)}")
     return value
 
 
@@ -1088,7 +1088,7 @@ def as_json_map(field: str, value: object) -> dict[str, JSON]:
     out = dict(value)
     for key, item in out.items():
         if not isinstance(key, str):
-            raise InvalidArgument(field, f"keys must be str, got {type(key).__name__} {key!r}")
+            raise InvalidArgument(field, f"keys must be str, got {type(key).__name__} {shown(key)}")
         as_json(f"{field}.{key}", item)
     return out
 

@@ -22,7 +22,7 @@ from typing import Self
 
 from blake3 import blake3
 
-from .errors import InvalidArgument
+from .errors import InvalidArgument, shown
 
 #: Interior subtree roots are stored only at levels that are multiples of this; the
 #: levels between are recomputed from at most 2**TILE_HEIGHT stored roots below them.
@@ -133,7 +133,7 @@ def _hasher(algo: str) -> tuple[Callable[[bytes], bytes], Callable[[bytes, bytes
     try:
         return _HASHERS[algo]
     except KeyError:
-        raise InvalidArgument("algo", f"unknown hash {algo!r}; use one of {ALGOS}") from None
+        raise InvalidArgument("algo", f"unknown hash {shown(algo)}; use one of {ALGOS}") from None
 
 
 def leaf_hash(entry: bytes, algo: str = "blake3") -> bytes:
@@ -365,11 +365,11 @@ def root_with(
     """
     _hasher(algo)
     if size < 0:
-        raise InvalidArgument("size", f"must be >= 0, got {size}")
+        raise InvalidArgument("size", f"must be >= 0, got {shown(size)}")
     known = sorted(leaves)
     if known and not (0 <= known[0] and known[-1] < size):
         bad = known[0] if known[0] < 0 else known[-1]
-        raise InvalidArgument("leaves", f"positions must be in [0, {size}), got {bad}")
+        raise InvalidArgument("leaves", f"positions must be in [0, {size}), got {shown(bad)}")
 
     def holds_given(level: int, idx: int) -> bool:
         k = bisect_left(known, idx << level)
@@ -426,7 +426,7 @@ def _levels(entries: Sequence[bytes], algo: str) -> list[list[bytes]]:
 def check_size(name: str, value: int, lo: int, hi: int) -> None:
     """Raise InvalidArgument naming ``name`` unless ``lo <= value <= hi``."""
     if not lo <= value <= hi:
-        raise InvalidArgument(name, f"must be in [{lo}, {hi}], got {value}")
+        raise InvalidArgument(name, f"must be in [{lo}, {hi}], got {shown(value)}")
 
 
 def _lookup(levels: list[list[bytes]], coords: Iterable[Coord]) -> dict[Coord, bytes]:

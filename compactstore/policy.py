@@ -34,7 +34,7 @@ import msgspec
 
 from . import events as ev
 from .compaction import OnRisk
-from .errors import InvalidArgument
+from .errors import InvalidArgument, shown
 from .events import Record
 from .summarize import Summarizer, extractive
 from .view import SessionView
@@ -53,7 +53,7 @@ def body_size(record: Record) -> int:
 
 def _count(name: str, value: object, low: int) -> None:
     if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < low):
-        raise InvalidArgument(name, f"want None or an int >= {low}, got {value!r}")
+        raise InvalidArgument(name, f"want None or an int >= {low}, got {shown(value)}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -95,11 +95,11 @@ class CompactionPolicy:
             raise InvalidArgument("every", "neither every nor budget is set: nothing would ever be compacted")
         t = self.threshold
         if not isinstance(t, int | float) or isinstance(t, bool) or not 0 < t <= 1:
-            raise InvalidArgument("threshold", f"want a fraction in (0, 1], got {t!r}")
+            raise InvalidArgument("threshold", f"want a fraction in (0, 1], got {shown(t)}")
         if self.summarizer is not None and not callable(self.summarizer):
             raise InvalidArgument("summarizer", f"want a callable, got {type(self.summarizer).__name__}")
         if self.on_risk not in ("refuse", "preserve", "spill"):
-            raise InvalidArgument("on_risk", f'want "refuse", "preserve" or "spill", got {self.on_risk!r}')
+            raise InvalidArgument("on_risk", f'want "refuse", "preserve" or "spill", got {shown(self.on_risk)}')
         if self.measure is not None and not callable(self.measure):
             raise InvalidArgument("measure", f"want a callable, got {type(self.measure).__name__}")
 

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from typing import Literal, Protocol, cast
 
 from . import events as ev
-from .errors import InvalidArgument
+from .errors import InvalidArgument, shown
 from .events import JSON, LossClass
 
 Format = Literal["openai-responses", "chat"]
@@ -112,7 +112,7 @@ def messages(context: Sequence[Entry], format: Format) -> list[Message]:  # noqa
         InvalidArgument: ``format`` is not one of :data:`FORMATS`.
     """
     if format not in FORMATS:
-        raise InvalidArgument("format", f"want one of {list(FORMATS)}, got {format!r}")
+        raise InvalidArgument("format", f"want one of {list(FORMATS)}, got {shown(format)}")
     responses = format == "openai-responses"
     note_role = "developer" if responses else "system"
     # The raw event of each entry, None for a summary node.

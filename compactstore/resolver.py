@@ -27,7 +27,7 @@ from blake3 import blake3
 from . import events as ev
 from . import merkle, render, rules
 from .compaction import Node
-from .errors import ForeignReference, IntegrityError, InvalidArgument, ReconstructionUnsoundError
+from .errors import ForeignReference, IntegrityError, InvalidArgument, ReconstructionUnsoundError, shown
 from .events import JSON, LossClass
 from .facts import Facts, FullFacts, IndexedFacts
 from .markers import Marker
@@ -666,7 +666,7 @@ def reconstruct(
     """
     uses, produced_values, prior = _checked_arguments(artifact, operation, lookup, uses, tool_results, prior)
     if operation not in TOLERANT_OPS | RESTORATION_OPS:
-        raise ReconstructionUnsoundError(f"unknown operation {operation!r}: refusing to guess its loss tolerance")
+        raise ReconstructionUnsoundError(f"unknown operation {shown(operation)}: refusing to guess its loss tolerance")
     if operation == "retry_idempotent" and prior is None:
         raise InvalidArgument("prior", "retry_idempotent needs the literals the earlier attempts used "
                               "(an empty mapping when there were none): without them a retry is unguarded")

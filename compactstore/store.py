@@ -44,6 +44,7 @@ from .errors import (
     ReconstructionUnsoundError,
     SessionMoved,
     StaleHead,
+    shown,
 )
 from .events import LossClass, Record as Record, TreeHead as TreeHead, as_list
 from .facts import Facts, FullFacts, IndexedFacts
@@ -115,7 +116,7 @@ def open(  # noqa: A001 - the public name the API promises
     if isinstance(target, os.PathLike):
         target = os.fspath(target)
     if not isinstance(target, str) or not target or "\x00" in target:
-        raise InvalidArgument("target", f"want a non-empty path or postgresql:// URL without NUL, got {target!r}")
+        raise InvalidArgument("target", f"want a non-empty path or postgresql:// URL without NUL, got {shown(target)}")
     if key is not None:
         derive_key(key)  # a bad key is refused before anything is created
     if clock is not None:
@@ -953,7 +954,7 @@ class Session:
         """
         pos = rules.spill_position(handle) if isinstance(handle, str) else None
         if pos is None:
-            raise InvalidArgument("handle", f"want 'spill:<pos>', got {handle!r}")
+            raise InvalidArgument("handle", f"want 'spill:<pos>', got {shown(handle)}")
         record = self.proven(pos)
         spill = record.event
         if isinstance(spill, ev.Redacted):
@@ -1024,7 +1025,7 @@ class Session:
         def build(now: int) -> list[ev.Event]:
             at = now if size is None else size
             if not isinstance(at, int) or isinstance(at, bool) or not 0 <= at <= now:
-                raise InvalidArgument("size", f"must be in [0, {now}], got {at!r}")
+                raise InvalidArgument("size", f"must be in [0, {now}], got {shown(at)}")
             return [markers.raw_marker(self, at)]
 
         return Marker.from_record(self._built(build)[-1])
@@ -1342,7 +1343,7 @@ class Session:
         stop, sid = self._bounded("stop", stop, 1)
         ev.as_flag("records", records)
         if not isinstance(start, int) or isinstance(start, bool) or not 0 <= start < stop or sid is None:
-            raise InvalidArgument("start", f"must be in [0, {stop}), got {start!r}")
+            raise InvalidArgument("start", f"must be in [0, {stop}), got {shown(start)}")
         backend = self.store.backend
         out: list[Record] = []
         redacted = False
@@ -1412,7 +1413,7 @@ class Session:
         size = _position("size", size)
         for p, leaf in leaves.items():
             if not 0 <= _position("leaves", p) < size or not isinstance(leaf, bytes) or len(leaf) != 32:
-                raise InvalidArgument("leaves", f"want positions in [0, {size}) to 32-byte leaf hashes, got {p!r}: {leaf!r}")
+                raise InvalidArgument("leaves", f"want positions in [0, {size}) to 32-byte leaf hashes, got {shown(p)}: {shown(leaf)}")
         sid, backend = self._require_sid(), self.store.backend
         proven = self._proven(sid, size) if len(leaves) << (merkle.TILE_HEIGHT + 1) >= size else None
         if proven is not None:
@@ -1604,7 +1605,7 @@ class Session:
             raise IntegrityError("the latest tree head's seal does not verify", session=name)
         size = row.size if size is None else size
         if not isinstance(size, int) or isinstance(size, bool) or not 0 <= size <= row.size:
-            raise InvalidArgument("size", f"must be in [0, {row.size}] for session {name!r}, got {size!r}")
+            raise InvalidArgument("size", f"must be in [0, {row.size}] for session {name!r}, got {shown(size)}")
         root = row.root
         if size < row.size:
             root, *proof = self._roots([(0, size), *merkle.consistency_spans(size, row.size)], sid)
@@ -1641,7 +1642,7 @@ class Session:
         """Return the root of positions ``[start, stop)`` (see :func:`merkle.span_root`), in O(log n)."""
         stop, sid = self._bounded("stop", stop, 0)
         if not 0 <= _position("start", start) <= stop:
-            raise InvalidArgument("start", f"must be in [0, {stop}], got {start!r}")
+            raise InvalidArgument("start", f"must be in [0, {stop}], got {shown(start)}")
         return self._roots([(start, stop)], sid)[0]
 
     def inclusion_proof(self, pos: int, size: int | None = None) -> list[bytes]:
@@ -1651,7 +1652,7 @@ class Session:
         """
         size, sid = self._bounded("size", size, 1)
         if not 0 <= _position("pos", pos) < size:
-            raise InvalidArgument("pos", f"must be in [0, {size - 1}], got {pos!r}")
+            raise InvalidArgument("pos", f"must be in [0, {size - 1}], got {shown(pos)}")
         return self._roots(merkle.inclusion_spans(pos, size), sid)
 
     def consistency_proof(self, old_size: int, new_size: int | None = None) -> list[bytes]:
@@ -1661,7 +1662,7 @@ class Session:
         """
         new_size, sid = self._bounded("new_size", new_size, 0)
         if not 0 <= _position("old_size", old_size) <= new_size:
-            raise InvalidArgument("old_size", f"must be in [0, {new_size}], got {old_size!r}")
+            raise InvalidArgument("old_size", f"must be in [0, {new_size}], got {shown(old_size)}")
         return self._roots(merkle.consistency_spans(old_size, new_size), sid)
 
     # --- maintenance under a compaction policy ---------------------------------------

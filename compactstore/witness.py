@@ -25,7 +25,7 @@ from typing import Protocol, runtime_checkable
 import msgspec
 
 from . import merkle
-from .errors import IntegrityError, InvalidArgument, WitnessMismatch
+from .errors import IntegrityError, InvalidArgument, WitnessMismatch, shown
 from .events import TreeHead
 
 #: The hash of every tree a witness holds heads of.
@@ -126,7 +126,7 @@ class FileWitness:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         """Hold heads in the file at ``path`` (created by the first save; its directory must exist)."""
         if not isinstance(path, (str, os.PathLike)) or not os.fspath(path) or "\x00" in os.fspath(path):
-            raise InvalidArgument("witness", f"want a file path, got {path!r}")
+            raise InvalidArgument("witness", f"want a file path, got {shown(path)}")
         self.path = Path(path)
         self.lock_path = self.path.with_name(self.path.name + ".lock")
 

@@ -216,8 +216,27 @@ def _valid_for(t: object) -> st.SearchStrategy[object]:
     return json_values
 
 
+class _Float(float):
+    pass
+
+
+def _holding_itself() -> object:
+    loop: list[object] = []
+    loop.append(loop)
+    return loop
+
+
+#: Values the encoder cannot write at all: too deep for it, holding themselves, an int
+#: past 4,300 digits, a float subclass.
+_unwritable = st.one_of(
+    st.builds(_holding_itself),
+    st.builds(lambda: _nested(5_000)),
+    st.just(10**5000), st.just(-(10**4300)),
+    st.floats(allow_nan=False).map(_Float),
+)
+
 _junk = st.one_of(
-    st.none(), json_values, _odd_values,
+    st.none(), json_values, _odd_values, _unwritable,
     st.sampled_from([0, 5, -1, "ok", "failed", ["a", "b"], [1, 2], {"a": [1.5, None]}, ("a",), (1, 2)]),
     st.integers(60, 68).map(_nested),
 )
@@ -228,7 +247,9 @@ def wild_events(draw: st.DrawFn) -> object:
     """An event of any registered type, each field valid or (one time in four) anything at all.
 
     Anything: wrong types, NaN and infinities, str and int subclasses, tuples, int
-    keys, bytes, ints beyond 64 bits, lone surrogates, nesting near the depth limit.
+    keys, bytes, ints beyond 64 bits, lone surrogates, nesting near the depth limit, and
+    values the encoder cannot write (nested thousands deep, holding themselves, ints past
+    4,300 digits, float subclasses).
     """
     import msgspec
 

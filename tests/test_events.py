@@ -111,14 +111,31 @@ def test_fast_canonical_gives_the_bytes_and_refusals_of_the_decoding_path(event:
     assert _outcome(ev.canonical, event) == _outcome(ev._canonical_by_decoding, event)
 
 
-def _fresh(value: object) -> object:
-    """An equal value built at run time, sharing no str with ``value`` (a literal's or a default's own object)."""
+@given(wild_events())
+@settings(max_examples=1500, deadline=None)
+def test_every_refusal_is_invalid_event_naming_one_of_the_events_fields(event: object) -> None:
+    """Whatever a field holds, the event is taken or refused as InvalidEvent under the name of a field it has."""
+    fields = event.__struct_fields__  # type: ignore[attr-defined]
+    for canonical in (ev.canonical, ev._canonical_by_decoding):
+        try:
+            canonical(event)
+        except cs.InvalidEvent as exc:
+            assert exc.field.split(".")[0].split("[")[0] in fields, exc.field
+
+
+def _fresh(value: object, depth: int = 0) -> object:
+    """An equal value built at run time, sharing no str with ``value`` (a literal's or a default's own object).
+
+    Past a depth no encodable value reaches (one holding itself, say), the value itself.
+    """
+    if depth > 2 * ev.MAX_DEPTH:
+        return value
     if type(value) is str:
         return "".join(list(value))
     if type(value) is list:
-        return [_fresh(v) for v in value]
+        return [_fresh(v, depth + 1) for v in value]
     if type(value) is dict:
-        return {_fresh(k): _fresh(v) for k, v in value.items()}
+        return {_fresh(k, depth + 1): _fresh(v, depth + 1) for k, v in value.items()}
     return value
 
 
@@ -172,7 +189,7 @@ def test_decoding_by_a_known_kind_gives_what_the_union_decoder_gives(event: obje
     """canonical_of_kind returns exactly the canonical events of that kind the union decoder returns, and None for every other body."""
     try:
         body = ev.encode(event)  # type: ignore[arg-type]
-    except (TypeError, ValueError, OverflowError, msgspec.EncodeError):
+    except (TypeError, ValueError, OverflowError, RecursionError, msgspec.EncodeError):
         return
     if edit == " ":
         body = body.replace(b":", b": ", 1)

@@ -116,3 +116,58 @@ def test_a_clock_reading_of_an_int_subclass_is_refused_naming_ts(tmp_path: Any, 
             s.append(cs.Turn("user", "x"))
         assert info.value.field == "ts"
         assert s.size == 0
+
+
+class _Unshowable:
+    """A value whose repr raises: an error message must still be made."""
+
+    def __repr__(self) -> str:
+        raise RuntimeError("no repr")
+
+
+#: Values no error message may fail on: an int too long for decimal, nesting past the
+#: recursion limit, a repr that raises.
+HOSTILE = {"huge int": HUGE, "deep list": _deep(5_000), "unshowable": _Unshowable()}
+
+#: Public calls that take a caller's value, each given a hostile one.
+CALLS: dict[str, Callable[[cs.Session, Any], object]] = {
+    "extend expect_size": lambda s, v: s.extend([cs.Turn("user", "x")], expect_size=v),
+    "read": lambda s, v: s.read(v),
+    "scan start": lambda s, v: list(s.scan(v)),
+    "head size": lambda s, v: s.head(v),
+    "sealed_head size": lambda s, v: s.sealed_head(v),
+    "inclusion_proof": lambda s, v: s.inclusion_proof(v),
+    "consistency_proof": lambda s, v: s.consistency_proof(v),
+    "span_root": lambda s, v: s.span_root(0, v),
+    "root_with position": lambda s, v: s.root_with({v: b"x" * 32}, 1) if isinstance(v, int) else s.root_with({0: v}, 1),
+    "redact": lambda s, v: s.redact([v], "why"),
+    "bind value": lambda s, v: s.bind("k", v),
+    "compact loss": lambda s, v: s.compact(0, 1, summary="sum", loss=v),
+    "compact span": lambda s, v: s.compact(0, v, summary="sum"),
+    "mark_raw size": lambda s, v: s.mark_raw(v),
+    "read_span start": lambda s, v: s.read_span(v, 1),
+    "node": lambda s, v: s.node(v),
+    "spilled handle": lambda s, v: s.spilled(v),
+    "policy threshold": lambda s, v: s.maintain(cs.CompactionPolicy(threshold=v)),
+    "policy on_risk": lambda s, v: s.maintain(cs.CompactionPolicy(on_risk=v)),
+}
+
+
+@pytest.mark.parametrize("value", list(HOSTILE))
+@pytest.mark.parametrize("call", list(CALLS))
+def test_hostile_values_are_refused_as_invalid_argument_with_a_message(tmp_path: Any, call: str, value: str) -> None:
+    """Whatever a caller passes, the refusal is an InvalidArgument whose message could be made; nothing is written."""
+    with cs.open(os.path.join(tmp_path, "s.db"), clock=E.tick_clock()) as store:
+        s = store.session("s")
+        s.append(cs.Turn("user", "first"))
+        with pytest.raises(cs.InvalidArgument) as info:
+            CALLS[call](s, HOSTILE[value])
+        assert info.value.field and str(info.value)
+        assert s.size == 1
+
+
+def test_shown_cuts_a_long_repr_and_never_raises() -> None:
+    assert cs.errors.shown("x" * 1000, 20) == repr("x" * 1000)[:17] + "..."
+    assert cs.errors.shown(HUGE) == f"a int of {HUGE.bit_length()} bits"
+    assert cs.errors.shown(_Unshowable()) == "a _Unshowable"
+    assert cs.errors.shown(_deep(100_000)) == "a list"

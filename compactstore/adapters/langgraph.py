@@ -77,7 +77,7 @@ from langgraph.types import Interrupt
 
 from .. import events as ev
 from .. import render
-from ..errors import ConflictError
+from ..errors import ConflictError, shown
 from ..policy import CompactionPolicy, Maintenance
 from ..resolver import RawItem
 from ..store import Record, Session, Store
@@ -575,7 +575,7 @@ class CompactStoreSaver(StoreUser, BaseCheckpointSaver[str]):
             ValueError: an unknown strategy.
         """
         if strategy not in STRATEGIES:
-            raise ValueError(f"unknown prune strategy {strategy!r}; want one of {', '.join(STRATEGIES)}")
+            raise ValueError(f"unknown prune strategy {shown(strategy)}; want one of {', '.join(STRATEGIES)}")
         for thread_id in thread_ids:
             thread = self._thread(str(thread_id), create=False)
             if thread is None:
