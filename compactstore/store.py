@@ -1532,24 +1532,32 @@ class Session:
                 check.renew()
             if start >= check.size:
                 return
-        rows, pos = self.store.backend.rows(sid, start, stop, _CHUNK), start
-        while chunk := list(islice(rows, _CHUNK)):
-            # Positions come in increasing order, each once: the chunk is gapless when its ends are.
-            gap = chunk[0].pos != pos or chunk[-1].pos != pos + len(chunk) - 1
-            if gap:
-                chunk = chunk[: next(i for i, r in enumerate(chunk) if r.pos != pos + i)]
-                if not chunk:
+        pos = start
+        while True:
+            # Every head's rows commit with it: rows asked for after a head was read hold all of
+            # its positions. A head read again meanwhile (a row came past the one held, so a
+            # writer committed) may be ahead of the rows already asked for: ask again from pos.
+            asked = check.reads
+            rows = self.store.backend.rows(sid, pos, stop, _CHUNK)
+            while chunk := list(islice(rows, _CHUNK)):
+                # Positions come in increasing order, each once: the chunk is gapless when its ends are.
+                gap = chunk[0].pos != pos or chunk[-1].pos != pos + len(chunk) - 1
+                if gap:
+                    chunk = chunk[: next(i for i, r in enumerate(chunk) if r.pos != pos + i)]
+                    if not chunk:
+                        break
+                check.run(chunk)
+                for row in chunk:
+                    yield self._record(row, erasures)
+                pos += len(chunk)
+                if gap:
                     break
-            check.run(chunk)
-            for row in chunk:
-                yield self._record(row, erasures)
-            pos += len(chunk)
-            if gap:
-                break
-        want = check.size if stop is None else min(stop, check.size)
-        if pos < want:
-            raise IntegrityError(f"position {pos} is missing under the sealed head of size {check.size}",
-                                 session=self.name, pos=pos)
+            want = check.size if stop is None else min(stop, check.size)
+            if pos >= want:
+                return
+            if check.reads == asked:
+                raise IntegrityError(f"position {pos} is missing under the sealed head of size {check.size}",
+                                     session=self.name, pos=pos)
 
     def _bounded(self, name: str, value: int | None, lo: int) -> tuple[int, int | None]:
         """Return ``(value or size, session id)`` after checking ``lo <= value <= size``.
@@ -1572,11 +1580,28 @@ class Session:
         return merkle.serve(spans, lambda c: backend.hashes(sid, c), HASH)
 
     def head(self, size: int | None = None) -> TreeHead:
-        """Return the tree head at ``size`` (default: now), with a MAC when the store is keyed."""
-        size, sid = self._bounded("size", size, 0)
-        (root,) = self._roots([(0, size)], sid)
-        mac = head_mac(self.store.mac_key, self.name, size, root) if self.store.mac_key else None
-        return TreeHead(self.name, size, root, mac)
+        """Return the tree head at ``size`` (default: now), with a MAC when the store is keyed.
+
+        The root is the one the latest sealed head vouches for, as :meth:`sealed_head`
+        gives it: a root recomputed from an edited subtree table is refused, never MACed.
+        A keyed store opened without its key cannot check the seal: its heads carry no MAC
+        and their roots are the stored roots' as they are.
+
+        Raises:
+            InvalidArgument: ``size`` is not in [0, latest size].
+            IntegrityError: as :meth:`sealed_head`.
+        """
+        store = self.store
+        if store.keyed and store.mac_key is None:
+            size, sid = self._bounded("size", size, 0)
+            (root,) = self._roots([(0, size)], sid)
+            return TreeHead(self.name, size, root, None)
+        if size is None or _position("size", size):
+            sid = self._sid()
+            if sid is not None and store.backend.head(sid) is not None:
+                return self.sealed_head(size)
+        size, _ = self._bounded("size", size, 0)  # an empty tree (size 0, or a session without events)
+        return TreeHead(self.name, size, _EMPTY_ROOT, head_mac(store.mac_key, self.name, size, _EMPTY_ROOT) if store.mac_key else None)
 
     @property
     def store_id(self) -> str:
@@ -1833,6 +1858,14 @@ class _Prefix:
 _NO_PREFIX = _Prefix("", 0, _EMPTY_ROOT)
 
 
+#: A run that does not give the head's root names the first of its positions whose inclusion
+#: proof fails. That proof's siblings come from the stored rows, so a forged row fails it
+#: for every position whose path passes through it: the forged one is the named or another
+#: the named one's proof rests on.
+_NOT_IN_TREE = ("the event at pos {pos} is not in the tree of the latest sealed head (size {size}), "
+                "or a stored row its proof rests on was altered")
+
+
 class _ReadCheck:
     """Holds the rows one read returns to the session's latest sealed head.
 
@@ -1845,7 +1878,7 @@ class _ReadCheck:
     added must carry the global seqs it seals; older rows' seqs are held by ``verify()``.
     """
 
-    __slots__ = ("session", "sid", "size", "root", "prefix", "tail", "seqs", "fresh")
+    __slots__ = ("session", "sid", "size", "root", "prefix", "tail", "seqs", "fresh", "reads")
 
     def __init__(self, session: Session, sid: int | None) -> None:
         self.session, self.sid = session, sid
@@ -1855,6 +1888,8 @@ class _ReadCheck:
         #: whether the head was read for the read at hand (a reading() context's check is not, once reused)
         self.fresh = True
         self.prefix = _NO_PREFIX  # nothing is proven under an empty head: no read adds to it
+        #: how many times the head was read: rows asked for before the latest reading may miss some of its commits
+        self.reads = 0
         if sid is not None:
             self._head(sid)
 
@@ -1870,6 +1905,7 @@ class _ReadCheck:
         """Read the latest sealed head, check its seal and carry the handle's proven prefix to it."""
         session = self.session
         store = session.store
+        self.reads += 1
         row = store.backend.head(sid)
         if row is None:
             return
@@ -1955,7 +1991,7 @@ class _ReadCheck:
         rest = max(first, known)
         if rest < stop and not self._extend(rest, leaves[rest - first :]):
             bad = self._first_bad(rest, leaves[rest - first :])
-            raise self._fail(f"the event at pos {bad} is not in the tree of the latest sealed head (size {self.size})", bad)
+            raise self._fail(_NOT_IN_TREE.format(pos=bad, size=self.size), bad)
         if stop > self.tail:
             self._seqs(rows[max(0, self.tail - first):])
 
@@ -2016,7 +2052,7 @@ class _ReadCheck:
                 raise self._fail(f"the event at pos {r.pos} is not the one the sealed head holds", r.pos)
         if rest and self.session.root_with({r.pos: r.leaf for r in rest}, self.size) != self.root:
             bad = next((r.pos for r in rest if self._fails(r)), rest[0].pos)
-            raise self._fail(f"the event at pos {bad} is not in the tree of the latest sealed head (size {self.size})", bad)
+            raise self._fail(_NOT_IN_TREE.format(pos=bad, size=self.size), bad)
         if stop > self.tail:
             self._seqs([r for r in rows if r.pos >= self.tail])
 
