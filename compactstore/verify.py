@@ -15,6 +15,9 @@ order, O(log n) hashes per chunk and per head; so from a database file of
 in order, which is what a summary stands for: the report is the same either way.
 Each head is also held to the global seqs of the events its commit added (``heads.seqs``,
 under its seal): a chunk carries its seqs as runs of consecutive numbers, a few bytes.
+
+The calling process reads everything in one snapshot of the store (see
+:meth:`Backend.snapshot`), so a commit made meanwhile is never taken for damage.
 """
 
 from __future__ import annotations
@@ -402,7 +405,17 @@ def _usable_cpus() -> int:
 def verify_store(
     store: Sealed, *, progress: Callable[[int, int], None] | None = None, workers: int | None = None
 ) -> VerifyReport:
-    """Check every table of ``store``; see :meth:`Store.verify`."""
+    """Check every table of ``store``; see :meth:`Store.verify`.
+
+    Every read of this process is made in one snapshot of the store, so commits made
+    meanwhile are not mistaken for damage (a row beyond a head, a head beyond the rows).
+    """
+    with store.backend.snapshot():
+        return _verify_in_snapshot(store, progress, workers)
+
+
+def _verify_in_snapshot(store: Sealed, progress: Callable[[int, int], None] | None, workers: int | None) -> VerifyReport:
+    """Check every table of ``store``, reading inside a snapshot of its backend (see :func:`verify_store`)."""
     backend = store.backend
     count, lo, hi = backend.seq_bounds()
     if workers is None:

@@ -1,0 +1,63 @@
+"""Verification checks one state of the store, whatever another handle commits meanwhile.
+
+The writers here are real threads appending through a second handle while the first
+verifies; :meth:`Backend.snapshot` is what gives verification its one state.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import compactstore as cs
+
+
+def _turns(n: int, tag: str = "t") -> list[cs.Event]:
+    return [cs.Turn("user", f"{tag} {i}") for i in range(n)]
+
+
+@contextmanager
+def _appending(target: str, names: tuple[str, ...] = ("a",)) -> Iterator[Callable[[], int]]:
+    """Append to ``names`` in turn through a handle of its own on a thread, until the block ends; yield the count so far."""
+    stop, errors, done = threading.Event(), [], [0]
+
+    def run() -> None:
+        try:
+            with cs.open(target) as other:
+                sessions = [other.session(n) for n in names]
+                while not stop.is_set():
+                    sessions[done[0] % len(sessions)].extend(_turns(1 + done[0] % 3, "writer"))
+                    done[0] += 1
+                    time.sleep(0.001)  # commits all along, and a log that stays small
+        except BaseException as exc:  # handed to the test below
+            errors.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    try:
+        while not done[0] and not errors and thread.is_alive():
+            time.sleep(0.001)  # the writer is under way before the block starts
+        yield lambda: done[0]
+    finally:
+        stop.set()
+        thread.join()
+    assert not errors, errors
+
+
+def test_verify_reports_nothing_while_another_handle_appends(target: str) -> None:
+    """verify() run again and again while a thread appends through another handle reports every time that all is well."""
+    with cs.open(target) as st:
+        st.session("a").extend(_turns(200))
+        st.session("b").extend(_turns(50))
+        reports = []
+        with _appending(target, ("a", "b", "c")) as commits:
+            before = commits()
+            deadline = time.monotonic() + 2
+            while time.monotonic() < deadline or len(reports) < 3:
+                reports.append(st.verify())
+            during = commits() - before
+        assert during > 0  # the writer did commit while verify ran
+        assert all(r.ok for r in reports), [str(p) for r in reports for p in r.problems][:10]
+        assert st.verify().ok
