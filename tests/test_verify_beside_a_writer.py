@@ -1,17 +1,25 @@
 """Verification checks one state of the store, whatever another handle commits meanwhile.
 
-The writers here are real threads appending through a second handle while the first
-verifies; :meth:`Backend.snapshot` is what gives verification its one state.
+The writers here are real: a thread appending through a second handle while the first
+verifies, or a process of its own beside worker processes, which cannot share the
+snapshot (:meth:`Backend.snapshot`) that gives verification its one state.
 """
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
 
 import compactstore as cs
+from compactstore import verify
 
 
 def _turns(n: int, tag: str = "t") -> list[cs.Event]:
@@ -61,3 +69,41 @@ def test_verify_reports_nothing_while_another_handle_appends(target: str) -> Non
         assert during > 0  # the writer did commit while verify ran
         assert all(r.ok for r in reports), [str(p) for r in reports for p in r.problems][:10]
         assert st.verify().ok
+
+
+#: A writer in a process of its own: appends to session "a" until the file ``argv[2]`` exists.
+_WRITER = """
+import os, sys
+import compactstore as cs
+with cs.open(sys.argv[1]) as st:
+    s, n = st.session("a"), 0
+    while not os.path.exists(sys.argv[2]):
+        s.append(cs.Turn("user", f"writer {n}"))
+        n += 1
+"""
+
+
+def test_verify_with_worker_processes_reports_nothing_while_another_process_appends(
+    target: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """verify(workers=2), whose workers read on connections of their own, is ok beside a writer too."""
+    with cs.open(target) as st:
+        s = st.session("a")
+        for _ in range(3):
+            s.extend(_turns(3000))  # chunks for the workers, and a part of one for this process
+        monkeypatch.setattr(verify, "_TASK_CHUNKS", 1)  # a task per chunk: hand-overs while the writer runs
+        stop = tmp_path / "stop"
+        writer = subprocess.Popen([sys.executable, "-c", _WRITER, target, str(stop)],
+                                  env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+        try:
+            while st.backend.seq_bounds()[0] == 9000:  # the writer is under way
+                assert writer.poll() is None, "the writer process ended"
+                time.sleep(0.01)
+            before = st.backend.seq_bounds()[0]
+            reports = [st.verify(workers=2) for _ in range(2)]
+            assert st.backend.seq_bounds()[0] > before
+        finally:
+            stop.touch()
+            assert writer.wait(60) == 0
+        assert all(r.ok and r.events >= 9000 for r in reports), [str(p) for r in reports for p in r.problems][:10]
+        assert st.verify(workers=2) == st.verify(workers=1)
