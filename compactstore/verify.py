@@ -15,6 +15,12 @@ order, O(log n) hashes per chunk and per head; so from a database file of
 in order, which is what a summary stands for: the report is the same either way.
 Each head is also held to the global seqs of the events its commit added (``heads.seqs``,
 under its seal): a chunk carries its seqs as runs of consecutive numbers, a few bytes.
+
+The calling process reads everything in one snapshot of the store (see
+:meth:`Backend.snapshot`), so a commit made meanwhile is never taken for damage. Worker
+processes cannot share it: they check only chunks below the snapshot's latest head,
+which no later append changes (a redaction committed meanwhile can still erase a body
+there).
 """
 
 from __future__ import annotations
@@ -362,14 +368,14 @@ def _worker_integrity() -> list[str]:
     return _worker_backend.integrity()
 
 
-def _worker_chunks(sid: int, start: int) -> list[_Chunk]:
-    """Check up to ``_TASK_CHUNKS`` chunks from ``start`` on, up to the first empty one."""
+def _worker_chunks(sid: int, start: int, count: int) -> list[_Chunk]:
+    """Check ``count`` chunks from ``start`` on, up to the first empty one."""
     global _worker_reds
     assert _worker_backend is not None
     if _worker_reds is None or _worker_reds[0] != sid:
         _worker_reds = (sid, _Redactions.of(_worker_backend, sid))
     out: list[_Chunk] = []
-    for k in range(_TASK_CHUNKS):
+    for k in range(count):
         out.append(_check_chunk(_worker_backend, sid, start + k * _CHUNK, _worker_reds[1], keep_rows=False))
         if not out[-1].length:
             break
@@ -402,7 +408,17 @@ def _usable_cpus() -> int:
 def verify_store(
     store: Sealed, *, progress: Callable[[int, int], None] | None = None, workers: int | None = None
 ) -> VerifyReport:
-    """Check every table of ``store``; see :meth:`Store.verify`."""
+    """Check every table of ``store``; see :meth:`Store.verify`.
+
+    Every read of this process is made in one snapshot of the store, so commits made
+    meanwhile are not mistaken for damage (a row beyond a head, a head beyond the rows).
+    """
+    with store.backend.snapshot():
+        return _verify_in_snapshot(store, progress, workers)
+
+
+def _verify_in_snapshot(store: Sealed, progress: Callable[[int, int], None] | None, workers: int | None) -> VerifyReport:
+    """Check every table of ``store``, reading inside a snapshot of its backend (see :func:`verify_store`)."""
     backend = store.backend
     count, lo, hi = backend.seq_bounds()
     if workers is None:
@@ -499,36 +515,45 @@ def _session_parts(
 
     Chunks of ``_CHUNK`` positions from 0 on, until one is empty; then any rows past it
     (past a gap) and, first, any below 0: no row hides outside the chunks.
+
+    Called inside a snapshot of ``backend``, which worker processes, on connections of
+    their own, do not share. The log is append-only: its rows, its heads and its complete
+    subtrees below the size of the snapshot's latest head are the same in every later
+    state (but for the bodies a later redaction erases). So workers get only the chunks
+    that end at or below that size, and the chunks from there on are read here, in the
+    snapshot.
     """
     yield from _runs(backend, sid, _FLOOR, 0)  # rows no real append could write
     start = 0
-    # The latest head's size is a hint only (a wrong one costs time, never a finding): a
-    # session within one chunk is checked here, sparing many small sessions the
-    # hand-overs, and past the hint tasks go one at a time.
     latest = backend.head(sid) if pool is not None else None
-    hint = latest.size if latest is not None else 0
-    if pool is None or hint < _CHUNK:
-        while (chunk := _check_chunk(backend, sid, start, reds, keep_rows=True)).length:
-            yield chunk
-            start += _CHUNK
-    else:
+    # The chunks the workers may check: a session within one chunk has none, sparing
+    # many small sessions the hand-overs.
+    shared = (latest.size if latest is not None else 0) // _CHUNK
+    if pool is not None and shared > 0:
         pending: deque[Future[list[_Chunk]]] = deque()
-        submitted = 0
+        submitted = 0  # chunks handed over
         while True:
             # At most two tasks per worker in flight: memory stays bounded.
-            while len(pending) < 2 * workers and (submitted <= hint or not pending):
-                pending.append(pool.submit(_worker_chunks, sid, submitted))
-                submitted += _TASK_CHUNKS * _CHUNK
+            while len(pending) < 2 * workers and submitted < shared:
+                n = min(_TASK_CHUNKS, shared - submitted)
+                pending.append(pool.submit(_worker_chunks, sid, submitted * _CHUNK, n))
+                submitted += n
+            if not pending:
+                break
             chunks = pending.popleft().result()
             for chunk in chunks:
                 if not chunk.length:
                     break
                 yield chunk
                 start += _CHUNK
-            if len(chunks) < _TASK_CHUNKS or not chunks[-1].length:
+            if not chunks[-1].length:  # an empty chunk ends the chunks, as below
                 for f in pending:
                     f.cancel()
-                break
+                yield from _runs(backend, sid, start, None)
+                return
+    while (chunk := _check_chunk(backend, sid, start, reds, keep_rows=True)).length:
+        yield chunk
+        start += _CHUNK
     yield from _runs(backend, sid, start, None)  # rows past a gap of a whole chunk
 
 

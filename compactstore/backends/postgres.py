@@ -37,6 +37,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
@@ -64,6 +65,12 @@ _LOCK_SESSION = 0x63730002
 _ROW = "seq, session_id, pos, kind, idem_key, leaf, body"
 
 _T = TypeVar("_T")
+
+#: The connection each backend's :meth:`PostgresBackend.snapshot` holds for the calling
+#: thread or task: a context variable, so another thread of the same handle never runs a
+#: statement on it (a connection serves one statement at a time) nor sees its state.
+_PINNED: ContextVar[Mapping[PostgresBackend, psycopg.Connection[tuple[Any, ...]]]] = ContextVar(
+    "compactstore_pinned", default={})
 
 def _fold_sql(expr: str) -> str:
     """Return SQL folding the bigint ``expr`` into the signed 32-bit second key of an advisory lock."""
@@ -343,9 +350,52 @@ class PostgresBackend(Reads):
             self._pool.close()
             self._cursors.clear()
 
+    @contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """Read one state of the database until the context ends: one REPEATABLE READ, READ ONLY transaction.
+
+        The calling thread's (or task's) reads go to one connection of the pool, held for
+        the context, whose transaction sees the database as of its first statement.
+        Other threads of this handle read and write through the pool as before, and no
+        writer waits for the context; :meth:`close` does.
+
+        Raises:
+            StoreClosed: :meth:`close` has been called.
+        """
+        pinned = _PINNED.get()
+        if self in pinned:  # nested: the outer transaction holds the state already
+            yield
+            return
+        self._gate.enter()
+        try:
+            try:
+                conn = self._pool.getconn()
+            except psycopg.Error as exc:
+                raise _error(exc, "begin a read transaction") from exc
+            try:
+                try:
+                    # The pool's connections are in autocommit: BEGIN opens the transaction.
+                    conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                except psycopg.Error as exc:
+                    raise _error(exc, "begin a read transaction") from exc
+                token = _PINNED.set({**pinned, self: conn})
+                try:
+                    yield
+                finally:
+                    _PINNED.reset(token)
+            finally:
+                _rollback(conn)  # read only: nothing to commit
+                self._pool.putconn(conn)
+        finally:
+            self._gate.leave()
+
     def _run(self, doing: str, fn: Callable[[psycopg.Cursor[tuple[Any, ...]]], _T]) -> _T:
         self._gate.enter()
         try:
+            pinned = _PINNED.get().get(self)
+            if pinned is not None:  # inside snapshot(): its transaction's connection
+                with pinned.cursor(binary=True) as cur:
+                    return fn(cur)
             with self._pool.connection() as conn, conn.cursor(binary=True) as cur:
                 return fn(cur)
         except psycopg.Error as exc:

@@ -177,6 +177,21 @@ class Backend(Protocol):
         """Release connections; the backend is unusable afterwards."""
         ...
 
+    def snapshot(self) -> AbstractContextManager[None]:
+        """Open a read-only view of one state of the store for the calling thread, until the context ends.
+
+        Inside it every read this backend serves to the calling thread sees the store as
+        of the first of them: commits made meanwhile (by this handle or another) are not
+        seen, so reads made in several queries agree with each other. Commits are not
+        refused; whether other threads of this handle wait for the context to end is the
+        backend's to say. Nested contexts share the outer one's state. Writing from
+        inside one is not supported.
+
+        Raises:
+            StoreClosed: the backend is closed.
+        """
+        ...
+
     def meta(self) -> dict[str, str]:
         """Return the meta table."""
         ...

@@ -129,6 +129,8 @@ class SQLiteBackend(Reads):
         self._heads: dict[int, HeadRow] = {}
         self._next_seq: int | None = None
         self._sids: dict[str, int] = {}
+        #: Depth of the :meth:`snapshot` contexts open on the connection (their thread holds ``_lock``).
+        self._snapshots = 0
         super().__init__(self._all, queries.SQLITE)
         try:
             self._conn = conn = sqlite3.connect(
@@ -180,9 +182,20 @@ class SQLiteBackend(Reads):
             raise StoreClosed(self._path)
         return self._conn
 
+    def _refuse_in_snapshot(self) -> None:
+        """Refuse a write from inside :meth:`snapshot` (call holding ``_lock``).
+
+        Its BEGIN would fail on the open read transaction, and the rollback after the
+        failure would end that transaction: the reads after it would see another state.
+        """
+        if self._snapshots:
+            raise CompactStoreError(f"SQLite: {self._path}: cannot write inside a snapshot of the store",
+                                    hint="write after the snapshot's context ends")
+
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
         conn = self._open()
+        self._refuse_in_snapshot()
         conn.execute("BEGIN IMMEDIATE")
         try:
             yield conn
@@ -194,6 +207,46 @@ class SQLiteBackend(Reads):
                 except sqlite3.Error:
                     pass  # SQLite rolled back already (a full disk does that); nothing was committed
             raise
+
+    @contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """Read one state of the file until the context ends: one read transaction on the connection.
+
+        Every read of this handle goes through its one connection, so the transaction
+        holds the handle's lock throughout: the handle's other threads, writers among
+        them, wait until the context ends (for as long as it lasts, past the busy
+        timeout too). Other connections keep committing (WAL); this one does not see it.
+        A checkpoint cannot pass the transaction's state meanwhile, so the write-ahead
+        log grows until the context ends.
+
+        Raises:
+            StoreClosed: :meth:`close` has been called.
+        """
+        with self._lock:
+            conn = self._open()
+            if self._snapshots:  # nested: the outer transaction holds the state already
+                self._snapshots += 1
+                try:
+                    yield
+                finally:
+                    self._snapshots -= 1
+                return
+            try:
+                # Deferred: the state is that of the first read, as another reader's would be.
+                conn.execute("BEGIN")
+            except sqlite3.Error as exc:
+                raise _error(exc, "begin a read transaction") from exc
+            self._snapshots = 1
+            try:
+                yield
+            finally:
+                self._snapshots = 0
+                # close() from inside the context (this thread holds the lock) leaves nothing to end.
+                if not self._closed and conn.in_transaction:
+                    try:
+                        conn.execute("ROLLBACK")  # nothing was written: ending it so costs nothing
+                    except sqlite3.Error:
+                        pass  # SQLite ended it already
 
     def _all(self, sql: str, args: Sequence[object] = ()) -> list[Any]:
         try:
@@ -523,6 +576,7 @@ class _SQLiteWriter:
         try:
             if backend._closed:
                 raise StoreClosed(backend._path)
+            backend._refuse_in_snapshot()
             cur.execute("BEGIN IMMEDIATE")
             try:
                 sid = backend._sids.get(name)

@@ -1,0 +1,97 @@
+"""Inside a snapshot of the store, reads show one state of it, whatever another handle commits meanwhile."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+import compactstore as cs
+
+
+def _turns(n: int, tag: str = "t") -> list[cs.Event]:
+    return [cs.Turn("user", f"{tag} {i}") for i in range(n)]
+
+
+def test_a_snapshot_does_not_see_what_another_handle_commits(target: str) -> None:
+    """Inside snapshot(), reads show the store as of the first of them, though another handle commits."""
+    with cs.open(target) as st, cs.open(target) as other:
+        st.session("a").extend(_turns(5))
+        backend = st.backend
+        sid = backend.session_id("a")
+        assert sid is not None
+        with backend.snapshot():
+            bounds, head = backend.seq_bounds(), backend.head(sid)
+            other.session("a").extend(_turns(3, "other"))
+            other.session("new").append(cs.Turn("user", "x"))
+            assert backend.seq_bounds() == bounds and backend.head(sid) == head
+            assert [r.pos for r in backend.rows(sid, 0, None, 2)] == list(range(5))
+            assert [n for _, n in backend.sessions()] == ["a"]
+            with backend.snapshot():  # nested: the same state
+                assert backend.seq_bounds() == bounds
+        assert backend.seq_bounds()[0] == 9
+        assert st.verify().ok
+
+
+def test_a_snapshot_on_sqlite_makes_a_writer_of_the_same_handle_wait(sqlite_target: str) -> None:
+    """A thread appending through the handle that holds a snapshot waits for it to end, then commits; the store verifies."""
+    with cs.open(sqlite_target) as st:
+        s = st.session("a")
+        s.extend(_turns(5))
+        backend = st.backend
+        errors: list[BaseException] = []
+
+        def append() -> None:
+            try:
+                s.append(cs.Turn("user", "waited"))
+            except BaseException as exc:
+                errors.append(exc)
+
+        writer = threading.Thread(target=append)
+        with backend.snapshot():
+            bounds = backend.seq_bounds()
+            writer.start()
+            writer.join(0.3)
+            assert writer.is_alive() and not errors  # waiting, not refused
+            assert backend.seq_bounds() == bounds
+        writer.join()
+        assert not errors, errors
+        assert backend.seq_bounds()[0] == 6 and s.size == 6
+        assert st.verify().ok
+
+
+def test_a_write_inside_a_snapshot_on_sqlite_is_refused_and_the_snapshot_holds(sqlite_target: str) -> None:
+    """An append from the thread holding the snapshot is refused; its reads still show the state they did."""
+    with cs.open(sqlite_target) as st, cs.open(sqlite_target) as other:
+        st.session("a").extend(_turns(5))
+        backend = st.backend
+        with backend.snapshot():
+            bounds = backend.seq_bounds()
+            with pytest.raises(cs.CompactStoreError, match="inside a snapshot"):
+                st.session("a").append(cs.Turn("user", "x"))
+            other.session("a").append(cs.Turn("user", "y"))
+            assert backend.seq_bounds() == bounds
+        assert backend.seq_bounds()[0] == 6
+        assert st.verify().ok
+
+
+def test_a_snapshot_of_a_closed_store_is_refused(target: str) -> None:
+    """snapshot() on a closed backend raises StoreClosed, as every other call does."""
+    st = cs.open(target)
+    backend = st.backend
+    st.close()
+    with pytest.raises(cs.StoreClosed):
+        with backend.snapshot():
+            pass
+
+
+def test_closing_inside_a_snapshot_ends_it(target: str) -> None:
+    """A store closed from inside a snapshot leaves the context cleanly, and reads after it raise StoreClosed."""
+    st = cs.open(target)
+    st.session("a").extend(_turns(3))
+    backend = st.backend
+    with backend.snapshot():
+        backend.seq_bounds()
+        st.close()
+        with pytest.raises(cs.StoreClosed):
+            backend.seq_bounds()

@@ -1,0 +1,109 @@
+"""Verification checks one state of the store, whatever another handle commits meanwhile.
+
+The writers here are real: a thread appending through a second handle while the first
+verifies, or a process of its own beside worker processes, which cannot share the
+snapshot (:meth:`Backend.snapshot`) that gives verification its one state.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+import compactstore as cs
+from compactstore import verify
+
+
+def _turns(n: int, tag: str = "t") -> list[cs.Event]:
+    return [cs.Turn("user", f"{tag} {i}") for i in range(n)]
+
+
+@contextmanager
+def _appending(target: str, names: tuple[str, ...] = ("a",)) -> Iterator[Callable[[], int]]:
+    """Append to ``names`` in turn through a handle of its own on a thread, until the block ends; yield the count so far."""
+    stop, errors, done = threading.Event(), [], [0]
+
+    def run() -> None:
+        try:
+            with cs.open(target) as other:
+                sessions = [other.session(n) for n in names]
+                while not stop.is_set():
+                    sessions[done[0] % len(sessions)].extend(_turns(1 + done[0] % 3, "writer"))
+                    done[0] += 1
+                    time.sleep(0.001)  # commits all along, and a log that stays small
+        except BaseException as exc:  # handed to the test below
+            errors.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    try:
+        while not done[0] and not errors and thread.is_alive():
+            time.sleep(0.001)  # the writer is under way before the block starts
+        yield lambda: done[0]
+    finally:
+        stop.set()
+        thread.join()
+    assert not errors, errors
+
+
+def test_verify_reports_nothing_while_another_handle_appends(target: str) -> None:
+    """verify() run again and again while a thread appends through another handle reports every time that all is well."""
+    with cs.open(target) as st:
+        st.session("a").extend(_turns(200))
+        st.session("b").extend(_turns(50))
+        reports = []
+        with _appending(target, ("a", "b", "c")) as commits:
+            before = commits()
+            deadline = time.monotonic() + 2
+            while time.monotonic() < deadline or len(reports) < 3:
+                reports.append(st.verify())
+            during = commits() - before
+        assert during > 0  # the writer did commit while verify ran
+        assert all(r.ok for r in reports), [str(p) for r in reports for p in r.problems][:10]
+        assert st.verify().ok
+
+
+#: A writer in a process of its own: appends to session "a" until the file ``argv[2]`` exists.
+_WRITER = """
+import os, sys
+import compactstore as cs
+with cs.open(sys.argv[1]) as st:
+    s, n = st.session("a"), 0
+    while not os.path.exists(sys.argv[2]):
+        s.append(cs.Turn("user", f"writer {n}"))
+        n += 1
+"""
+
+
+def test_verify_with_worker_processes_reports_nothing_while_another_process_appends(
+    target: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """verify(workers=2), whose workers read on connections of their own, is ok beside a writer too."""
+    with cs.open(target) as st:
+        s = st.session("a")
+        for _ in range(3):
+            s.extend(_turns(3000))  # chunks for the workers, and a part of one for this process
+        monkeypatch.setattr(verify, "_TASK_CHUNKS", 1)  # a task per chunk: hand-overs while the writer runs
+        stop = tmp_path / "stop"
+        writer = subprocess.Popen([sys.executable, "-c", _WRITER, target, str(stop)],
+                                  env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+        try:
+            while st.backend.seq_bounds()[0] == 9000:  # the writer is under way
+                assert writer.poll() is None, "the writer process ended"
+                time.sleep(0.01)
+            before = st.backend.seq_bounds()[0]
+            reports = [st.verify(workers=2) for _ in range(2)]
+            assert st.backend.seq_bounds()[0] > before
+        finally:
+            stop.touch()
+            assert writer.wait(60) == 0
+        assert all(r.ok and r.events >= 9000 for r in reports), [str(p) for r in reports for p in r.problems][:10]
+        assert st.verify(workers=2) == st.verify(workers=1)
