@@ -29,6 +29,8 @@ if TYPE_CHECKING:
     from .protocol import Backend, Writer
 
 BUSY_TIMEOUT_MS = 60_000
+#: How long the checkpoint after an erasure waits for other connections' reads and writes.
+CHECKPOINT_WAIT_MS = 1_000
 LOG_TABLES = ("meta", "sessions", "events", "subtrees", "heads", "redactions")
 
 
@@ -413,10 +415,16 @@ def _drop_old_pages(conn: sqlite3.Connection) -> None:
 
     Secure delete zeroes them in the pages an erasure writes; the log still holds the
     pages as they were until a checkpoint. Best effort: a reader holding an older
-    snapshot keeps its frames until it ends, and the next checkpoint drops them.
+    snapshot (a ``verify()`` of another handle, say) keeps its frames until it ends, and
+    the next checkpoint drops them. It waits for such a reader :data:`CHECKPOINT_WAIT_MS`
+    at most, not the busy timeout: a redaction does not stall for a long read.
     """
     try:
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        conn.execute(f"PRAGMA busy_timeout = {CHECKPOINT_WAIT_MS}")
+        try:
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        finally:
+            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
     except sqlite3.Error:
         pass  # busy or read-only: the automatic checkpoint gets there later
 
