@@ -117,3 +117,57 @@ def test_a_redaction_beside_another_handles_snapshot_does_not_wait_out_the_busy_
         assert waited < sqlite_backend.BUSY_TIMEOUT_MS / 1000 / 2
         assert st.session("a").read(3).kind == "redacted"
         assert st.verify().ok
+
+
+def test_a_task_started_inside_a_postgres_snapshot_does_not_read_through_it_after_it_ends(pg_url: str) -> None:
+    """A task created inside snapshot() that reads once the context has ended sees what is committed.
+
+    The task's context is a copy of the one the snapshot ran in; the snapshot's connection
+    went back to the pool when the context ended, and another thread's snapshot has it now.
+    """
+    import asyncio
+
+    from compactstore.backends.postgres import _PINNED
+
+    with cs.open(pg_url) as st:
+        s = st.session("a")
+        s.append(cs.Turn("user", "one"))
+        backend = st.backend
+
+        async def main() -> tuple[int, int]:
+            go = asyncio.Event()
+
+            async def reader() -> int:
+                await go.wait()
+                return s.size
+
+            with backend.snapshot():
+                assert s.size == 1
+                held = _PINNED.get()[backend]
+                task = asyncio.create_task(reader())
+            entered, release = threading.Event(), threading.Event()
+
+            def other() -> None:  # another thread's snapshot (a verify(), say) on the connection the first one held
+                for _ in range(20):
+                    with backend.snapshot():
+                        if _PINNED.get()[backend] is held:
+                            backend.seq_bounds()
+                            entered.set()
+                            release.wait(10)
+                            return
+
+            thread = threading.Thread(target=other)
+            thread.start()
+            try:
+                assert entered.wait(10)
+                s.append(cs.Turn("user", "two"))
+                now = s.size
+                go.set()
+                return now, await task
+            finally:
+                release.set()
+                thread.join()
+
+        now, seen = asyncio.run(main())
+        assert now == 2
+        assert seen == 2, "the task read through another thread's snapshot"
