@@ -171,3 +171,19 @@ def test_a_task_started_inside_a_postgres_snapshot_does_not_read_through_it_afte
         now, seen = asyncio.run(main())
         assert now == 2
         assert seen == 2, "the task read through another thread's snapshot"
+
+
+def test_a_write_inside_a_snapshot_is_refused_on_either_backend(target: str) -> None:
+    """An append from the thread holding the snapshot is refused, and the store is left as it was, on SQLite and PostgreSQL alike.
+
+    Were it to commit, the thread's own reads in the snapshot would not find the event
+    the append just returned.
+    """
+    with cs.open(target) as st:
+        s = st.session("a")
+        s.extend(_turns(2))
+        with st.backend.snapshot():
+            st.backend.seq_bounds()
+            with pytest.raises(cs.CompactStoreError, match="inside a snapshot"):
+                s.append(cs.Turn("user", "inside"))
+        assert s.size == 2
