@@ -193,3 +193,14 @@ def test_verify_names_the_latest_head_of_a_truncated_session(sqlite_target: str)
     assert result.exit_code == 1
     assert "latest head is at size 5, but the log has 3 events" in result.stdout
     assert "latest head is at size 0" not in result.stdout
+
+
+def test_show_no_verify_draws_a_session_whose_latest_head_seal_was_altered(sqlite_target: str) -> None:
+    """--no-verify draws a session whose sealed head no longer verifies, as it draws one holding a forged marker."""
+    with cs.open(sqlite_target) as st:
+        st.session("a").extend([cs.Turn("user", "hi"), cs.Turn("assistant", "hello")])
+    tamper(sqlite_target, "UPDATE heads SET seal = zeroblob(32) WHERE size = 2")
+    assert run("show", "-s", sqlite_target, "--session", "a").exit_code == 1
+    drawn = run("show", "-s", sqlite_target, "--session", "a", "--json", "--no-verify")
+    assert drawn.exit_code == 0, drawn.output
+    assert json.loads(drawn.stdout)["size"] == 2
