@@ -400,3 +400,16 @@ def test_prepare_is_the_same_on_the_native_and_pure_paths(batch: list[ev.Event],
     finally:
         ev._NATIVE = saved
     assert native == pure
+
+
+def test_a_float_enum_member_is_taken_and_reads_back_as_its_value(target: str) -> None:
+    """A member of an enum of floats is written as its value, as members of str and int enums are, and reads back equal."""
+    import enum
+
+    class Ratio(float, enum.Enum):
+        HALF = 0.5
+
+    with cs.open(target) as st:
+        s = st.session("a")
+        got = s.append(cs.ToolResult("c1", {"ratio": Ratio.HALF}))
+        assert s.read(got.pos).event.output == {"ratio": 0.5} == {"ratio": Ratio.HALF}
