@@ -413,3 +413,17 @@ def test_a_float_enum_member_is_taken_and_reads_back_as_its_value(target: str) -
         s = st.session("a")
         got = s.append(cs.ToolResult("c1", {"ratio": Ratio.HALF}))
         assert s.read(got.pos).event.output == {"ratio": 0.5} == {"ratio": Ratio.HALF}
+
+
+def test_a_plain_enum_member_is_refused_as_not_a_json_value(target: str) -> None:
+    """A member of an Enum that is neither a str nor an int would read back as its bare value, unequal to it: refused."""
+    import enum
+
+    class Colour(enum.Enum):
+        RED = 1
+
+    assert Colour.RED != 1
+    with cs.open(target) as st:
+        with pytest.raises(cs.InvalidEvent, match="not a JSON value"):
+            st.session("a").append(cs.ToolResult("c1", {"colour": Colour.RED}))
+        assert st.session("a").size == 0
