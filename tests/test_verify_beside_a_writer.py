@@ -107,3 +107,27 @@ def test_verify_with_worker_processes_reports_nothing_while_another_process_appe
             assert writer.wait(60) == 0
         assert all(r.ok and r.events >= 9000 for r in reports), [str(p) for r in reports for p in r.problems][:10]
         assert st.verify(workers=2) == st.verify(workers=1)
+
+
+def test_verify_with_worker_processes_reports_nothing_when_another_handle_redacts_meanwhile(sqlite_target: str) -> None:
+    """A redaction committed while verify() runs with workers is not reported as damage; the store verifies after it too.
+
+    The redaction comes from the progress callback, once the first chunk is in: its position
+    lies in a chunk the workers are handed later.
+    """
+    chunk = verify._CHUNK
+    with cs.open(sqlite_target) as st, cs.open(sqlite_target) as other:
+        s = st.session("a")
+        for i in range(40):
+            s.extend(_turns(chunk, f"c{i}"))
+        fired: list[int] = []
+
+        def progress(done: int, count: int) -> None:
+            if not fired and done >= chunk:
+                fired.append(done)
+                other.session("a").redact([30 * chunk + 5], "gone")
+
+        report = st.verify(workers=2, progress=progress)
+        assert fired
+        assert report.ok, [str(p) for p in report.problems]
+        assert st.verify(workers=2).ok
