@@ -143,14 +143,14 @@ def test_a_task_started_inside_a_postgres_snapshot_does_not_read_through_it_afte
 
             with backend.snapshot():
                 assert s.size == 1
-                held = _PINNED.get()[backend]
+                held = _PINNED.get()[backend].conn
                 task = asyncio.create_task(reader())
             entered, release = threading.Event(), threading.Event()
 
             def other() -> None:  # another thread's snapshot (a verify(), say) on the connection the first one held
                 for _ in range(20):
                     with backend.snapshot():
-                        if _PINNED.get()[backend] is held:
+                        if _PINNED.get()[backend].conn is held:
                             backend.seq_bounds()
                             entered.set()
                             release.wait(10)

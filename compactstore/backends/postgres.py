@@ -35,6 +35,7 @@ Every driver error is re-raised as a :class:`~compactstore.CompactStoreError`.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -66,11 +67,32 @@ _ROW = "seq, session_id, pos, kind, idem_key, leaf, body"
 
 _T = TypeVar("_T")
 
-#: The connection each backend's :meth:`PostgresBackend.snapshot` holds for the calling
-#: thread or task: a context variable, so another thread of the same handle never runs a
-#: statement on it (a connection serves one statement at a time) nor sees its state.
-_PINNED: ContextVar[Mapping[PostgresBackend, psycopg.Connection[tuple[Any, ...]]]] = ContextVar(
-    "compactstore_pinned", default={})
+class _Pin:
+    """The connection a :meth:`PostgresBackend.snapshot` holds, for the thread that opened it, while it is open.
+
+    A context variable carries it, and a task or thread started inside the context
+    copies the variable: the pin serves only the opening thread, and none once the
+    context has ended and the connection went back to the pool.
+    """
+
+    __slots__ = ("conn", "thread", "open")
+
+    def __init__(self, conn: psycopg.Connection[tuple[Any, ...]]) -> None:
+        self.conn, self.thread, self.open = conn, threading.get_ident(), True
+
+    def live(self) -> bool:
+        """Whether the calling thread reads through this pin now."""
+        return self.open and self.thread == threading.get_ident()
+
+
+#: Each backend's open snapshot, for the thread (or task) that opened it.
+_PINNED: ContextVar[Mapping[PostgresBackend, _Pin]] = ContextVar("compactstore_pinned", default={})
+
+
+def _pinned(backend: PostgresBackend) -> _Pin | None:
+    """Return ``backend``'s snapshot open in the calling thread, if any."""
+    pin = _PINNED.get().get(backend)
+    return pin if pin is not None and pin.live() else None
 
 def _fold_sql(expr: str) -> str:
     """Return SQL folding the bigint ``expr`` into the signed 32-bit second key of an advisory lock."""
@@ -362,8 +384,7 @@ class PostgresBackend(Reads):
         Raises:
             StoreClosed: :meth:`close` has been called.
         """
-        pinned = _PINNED.get()
-        if self in pinned:  # nested: the outer transaction holds the state already
+        if _pinned(self) is not None:  # nested: the outer transaction holds the state already
             yield
             return
         self._gate.enter()
@@ -378,10 +399,12 @@ class PostgresBackend(Reads):
                     conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
                 except psycopg.Error as exc:
                     raise _error(exc, "begin a read transaction") from exc
-                token = _PINNED.set({**pinned, self: conn})
+                pin = _Pin(conn)
+                token = _PINNED.set({**_PINNED.get(), self: pin})
                 try:
                     yield
                 finally:
+                    pin.open = False  # for every copy of the context a task or thread took inside
                     _PINNED.reset(token)
             finally:
                 _rollback(conn)  # read only: nothing to commit
@@ -392,9 +415,9 @@ class PostgresBackend(Reads):
     def _run(self, doing: str, fn: Callable[[psycopg.Cursor[tuple[Any, ...]]], _T]) -> _T:
         self._gate.enter()
         try:
-            pinned = _PINNED.get().get(self)
-            if pinned is not None:  # inside snapshot(): its transaction's connection
-                with pinned.cursor(binary=True) as cur:
+            pin = _pinned(self)
+            if pin is not None:  # inside snapshot(): its transaction's connection
+                with pin.conn.cursor(binary=True) as cur:
                     return fn(cur)
             with self._pool.connection() as conn, conn.cursor(binary=True) as cur:
                 return fn(cur)
@@ -438,6 +461,10 @@ class PostgresBackend(Reads):
 
     @contextmanager
     def writer(self, name: str, *, speculate: bool = False) -> Iterator[_PGWriter]:
+        if _pinned(self) is not None:
+            # Its commit would be one the snapshot's reads do not see: refused, as on SQLite.
+            raise CompactStoreError(f"PostgreSQL: {self._where}: cannot write inside a snapshot of the store",
+                                    hint="write after the snapshot's context ends")
         self._gate.enter()
         try:
             yield from self._writing(name, speculate)
