@@ -168,9 +168,9 @@ def picture(session: Session) -> Picture:
     Reads the whole session once, and resumes from each marker (see
     :meth:`Session.resume`): a checkpoint that does not verify shows as ``broken``.
     """
-    head = session.head()
     # Drawn even when the log does not verify (``show --no-verify``): each body is still
     # held to its own leaf, and each marker's resume says whether its checkpoint holds.
+    head = session.head(verify=False)
     records = list(session.scan(0, head.size, verify=False))
     events = [r.event for r in records]
     leaves = [r.leaf for r in records]

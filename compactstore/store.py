@@ -1579,20 +1579,21 @@ class Session:
         backend = self.store.backend
         return merkle.serve(spans, lambda c: backend.hashes(sid, c), HASH)
 
-    def head(self, size: int | None = None) -> TreeHead:
+    def head(self, size: int | None = None, *, verify: bool = True) -> TreeHead:
         """Return the tree head at ``size`` (default: now), with a MAC when the store is keyed.
 
         The root is the one the latest sealed head vouches for, as :meth:`sealed_head`
         gives it: a root recomputed from an edited subtree table is refused, never MACed.
-        A keyed store opened without its key cannot check the seal: its heads carry no MAC
-        and their roots are the stored roots' as they are.
+        ``verify=False`` gives the root the stored roots fold to, unchecked and so with no
+        MAC (for drawing a store that does not verify); so does a keyed store opened
+        without its key, which cannot check the seal.
 
         Raises:
             InvalidArgument: ``size`` is not in [0, latest size].
             IntegrityError: as :meth:`sealed_head`.
         """
         store = self.store
-        if store.keyed and store.mac_key is None:
+        if not ev.as_flag("verify", verify) or (store.keyed and store.mac_key is None):
             size, sid = self._bounded("size", size, 0)
             (root,) = self._roots([(0, size)], sid)
             return TreeHead(self.name, size, root, None)
