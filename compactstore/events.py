@@ -926,10 +926,14 @@ def _check_json(value: object, path: str, depth: int) -> None:
     elif isinstance(value, list | tuple):
         for i, v in enumerate(value):
             _check_json(v, f"{path}[{i}]", depth + 1)
-    elif not (isinstance(value, enum.Enum) and type(value.value) in (str, int)):
+    elif isinstance(value, enum.Enum) and isinstance(value, str | int | float):
+        # A str, int or float enum (IntEnum, StrEnum, ...) is written as its value, which
+        # reads back equal to it. A plain Enum's member is not equal to its value: refused below.
+        _check_json(value.value, path, depth)
+    else:
         # bytes, sets, datetimes, UUIDs...: msgspec would store a string or list in their
-        # place, so what is read back would not be what was given. A subclass of str, int
-        # or float it does not encode at all; an enum of a str or int it writes as its value.
+        # place, so what is read back would not be what was given; a subclass of str, int
+        # or float that is no enum it does not encode at all.
         raise InvalidEvent(path, f"not a JSON value: {type(value).__name__}")
 
 
