@@ -19,8 +19,9 @@ under its seal): a chunk carries its seqs as runs of consecutive numbers, a few 
 The calling process reads everything in one snapshot of the store (see
 :meth:`Backend.snapshot`), so a commit made meanwhile is never taken for damage. Worker
 processes cannot share it: they check only chunks below the snapshot's latest head,
-which no later append changes (a redaction committed meanwhile can still erase a body
-there).
+which no later append changes, against the snapshot's redaction records; a chunk in
+which one finds anything (a body a later redaction erased, say) is checked again in the
+snapshot.
 """
 
 from __future__ import annotations
@@ -352,10 +353,8 @@ def _check_chunk(backend: Backend, sid: int, start: int, reds: _Redactions, keep
                   checked.indexed, checked.digests, checked if keep_rows else None)
 
 
-# One backend per worker process, opened by the pool's initializer, and the redaction
-# records of the session it last checked.
+# One backend per worker process, opened by the pool's initializer.
 _worker_backend: Backend | None = None
-_worker_reds: tuple[int, _Redactions] | None = None
 
 
 def _worker_init(target: str) -> None:
@@ -368,15 +367,12 @@ def _worker_integrity() -> list[str]:
     return _worker_backend.integrity()
 
 
-def _worker_chunks(sid: int, start: int, count: int) -> list[_Chunk]:
-    """Check ``count`` chunks from ``start`` on, up to the first empty one."""
-    global _worker_reds
+def _worker_chunks(sid: int, start: int, count: int, reds: _Redactions) -> list[_Chunk]:
+    """Check ``count`` chunks from ``start`` on, up to the first empty one, against the snapshot's redaction records."""
     assert _worker_backend is not None
-    if _worker_reds is None or _worker_reds[0] != sid:
-        _worker_reds = (sid, _Redactions.of(_worker_backend, sid))
     out: list[_Chunk] = []
     for k in range(count):
-        out.append(_check_chunk(_worker_backend, sid, start + k * _CHUNK, _worker_reds[1], keep_rows=False))
+        out.append(_check_chunk(_worker_backend, sid, start + k * _CHUNK, reds, keep_rows=False))
         if not out[-1].length:
             break
     return out
@@ -536,7 +532,7 @@ def _session_parts(
             # At most two tasks per worker in flight: memory stays bounded.
             while len(pending) < 2 * workers and submitted < shared:
                 n = min(_TASK_CHUNKS, shared - submitted)
-                pending.append(pool.submit(_worker_chunks, sid, submitted * _CHUNK, n))
+                pending.append(pool.submit(_worker_chunks, sid, submitted * _CHUNK, n, reds))
                 submitted += n
             if not pending:
                 break
@@ -544,6 +540,10 @@ def _session_parts(
             for chunk in chunks:
                 if not chunk.length:
                     break
+                if not chunk.clean:
+                    # What a worker found it read in a later state, where a redaction made
+                    # since may have erased a body: the chunk is checked again here, in the snapshot.
+                    chunk = _check_chunk(backend, sid, chunk.start, reds, keep_rows=True)
                 yield chunk
                 start += _CHUNK
             if not chunks[-1].length:  # an empty chunk ends the chunks, as below
