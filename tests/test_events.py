@@ -427,3 +427,28 @@ def test_a_plain_enum_member_is_refused_as_not_a_json_value(target: str) -> None
         with pytest.raises(cs.InvalidEvent, match="not a JSON value"):
             st.session("a").append(cs.ToolResult("c1", {"colour": Colour.RED}))
         assert st.session("a").size == 0
+
+
+def test_a_float_enum_member_unequal_to_its_value_is_refused(target: str) -> None:
+    """A float enum whose member is not its value (a __new__ setting _value_) would read back as the value, unequal to what was given: refused, naming the path."""
+    import enum
+
+    class Doubled(float, enum.Enum):
+        def __new__(cls, value: float) -> Doubled:
+            member = float.__new__(cls, value * 2)
+            member._value_ = value
+            return member
+
+        HALF = 0.5
+
+    assert Doubled.HALF == 1.0 and Doubled.HALF.value == 0.5
+    with cs.open(target) as st:
+        s = st.session("a")
+        try:
+            got = s.append(cs.ToolResult("c1", {"ratio": Doubled.HALF}))
+        except cs.InvalidEvent as exc:
+            assert "output.ratio" in str(exc)
+            assert s.size == 0
+            return
+        back = s.read(got.pos).event.output
+        assert back == {"ratio": Doubled.HALF}, f"given {float(Doubled.HALF)}, read back {back}"
