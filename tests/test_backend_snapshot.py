@@ -187,3 +187,45 @@ def test_a_write_inside_a_snapshot_is_refused_on_either_backend(target: str) -> 
             with pytest.raises(cs.CompactStoreError, match="inside a snapshot"):
                 s.append(cs.Turn("user", "inside"))
         assert s.size == 2
+
+
+def test_a_task_s_own_snapshot_opened_inside_another_keeps_its_state_after_the_outer_one_ends(target: str) -> None:
+    """A task created inside snapshot() that opens a snapshot of its own reads one state until its own context ends.
+
+    The outer context ending first (it belongs to another task) must not end the task's
+    snapshot: its reads still show the state they did, and a write from it is still refused.
+    """
+    import asyncio
+
+    with cs.open(target) as st, cs.open(target) as other:
+        s = st.session("a")
+        s.extend(_turns(5))
+        backend = st.backend
+
+        async def main() -> tuple[tuple[int, int, int], tuple[int, int, int], str]:
+            started, go = asyncio.Event(), asyncio.Event()
+
+            async def task() -> tuple[tuple[int, int, int], tuple[int, int, int], str]:
+                with backend.snapshot():
+                    first = backend.seq_bounds()
+                    started.set()
+                    await go.wait()
+                    second = backend.seq_bounds()
+                    try:
+                        s.append(cs.Turn("user", "inside the task's snapshot"))
+                        wrote = "accepted"
+                    except cs.CompactStoreError:
+                        wrote = "refused"
+                return first, second, wrote
+
+            with backend.snapshot():
+                backend.seq_bounds()
+                running = asyncio.create_task(task())
+                await started.wait()
+            other.session("a").extend(_turns(3, "other"))
+            go.set()
+            return await running
+
+        first, second, wrote = asyncio.run(main())
+        assert second == first, f"the task's snapshot saw {first}, then {second}"
+        assert wrote == "refused"
