@@ -926,9 +926,10 @@ def _check_json(value: object, path: str, depth: int) -> None:
     elif isinstance(value, list | tuple):
         for i, v in enumerate(value):
             _check_json(v, f"{path}[{i}]", depth + 1)
-    elif isinstance(value, enum.Enum) and isinstance(value, str | int | float):
-        # A str, int or float enum (IntEnum, StrEnum, ...) is written as its value, which
-        # reads back equal to it. A plain Enum's member is not equal to its value: refused below.
+    elif isinstance(value, enum.Enum) and isinstance(value, str | int | float) and value == value.value:
+        # A str, int or float enum (IntEnum, StrEnum, ...) whose members equal their values
+        # is written as the one or the other, and reads back equal to what was given. A plain
+        # Enum's member, or one unequal to its value, is refused below.
         _check_json(value.value, path, depth)
     else:
         # bytes, sets, datetimes, UUIDs...: msgspec would store a string or list in their

@@ -206,7 +206,15 @@ def test_a_task_s_own_snapshot_opened_inside_another_keeps_its_state_after_the_o
             started, go = asyncio.Event(), asyncio.Event()
 
             async def task() -> tuple[tuple[int, int, int], tuple[int, int, int], str]:
-                with backend.snapshot():
+                try:
+                    snapshot = backend.snapshot()
+                    snapshot.__enter__()
+                except cs.CompactStoreError:
+                    # SQLite: the handle's one connection holds the other task's read
+                    # transaction; a snapshot of the task's own is refused, not nested in it.
+                    started.set()
+                    return (0, 0, 0), (0, 0, 0), "refused at entry"
+                try:
                     first = backend.seq_bounds()
                     started.set()
                     await go.wait()
@@ -216,6 +224,8 @@ def test_a_task_s_own_snapshot_opened_inside_another_keeps_its_state_after_the_o
                         wrote = "accepted"
                     except cs.CompactStoreError:
                         wrote = "refused"
+                finally:
+                    snapshot.__exit__(None, None, None)
                 return first, second, wrote
 
             with backend.snapshot():
@@ -227,5 +237,8 @@ def test_a_task_s_own_snapshot_opened_inside_another_keeps_its_state_after_the_o
             return await running
 
         first, second, wrote = asyncio.run(main())
+        if wrote == "refused at entry":
+            assert not target.startswith("postgres"), target  # PostgreSQL gives the task a transaction of its own
+            return
         assert second == first, f"the task's snapshot saw {first}, then {second}"
         assert wrote == "refused"

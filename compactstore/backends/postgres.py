@@ -50,7 +50,7 @@ from psycopg_pool import ConnectionPool
 from ..errors import CompactStoreError, ConflictError, IntegrityError, InvalidEvent, LockTimeout, NotAStore, StaleHead
 from ..structure import IndexRow
 from .gate import Gate
-from .protocol import BODY_BATCH, SCHEMA_VERSION, HeadRow, Row, keyset
+from .protocol import BODY_BATCH, SCHEMA_VERSION, HeadRow, Row, caller, keyset
 from . import queries
 from .queries import Reads
 
@@ -71,18 +71,19 @@ class _Pin:
     """The connection a :meth:`PostgresBackend.snapshot` holds, for the thread that opened it, while it is open.
 
     A context variable carries it, and a task or thread started inside the context
-    copies the variable: the pin serves only the opening thread, and none once the
-    context has ended and the connection went back to the pool.
+    copies the variable: the pin serves only the thread and task that opened it, and
+    none once the context has ended and the connection went back to the pool. Another
+    task's own snapshot, opened meanwhile, is a transaction of its own.
     """
 
-    __slots__ = ("conn", "thread", "open")
+    __slots__ = ("conn", "owner", "open")
 
     def __init__(self, conn: psycopg.Connection[tuple[Any, ...]]) -> None:
-        self.conn, self.thread, self.open = conn, threading.get_ident(), True
+        self.conn, self.owner, self.open = conn, caller(), True
 
     def live(self) -> bool:
-        """Whether the calling thread reads through this pin now."""
-        return self.open and self.thread == threading.get_ident()
+        """Whether the caller (its thread and task) reads through this pin now."""
+        return self.open and self.owner == caller()
 
 
 #: Each backend's open snapshot, for the thread (or task) that opened it.

@@ -5,6 +5,8 @@ See :mod:`compactstore.backends` for the tables.
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from itertools import repeat
@@ -19,6 +21,19 @@ from ..structure import IndexRow
 #: identity in meta; a store written by 3 no longer verifies. 5: each head stores and
 #: seals the global sequence numbers of the events its commit added (``heads.seqs``).
 SCHEMA_VERSION = "5"
+
+
+def caller() -> tuple[int, object]:
+    """Return who calls: the thread, and the asyncio task running in it (None outside one).
+
+    A snapshot (:meth:`Backend.snapshot`) is its opener's: a task another one starts
+    inside it copies its context, but is another caller.
+    """
+    try:
+        task: object = asyncio.current_task()
+    except RuntimeError:  # no event loop runs in this thread
+        task = None
+    return threading.get_ident(), task
 
 
 class Row(NamedTuple):

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from ..errors import CompactStoreError, ConflictError, IntegrityError, LockTimeout, NotAStore, StaleHead, StoreClosed
 from ..structure import IndexRow
-from .protocol import BODY_BATCH, SCHEMA_VERSION, HeadRow, Row, Rows, keyset
+from .protocol import BODY_BATCH, SCHEMA_VERSION, HeadRow, Row, Rows, caller, keyset
 from . import queries
 from .queries import Reads
 
@@ -133,6 +133,8 @@ class SQLiteBackend(Reads):
         self._sids: dict[str, int] = {}
         #: Depth of the :meth:`snapshot` contexts open on the connection (their thread holds ``_lock``).
         self._snapshots = 0
+        #: who opened the snapshot in force (its thread and task): another task may not nest in it
+        self._snapshot_owner: tuple[int, object] | None = None
         super().__init__(self._all, queries.SQLITE)
         try:
             self._conn = conn = sqlite3.connect(
@@ -226,8 +228,13 @@ class SQLiteBackend(Reads):
         """
         with self._lock:
             conn = self._open()
-            if self._snapshots:  # nested: the outer transaction holds the state already
-                self._snapshots += 1
+            if self._snapshots:
+                if self._snapshot_owner != caller():
+                    # Another task of this thread holds the connection's one read transaction:
+                    # nesting in it would end with that task's context, not this one's.
+                    raise CompactStoreError(f"SQLite: {self._path}: another task's snapshot is open on this handle",
+                                            hint="open the snapshot on another handle, or after that one ends")
+                self._snapshots += 1  # nested: the outer transaction holds the state already
                 try:
                     yield
                 finally:
@@ -238,11 +245,11 @@ class SQLiteBackend(Reads):
                 conn.execute("BEGIN")
             except sqlite3.Error as exc:
                 raise _error(exc, "begin a read transaction") from exc
-            self._snapshots = 1
+            self._snapshots, self._snapshot_owner = 1, caller()
             try:
                 yield
             finally:
-                self._snapshots = 0
+                self._snapshots, self._snapshot_owner = 0, None
                 # close() from inside the context (this thread holds the lock) leaves nothing to end.
                 if not self._closed and conn.in_transaction:
                     try:
