@@ -359,7 +359,7 @@ _worker_backend: Backend | None = None
 
 def _worker_init(target: str) -> None:
     global _worker_backend
-    _worker_backend = open_backend(target, durable=False)
+    _worker_backend = open_backend(target, durable=False, create=False)  # it only reads: no write lock to open
 
 
 def _worker_integrity() -> list[str]:
@@ -425,7 +425,9 @@ def _verify_in_snapshot(store: Sealed, progress: Callable[[int, int], None] | No
     integrity: Future[list[str]] | None = None
     if workers > 1:
         # fork: workers need nothing of the parent but the target, and spawning would
-        # re-run a caller's unguarded main script. Each worker opens its own connection.
+        # re-run a caller's unguarded main script. Each worker opens its own connection,
+        # to read only: opening takes no write lock, which a writer of this process may
+        # hold at the fork.
         method = "fork" if "fork" in get_all_start_methods() else "spawn"
         pool = ProcessPoolExecutor(workers, mp_context=get_context(method), initializer=_worker_init,
                                    initargs=(store.target,))

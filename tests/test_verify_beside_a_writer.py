@@ -131,3 +131,40 @@ def test_verify_with_worker_processes_reports_nothing_when_another_handle_redact
         assert fired
         assert report.ok, [str(p) for p in report.problems]
         assert st.verify(workers=2).ok
+
+
+def test_verify_with_worker_processes_beside_a_writer_thread_of_another_handle_in_this_process(
+    target: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Workers forked while a thread of this process appends through another handle open the store to read only.
+
+    Opening took the write lock, which the workers waited for behind the busy writer, and
+    on SQLite, forked mid-transaction, for ever: the pool broke after the busy timeout.
+    """
+    with cs.open(target) as st, cs.open(target) as other:
+        s = st.session("a")
+        for _ in range(3):
+            s.extend(_turns(3000))
+        monkeypatch.setattr(verify, "_TASK_CHUNKS", 1)
+        stop = threading.Event()
+        failed: list[BaseException] = []
+
+        def write() -> None:
+            w, i = other.session("a"), 0
+            try:
+                while not stop.is_set():
+                    w.extend(_turns(50, f"w{i}"))
+                    i += 1
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                failed.append(exc)
+
+        thread = threading.Thread(target=write)
+        thread.start()
+        try:
+            reports = [st.verify(workers=2) for _ in range(3)]
+        finally:
+            stop.set()
+            thread.join()
+        assert not failed, failed
+        assert all(r.ok and r.events >= 9000 for r in reports), [str(p) for r in reports for p in r.problems][:10]
+        assert st.verify(workers=2) == st.verify(workers=1)

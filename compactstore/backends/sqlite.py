@@ -156,9 +156,10 @@ class SQLiteBackend(Reads):
             if path != ":memory:":
                 _enter_wal(conn)
             conn.execute(f"PRAGMA synchronous = {'FULL' if durable else 'NORMAL'}")
-            with self._write():
-                if _refuse_foreign(conn, path, create):
-                    _schema(conn)
+            if create:  # under the write lock: of two first openers, one makes the schema
+                with self._write():
+                    if _refuse_foreign(conn, path, create):
+                        _schema(conn)
         except (sqlite3.Error, UnicodeDecodeError) as exc:
             conn.close()
             if getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_NOTADB:
