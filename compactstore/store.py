@@ -1599,8 +1599,9 @@ class Session:
             return TreeHead(self.name, size, root, None)
         if size is None or _position("size", size):
             sid = self._sid()
-            if sid is not None and store.backend.head(sid) is not None:
-                return self.sealed_head(size)
+            row = store.backend.head(sid) if sid is not None else None
+            if sid is not None and row is not None:
+                return self._sealed_at(sid, row, size)
         size, _ = self._bounded("size", size, 0)  # an empty tree (size 0, or a session without events)
         return TreeHead(self.name, size, _EMPTY_ROOT, head_mac(store.mac_key, self.name, size, _EMPTY_ROOT) if store.mac_key else None)
 
@@ -1622,11 +1623,15 @@ class Session:
             IntegrityError: the seal or the consistency proof does not verify.
             InvalidArgument: the session is empty, or ``size`` is not in [0, latest size].
         """
-        store, name = self.store, self.name
+        store = self.store
         if store.keyed and store.mac_key is None:
-            raise KeyRequired("certify", session=name)
+            raise KeyRequired("certify", session=self.name)
         sid = self._require_sid()
-        row = store.backend.head(sid)
+        return self._sealed_at(sid, store.backend.head(sid), size)
+
+    def _sealed_at(self, sid: int, row: HeadRow | None, size: int | None) -> TreeHead:
+        """Return :meth:`sealed_head` of ``size`` from ``row``, the latest stored head of session ``sid``."""
+        store, name = self.store, self.name
         if row is None or row.seal != store.seal_head(name, row.size, row.root, row.prev, row.seqs):
             raise IntegrityError("the latest tree head's seal does not verify", session=name)
         size = row.size if size is None else size
