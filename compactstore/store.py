@@ -284,7 +284,8 @@ class Store:
         ``verify.PARALLEL_FROM`` events or a database file of ``verify.PARALLEL_BYTES`` on,
         else none) check 4,096-position chunks, each summarised by its subtree root and its
         part of every head, and this process joins the summaries in order; the report is
-        the same either way.
+        the same either way. A process with other threads checks a SQLite store alone: a
+        worker forked while another thread is in a call into SQLite could wait for ever.
         """
         if progress is not None:
             ev.as_callable("progress", progress)

@@ -27,6 +27,7 @@ snapshot.
 from __future__ import annotations
 
 import os
+import threading
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -387,6 +388,18 @@ def _index_events(rows: list[tuple[int, str, bytes | None]]) -> Iterator[tuple[i
             yield pos, None
 
 
+def _threads_may_hold_sqlite(target: str) -> bool:
+    """Whether forking workers to read the SQLite store at ``target`` could leave them stuck.
+
+    SQLite's mutexes are the process's: another thread in a call into SQLite at the fork
+    leaves its mutex held in the worker for ever (seen: a worker blocked in
+    ``sqlite3WalBeginReadTransaction``). So workers are forked only from a process with no
+    other thread; the report is the same either way, only slower. A PostgreSQL worker
+    never calls SQLite.
+    """
+    return not target.startswith(("postgresql://", "postgres://")) and threading.active_count() > 1
+
+
 def _file_bytes(target: str) -> int:
     """Return the size of the database file at ``target``, 0 when it is no file (a server, memory)."""
     try:
@@ -419,15 +432,15 @@ def _verify_in_snapshot(store: Sealed, progress: Callable[[int, int], None] | No
     count, lo, hi = backend.seq_bounds()
     if workers is None:
         workers = _usable_cpus() if count >= PARALLEL_FROM or _file_bytes(store.target) >= PARALLEL_BYTES else 1
-    if store.target in ("", ":memory:"):
+    if store.target in ("", ":memory:") or _threads_may_hold_sqlite(store.target):
         workers = 1
     pool = None
     integrity: Future[list[str]] | None = None
     if workers > 1:
         # fork: workers need nothing of the parent but the target, and spawning would
-        # re-run a caller's unguarded main script. Each worker opens its own connection,
-        # to read only: opening takes no write lock, which a writer of this process may
-        # hold at the fork.
+        # re-run a caller's unguarded main script (a process with other threads does not
+        # fork them: see _threads_may_hold_sqlite). Each worker opens its own connection,
+        # to read only: opening takes no write lock, which another process may hold.
         method = "fork" if "fork" in get_all_start_methods() else "spawn"
         pool = ProcessPoolExecutor(workers, mp_context=get_context(method), initializer=_worker_init,
                                    initargs=(store.target,))

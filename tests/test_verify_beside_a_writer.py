@@ -7,6 +7,7 @@ snapshot (:meth:`Backend.snapshot`) that gives verification its one state.
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import subprocess
 import sys
@@ -136,10 +137,11 @@ def test_verify_with_worker_processes_reports_nothing_when_another_handle_redact
 def test_verify_with_worker_processes_beside_a_writer_thread_of_another_handle_in_this_process(
     target: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Workers forked while a thread of this process appends through another handle open the store to read only.
+    """verify(workers=2) while a thread of this process appends through another handle: every report is ok.
 
-    Opening took the write lock, which the workers waited for behind the busy writer, and
-    on SQLite, forked mid-transaction, for ever: the pool broke after the busy timeout.
+    Workers forked beside it could inherit a SQLite mutex the writer held at the fork and
+    wait for ever; so on SQLite this process checks alone (no worker process runs, below),
+    and on PostgreSQL the workers open the store to read only, taking no write lock.
     """
     with cs.open(target) as st, cs.open(target) as other:
         s = st.session("a")
@@ -160,11 +162,27 @@ def test_verify_with_worker_processes_beside_a_writer_thread_of_another_handle_i
 
         thread = threading.Thread(target=write)
         thread.start()
+        children: list[int] = []
         try:
-            reports = [st.verify(workers=2) for _ in range(3)]
+            reports = [st.verify(workers=2, progress=lambda *_: children.append(len(multiprocessing.active_children())))
+                       for _ in range(3)]
         finally:
             stop.set()
             thread.join()
         assert not failed, failed
         assert all(r.ok and r.events >= 9000 for r in reports), [str(p) for r in reports for p in r.problems][:10]
+        if not target.startswith("postgres"):
+            assert not any(children), "a worker process was forked beside a thread that uses SQLite"
         assert st.verify(workers=2) == st.verify(workers=1)
+
+
+def test_verify_forks_workers_for_a_sqlite_store_when_no_other_thread_runs(sqlite_target: str) -> None:
+    """The rule above takes workers away only where another thread runs: alone, verify(workers=2) forks them."""
+    with cs.open(sqlite_target) as st:
+        s = st.session("a")
+        for _ in range(3):
+            s.extend(_turns(3000))
+        assert threading.active_count() == 1
+        children: list[int] = []
+        report = st.verify(workers=2, progress=lambda *_: children.append(len(multiprocessing.active_children())))
+        assert report.ok and any(children)
