@@ -242,3 +242,47 @@ def test_a_task_s_own_snapshot_opened_inside_another_keeps_its_state_after_the_o
             return
         assert second == first, f"the task's snapshot saw {first}, then {second}"
         assert wrote == "refused"
+
+
+def test_another_task_of_the_thread_does_not_read_or_write_through_a_task_s_snapshot(target: str) -> None:
+    """A task that opened no snapshot, running while another task of its thread holds one, is not inside it.
+
+    Its read shows what another handle has committed (or is refused, as its own snapshot
+    would be on SQLite), never the holder's state; its append is not refused as one made
+    inside a snapshot.
+    """
+    import asyncio
+
+    with cs.open(target) as st, cs.open(target) as other:
+        st.session("a").append(cs.Turn("user", "one"))
+
+        async def main() -> tuple[object, str]:
+            inside, go = asyncio.Event(), asyncio.Event()
+
+            async def holder() -> None:
+                with st.backend.snapshot():
+                    st.backend.seq_bounds()
+                    inside.set()
+                    await go.wait()
+
+            held = asyncio.create_task(holder())
+            try:
+                await inside.wait()
+                other.session("a").append(cs.Turn("user", "two"))
+                try:
+                    seen: object = st.backend.seq_bounds()[0]
+                except cs.CompactStoreError:
+                    seen = "refused"
+                try:
+                    st.session("b").append(cs.Turn("user", "b"))
+                    wrote = "accepted"
+                except cs.CompactStoreError as exc:
+                    wrote = str(exc)
+                return seen, wrote
+            finally:
+                go.set()
+                await held
+
+        seen, wrote = asyncio.run(main())
+        assert seen in (2, "refused"), f"the task read the other task's snapshot: {seen} events"
+        assert "inside a snapshot" not in wrote, wrote
