@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -186,3 +187,47 @@ def test_verify_forks_workers_for_a_sqlite_store_when_no_other_thread_runs(sqlit
         children: list[int] = []
         report = st.verify(workers=2, progress=lambda *_: children.append(len(multiprocessing.active_children())))
         assert report.ok and any(children)
+
+
+#: verify(workers=2) again and again while a thread appends through another handle: prints "done" once all end.
+_VERIFY_BESIDE_A_WRITER_THREAD = """
+import sys, threading
+import compactstore as cs
+target = sys.argv[1]
+with cs.open(target) as st, cs.open(target) as other:
+    st.session("a").extend([cs.Turn("user", f"t {i}") for i in range(9000)])
+    stop = threading.Event()
+    def write():
+        w = other.session("a")
+        while not stop.is_set():
+            w.extend([cs.Turn("user", "w")] * 50)
+    thread = threading.Thread(target=write, daemon=True)
+    thread.start()
+    try:
+        for _ in range(30):
+            assert st.verify(workers=2).ok
+    finally:
+        stop.set()
+        thread.join()
+print("done")
+"""
+
+
+def test_verify_with_worker_processes_beside_a_writer_thread_ends_every_time(sqlite_target: str) -> None:
+    """Workers forked while a thread of this process is inside SQLite open the store and answer: verify() ends, every time."""
+    child = subprocess.Popen([sys.executable, "-c", _VERIFY_BESIDE_A_WRITER_THREAD, sqlite_target],
+                             env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = child.communicate(timeout=60)
+        assert child.returncode == 0 and out.strip() == "done", err[-2000:]
+    except subprocess.TimeoutExpired:
+        pytest.fail("verify(workers=2) beside a writer thread did not end within 60 s")
+    finally:
+        try:
+            os.killpg(child.pid, signal.SIGKILL)  # the process and the workers it forked
+        except ProcessLookupError:
+            pass
+        child.wait()
+        for suffix in ("-wal", "-shm"):  # the writer's log grows while the snapshot holds it
+            Path(sqlite_target + suffix).unlink(missing_ok=True)
