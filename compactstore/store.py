@@ -129,7 +129,8 @@ def open(  # noqa: A001 - the public name the API promises
             os.path.abspath(witness.path) == os.path.abspath(target)
         ):
             raise InvalidArgument("witness", "must be a file outside the store, not the store itself")
-    store = Store(open_backend(target, durable=durable, create=create), key=key, clock=clock, witness=witness)
+    store = Store(open_backend(target, durable=durable, create=create), key=key, clock=clock, witness=witness,
+                  create=create)
     store.target = target
     return store
 
@@ -193,8 +194,15 @@ class Store:
         key: bytes | str | None = None,
         clock: ev.Clock | None = None,
         witness: witnesses.Witness | None = None,
+        create: bool = True,
     ) -> None:
-        """Wrap an open backend. Prefer :func:`open`."""
+        """Wrap an open backend. Prefer :func:`open`.
+
+        ``create``: the store may be new, and then takes its identity here; without it, a
+        store without an identity yet (its maker between the schema and the meta row) is
+        refused as :class:`NotAStore`, and opening takes no write lock.
+        """
+        self._create = create
         self.backend = backend
         #: where the store lives (a path or URL), so worker processes can open it too
         self.target = ""
@@ -228,7 +236,7 @@ class Store:
         wanted = {"hash": HASH, "keyed": "1" if self.mac_key else "0", "store_id": store_id(os.urandom(16))}
         if self.mac_key:
             wanted["key_check"] = key_check(self.mac_key)
-        meta = self.backend.init_meta(wanted)
+        meta = self.backend.init_meta(wanted, create=self._create)
         if meta.get("schema_version") != SCHEMA_VERSION:
             raise CompactStoreError(
                 f"unsupported schema version {meta.get('schema_version')!r}; this library reads {SCHEMA_VERSION!r}",

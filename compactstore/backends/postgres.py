@@ -50,7 +50,7 @@ from psycopg_pool import ConnectionPool
 from ..errors import CompactStoreError, ConflictError, IntegrityError, InvalidEvent, LockTimeout, NotAStore, StaleHead
 from ..structure import IndexRow
 from .gate import Gate
-from .protocol import BODY_BATCH, SCHEMA_VERSION, HeadRow, Row, caller, keyset
+from .protocol import BODY_BATCH, SCHEMA_VERSION, HeadRow, Row, caller, identified, keyset
 from . import queries
 from .queries import Reads
 
@@ -437,7 +437,10 @@ class PostgresBackend(Reads):
     def meta(self) -> dict[str, str]:
         return {str(n): str(v) for n, v in self._all("SELECT name, value FROM meta")}
 
-    def init_meta(self, values: dict[str, str]) -> dict[str, str]:
+    def init_meta(self, values: dict[str, str], *, create: bool = True) -> dict[str, str]:
+        if not create:
+            return identified(self.meta(), self._where)
+
         def go(cur: psycopg.Cursor[tuple[Any, ...]]) -> None:
             conn = cur.connection
             with conn.transaction():

@@ -12,7 +12,7 @@ from contextlib import AbstractContextManager
 from itertools import repeat
 from typing import Any, NamedTuple, Protocol, overload
 
-from ..errors import StaleHead
+from ..errors import NotAStore, StaleHead
 from ..structure import IndexRow
 
 #: The schema this library writes and reads; a store of any other version is refused.
@@ -34,6 +34,13 @@ def caller() -> tuple[int, object]:
     except RuntimeError:  # no event loop runs in this thread
         task = None
     return threading.get_ident(), task
+
+
+def identified(meta: dict[str, str], where: str) -> dict[str, str]:
+    """Return ``meta`` as read by an opener that may not create: an empty one is a store still being made."""
+    if not meta:
+        raise NotAStore(where, "its schema has no identity yet (a store being made)")
+    return meta
 
 
 class Row(NamedTuple):
@@ -211,8 +218,13 @@ class Backend(Protocol):
         """Return the meta table."""
         ...
 
-    def init_meta(self, values: dict[str, str]) -> dict[str, str]:
-        """Write ``values`` into an empty meta table; return what is stored either way."""
+    def init_meta(self, values: dict[str, str], *, create: bool = True) -> dict[str, str]:
+        """Write ``values`` into an empty meta table; return what is stored either way.
+
+        ``create=False``: read only, without the write lock; an empty meta table (a store
+        whose maker has made the schema and not yet its identity) raises
+        :class:`~compactstore.errors.NotAStore`, and nothing is written.
+        """
         ...
 
     def sessions(self) -> list[tuple[int, str]]:

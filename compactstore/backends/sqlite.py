@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from ..errors import CompactStoreError, ConflictError, IntegrityError, LockTimeout, NotAStore, StaleHead, StoreClosed
 from ..structure import IndexRow
-from .protocol import BODY_BATCH, SCHEMA_VERSION, HeadRow, Row, Rows, caller, keyset
+from .protocol import BODY_BATCH, SCHEMA_VERSION, HeadRow, Row, Rows, caller, identified, keyset
 from . import queries
 from .queries import Reads
 
@@ -273,7 +273,9 @@ class SQLiteBackend(Reads):
     def meta(self) -> dict[str, str]:
         return {str(n): str(v) for n, v in self._all("SELECT name, value FROM meta")}
 
-    def init_meta(self, values: dict[str, str]) -> dict[str, str]:
+    def init_meta(self, values: dict[str, str], *, create: bool = True) -> dict[str, str]:
+        if not create:
+            return identified(self.meta(), self._path)
         try:
             with self._lock, self._write() as conn:  # _write goes through _open
                 if not conn.execute("SELECT 1 FROM meta LIMIT 1").fetchone():
