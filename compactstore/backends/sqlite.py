@@ -185,7 +185,15 @@ class SQLiteBackend(Reads):
         """
         if self._closed:
             raise StoreClosed(self._path)
+        if self._snapshots and self._snapshot_owner != caller():
+            raise self._not_ours()
         return self._conn
+
+    def _not_ours(self) -> CompactStoreError:
+        # The one connection is in another task's read transaction: a read through it would
+        # see that task's state, and a statement of another could end it.
+        return CompactStoreError(f"SQLite: {self._path}: another task's snapshot is open on this handle",
+                                 hint="use another handle, or wait for that snapshot to end")
 
     def _refuse_in_snapshot(self) -> None:
         """Refuse a write from inside :meth:`snapshot` (call holding ``_lock``).
@@ -194,6 +202,8 @@ class SQLiteBackend(Reads):
         failure would end that transaction: the reads after it would see another state.
         """
         if self._snapshots:
+            if self._snapshot_owner != caller():
+                raise self._not_ours()
             raise CompactStoreError(f"SQLite: {self._path}: cannot write inside a snapshot of the store",
                                     hint="write after the snapshot's context ends")
 
@@ -229,12 +239,7 @@ class SQLiteBackend(Reads):
         """
         with self._lock:
             conn = self._open()
-            if self._snapshots:
-                if self._snapshot_owner != caller():
-                    # Another task of this thread holds the connection's one read transaction:
-                    # nesting in it would end with that task's context, not this one's.
-                    raise CompactStoreError(f"SQLite: {self._path}: another task's snapshot is open on this handle",
-                                            hint="open the snapshot on another handle, or after that one ends")
+            if self._snapshots:  # _open refused another task's: this is a nested one of the same caller
                 self._snapshots += 1  # nested: the outer transaction holds the state already
                 try:
                     yield
