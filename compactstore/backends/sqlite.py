@@ -232,10 +232,13 @@ class SQLiteBackend(Reads):
         them, wait until the context ends (for as long as it lasts, past the busy
         timeout too). Other connections keep committing (WAL); this one does not see it.
         A checkpoint cannot pass the transaction's state meanwhile, so the write-ahead
-        log grows until the context ends.
+        log grows until the context ends. The snapshot is its opener's (thread and asyncio
+        task): another task of the same thread, which the lock does not hold back, is
+        refused every read and write through the handle until it ends.
 
         Raises:
             StoreClosed: :meth:`close` has been called.
+            CompactStoreError: another task's snapshot is open on this handle.
         """
         with self._lock:
             conn = self._open()
