@@ -42,7 +42,7 @@ from . import index as structure_index
 from . import merkle
 from . import structure
 from .backends.queries import TABLE
-from .backends import Backend, HeadRow, Row, all_heads, open_backend
+from .backends import Backend, HeadRow, Row, all_heads, is_postgres, open_backend
 from .content import content_digest_of
 from .errors import IntegrityError, InvalidEvent
 from .seal import pack_runs, runs_of
@@ -397,7 +397,7 @@ def _threads_may_hold_sqlite(target: str) -> bool:
     other thread; the report is the same either way, only slower. A PostgreSQL worker
     never calls SQLite.
     """
-    return not target.startswith(("postgresql://", "postgres://")) and threading.active_count() > 1
+    return not is_postgres(target) and threading.active_count() > 1
 
 
 def _file_bytes(target: str) -> int:

@@ -42,6 +42,11 @@ from .protocol import (
 )
 
 
+def is_postgres(target: str) -> bool:
+    """Return whether ``target`` names a PostgreSQL store (a ``postgresql://`` or ``postgres://`` URL)."""
+    return target.startswith(("postgresql://", "postgres://"))
+
+
 def open_backend(target: str, *, durable: bool, create: bool = True) -> Backend:
     """Return the backend for ``target``: a PostgreSQL URL, or a SQLite path (":memory:" too).
 
@@ -55,7 +60,7 @@ def open_backend(target: str, *, durable: bool, create: bool = True) -> Backend:
         CompactStoreError: a PostgreSQL URL was given and the driver is not installed.
         NotAStore: the target holds no store (and ``create`` is false), or something else.
     """
-    if target.startswith(("postgresql://", "postgres://")):
+    if is_postgres(target):
         try:
             from .postgres import PostgresBackend
         except ImportError as exc:

@@ -35,7 +35,6 @@ Every driver error is re-raised as a :class:`~compactstore.CompactStoreError`.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar

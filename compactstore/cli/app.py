@@ -31,6 +31,7 @@ from ..errors import (
     NotAStore,
     ReconstructionUnsoundError,
 )
+from ..backends import is_postgres
 from ..store import Session, Store
 from ..store import open as open_store
 
@@ -200,7 +201,7 @@ def store_options(f: F) -> F:
 
 def is_url(target: str) -> bool:
     """Return whether ``target`` names a PostgreSQL store."""
-    return target.startswith(("postgresql://", "postgres://"))
+    return is_postgres(target)
 
 
 def display(target: str) -> str:
