@@ -27,7 +27,7 @@ from .errors import CompactionInvariantError, InvalidArgument, shown
 from .events import Excerpt, Fact, Item, LossClass, Record, SpillRef, as_list
 from .facts import Facts
 from .structure import build
-from .summarize import Summarizer, extractive
+from .summarize import Summarizer, extractive, raw
 from .view import SessionView
 
 OnRisk = Literal["refuse", "preserve", "spill"]
@@ -305,7 +305,7 @@ def compaction(
     if got is None:
         # One read of the span: the summarizer's records, the content digest, each body against its leaf.
         got = view.read_span(start, stop, records=summary is None)
-    text = summary if summary is not None else _summary_text((summarizer or extractive)(got.records))
+    text = summary if summary is not None else _summary_text((summarizer or extractive)(raw(got.records)))
     return [*spills, _sealed(node, text, got.span_root, got.digest)]
 
 
@@ -359,40 +359,55 @@ def roll_up(
     found = rules.overlap(f, 2, start, stop, size, grows)
     if found is not None:
         raise found
-    # The children's facts as the log gives them, and what became negative inside the
-    # span after they were written (an event of the first child superseded by one of the last).
-    cited = sorted({x.pos for c in children for x in c.negative_facts if start <= x.pos < stop})
-    logged = f.negatives_at(cited)
-    facts = {p: x for p in cited if (x := logged(p)) is not None}
-    facts.update((x.pos, x) for x in f.negatives_in(start, stop))
-    carried = sorted(facts.values(), key=lambda x: x.pos)
-    # The children's open items that are still open at the boundary, as the log gives them.
-    open_at_stop = set(f.unresolved_at(start, stop))
-    still_open = sorted({i for c in children for i in c.unresolved if i in open_at_stop},
-                        key=lambda i: (i.pos, i.kind, i.id))
+    kept = [e for c in children for e in c.kept]
+    spills = [r for c in children for r in c.spills]
+    literal = wanted is LossClass.LOSSLESS
+    if not literal:
+        # A lossy digest carries only the values still live at its stop: an earlier value
+        # of a re-bound key keeps nothing the gate or a resumed agent can use, and carrying
+        # every value ever kept would grow the digest with the session.
+        live = _live(f, {e.pos for e in kept if e.path == "value"} | {r.source for r in spills}, stop)
+        kept = [e for e in kept if e.path == "value" and e.pos in live]
+        spills = [r for r in spills if r.source in live]
+    carried = sorted({f.binding(p).key for p in (*(e.pos for e in kept if e.path == "value"), *(r.source for r in spills))
+                      if isinstance(f.event(p), ev.Binding)})
     node = ev.Summary(
         tier=2, start=start, stop=stop, span_root="", summary="", loss=wanted,
-        children=[c.pos for c in children], negative_facts=_facts(negative_facts, carried, f),
-        unresolved=_items(unresolved, still_open),
+        children=[c.pos for c in children],
+        # The open items at its stop, as the log gives them (what its children listed, if they were complete).
+        unresolved=_items(unresolved, f.unresolved_at(start, stop)),
         # Over the whole span, not the children's lists: an item a later child resolved may
         # have been opened in an earlier one, and is then neither open nor hidden.
         resolved=_items(resolved, f.resolved_in(start, stop), "resolved"),
-        kept=_dedupe(e for c in children for e in c.kept),
-        spills=sorted({r for c in children for r in c.spills}, key=lambda r: r.handle),
-        contract="; ".join(c.contract for c in children if c.contract) or None,
+        kept=_dedupe(kept), spills=sorted(set(spills), key=lambda r: r.handle),
+        contract=f"carries the kept and spilled values still live at pos {stop}: {carried}" if carried else None,
     )
+    # It retains its children's negative facts; it lists only what an L1 child dropped.
+    node = msgspec.structs.replace(node, negative_facts=_facts(negative_facts, rules.retention_gaps(f, node), f))
     text = summary if summary is not None else _summary_text((summarizer or extractive)(records))
-    literal = wanted is LossClass.LOSSLESS
-    got = view.read_span(start, stop, records=literal)
-    if literal:
-        for r in got.records:
-            reader.add(r)
-        problems = rules.lossless_problems(f, node)
-        if problems and not auto:
-            raise rules.lossless_error(node, problems)
-        if problems:  # the children are LOSSLESS, what this node retains of the span is not
-            node = msgspec.structs.replace(node, loss=LossClass.LOSSY_LITERAL)
+    if not literal:
+        return [_sealed(node, text, view.span_root(start, stop), None)]
+    got = view.read_span(start, stop, records=True)
+    for r in got.records:
+        reader.add(r)
+    problems = rules.lossless_problems(f, node)
+    if problems and not auto:
+        raise rules.lossless_error(node, problems)
+    if problems:  # the children are LOSSLESS, what this node retains of the span is not
+        node = msgspec.structs.replace(node, loss=LossClass.LOSSY_LITERAL)
     return [_sealed(node, text, got.span_root, got.digest)]
+
+
+def _live(f: Facts, positions: Iterable[int], stop: int) -> set[int]:
+    """Return those of ``positions`` that hold a binding still the latest of its key before ``stop``."""
+    out = set()
+    for p in positions:
+        event = f.event(p) if 0 <= p < stop else None
+        if isinstance(event, ev.Binding):
+            found = f.latest_binding(event.key, stop)
+            if found is not None and found[0] == p:
+                out.add(p)
+    return out
 
 
 def _sealed(node: ev.Summary, text: str, span_root: bytes, digest: bytes | None) -> ev.Summary:

@@ -52,6 +52,26 @@ class InvalidEvent(InvalidArgument):
     """An event failed validation; nothing was written."""
 
 
+class SummaryTooLongError(InvalidArgument):
+    """A summarizer returned more text than the compaction policy allows; nothing was written.
+
+    The field is ``summarizer``. The session is unchanged: the next maintenance runs
+    the same step again.
+
+    Attributes:
+        limit: the policy's ``summary_limit``, in characters.
+        size: the characters the summarizer returned.
+    """
+
+    def __init__(self, limit: int, size: int) -> None:
+        super().__init__(
+            "summarizer", f"returned {size} characters, more than the policy's summary_limit of {limit}",
+            hint="return a shorter summary, or raise CompactionPolicy(summary_limit=...)",
+        )
+        self.limit = limit
+        self.size = size
+
+
 class IntegrityError(CompactStoreError):
     """Stored data does not match its digest, tree head or MAC (tampering or corruption)."""
 
@@ -129,7 +149,7 @@ class CompactionInvariantError(CompactStoreError):
 
     Attributes:
         risks: for a gate refusal, each open obligation and the binding it would lose
-            (:class:`compactstore.gate.Risk`); empty for other refusals.
+            (:class:`compactstore.rules.Risk`); empty for other refusals.
     """
 
     def __init__(self, message: str, *, risks: Sequence[object] = (), hint: str | None = None) -> None:

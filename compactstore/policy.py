@@ -17,15 +17,18 @@ The steps, in order:
    after the newest node.
 
 The summarizer protocol: a callable from the records of what is summarized (the raw
-events of the span for an L1 node, the child nodes for a roll-up, in log order) to
-the summary text. ``maintain`` takes a plain function; ``amaintain`` also takes an
-``async def`` one (a language-model call). None means the deterministic
+events of the span for an L1 node, derived events left out; the child nodes for a
+roll-up, in log order) to the summary text, at most ``summary_limit`` characters
+(:class:`compactstore.errors.SummaryTooLongError` otherwise, and nothing is written).
+``maintain`` takes a plain function; ``amaintain`` also takes an ``async def`` one (a
+language-model call). None means the deterministic, bounded
 :func:`compactstore.summarize.extractive`.
 """
 
 from __future__ import annotations
 
 import inspect
+import threading
 from collections.abc import Awaitable, Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Union
@@ -34,9 +37,9 @@ import msgspec
 
 from . import events as ev
 from .compaction import OnRisk
-from .errors import InvalidArgument, shown
+from .errors import InvalidArgument, SummaryTooLongError, shown
 from .events import Record
-from .summarize import Summarizer, extractive
+from .summarize import Summarizer, extractive, raw
 from .view import SessionView
 
 AsyncSummarizer = Callable[[Sequence[Record]], Awaitable[str]]
@@ -73,6 +76,12 @@ class CompactionPolicy:
             unattended policy never stalls), ``"preserve"`` it verbatim, or ``"refuse"``
             (the compaction is reported as refused and tried again next time).
         measure: the size of a raw event (default :func:`body_size`).
+        summary_limit: the most characters a summary may have; a summarizer that
+            returns more raises :class:`~compactstore.errors.SummaryTooLongError` and
+            nothing is written. It bounds what a resumed agent reads: at most the raw
+            tail (under ``every`` raw events, or ``budget``) plus one note per node of
+            the cover (the digest and at most ``roll_up_every`` L1 nodes), each its
+            summary and capped lists.
 
     Raises:
         InvalidArgument: naming the field, for a bad value or when neither ``every`` nor
@@ -86,9 +95,13 @@ class CompactionPolicy:
     summarizer: Union[Summarizer, AsyncSummarizer, None] = None  # noqa: UP007 - a runtime alias
     on_risk: OnRisk = "spill"
     measure: Measure | None = None
+    summary_limit: int = 2000
 
     def __post_init__(self) -> None:
         _count("every", self.every, 1)
+        _count("summary_limit", self.summary_limit, 1)
+        if self.summary_limit is None:
+            raise InvalidArgument("summary_limit", "want an int >= 1, got None")
         _count("budget", self.budget, 1)
         _count("roll_up_every", self.roll_up_every, 1)
         if self.every is None and self.budget is None:
@@ -151,64 +164,133 @@ class Maintenance(msgspec.Struct, frozen=True):
     refused: list[str] = []
 
 
-def due(
-    view: SessionView, policy: CompactionPolicy, *, compact: bool = True, roll_up: bool = True, mark: bool = True
-) -> Step | None:
-    """Return the next step ``policy`` wants on the session as its log stands, or None when nothing is due.
+class Plan:
+    """What a policy reads of a session to decide what is due, brought up to date where the log grew.
 
-    The flags leave a kind of step out (after it was refused in this run). Reads the
-    structural index for the nodes and only the raw tail after the last L1 node.
+    It takes the session's events in position order: the summary nodes (the tail the
+    L1 nodes reach, the digest, the L1 nodes by start, the newest), whether a marker that
+    points at a node follows the newest node, and the raw events after the tail. A new
+    plan starts from the nodes and the raw tail only; after that each call reads only
+    the events appended since, so a maintenance with nothing due reads a few rows. The
+    store keeps one per session and drops it when the session is redacted (an erased
+    node or marker no longer says what it said).
     """
-    size = view.size
-    nodes = sorted(view.facts(size).nodes(), key=lambda pn: pn[0])
-    l1 = sorted(((p, n) for p, n in nodes if n.tier == 1), key=lambda pn: pn[1].start)
-    tail = max((n.stop for _, n in l1), default=0)
-    if compact and tail < size:
-        step = _compaction(view, policy, tail, size)
-        if step is not None:
-            return step
-    digests = [(p, n) for p, n in nodes if n.tier >= 2]
-    digest = max(digests, key=lambda pn: (pn[1].stop, pn[0]), default=None)
-    if roll_up and policy.roll_up_every is not None:
-        # The contiguous L1 nodes after the digest (from the first L1 node when there is none).
-        at = digest[1].stop if digest is not None else (l1[0][1].start if l1 else 0)
-        chain: list[int] = []
-        for p, n in l1:
-            if n.start == at:
+
+    def __init__(self) -> None:
+        self.size = 0
+        #: the raw positions the L1 nodes reach: the raw tail starts here
+        self.tail = 0
+        #: start of each L1 node -> (its position, its stop); the first written wins a start
+        self.l1: dict[int, tuple[int, int]] = {}
+        #: the session digest: (position, start, stop) of the L2 node ending last
+        self.digest: tuple[int, int, int] | None = None
+        #: the newest node's position, and the node ending last (stop, tier, position)
+        self.newest = -1
+        self.last: tuple[int, int, int] | None = None
+        #: whether a marker pointing at a node was emitted after the newest node
+        self.marked = False
+        #: the raw events after the tail, in order
+        self.raw: list[Record] = []
+        self._lock = threading.Lock()
+
+    def advance(self, view: SessionView, size: int) -> None:
+        """Take in the events of ``[self.size, size)`` (for a new plan, the nodes and the raw tail only)."""
+        if size <= self.size:
+            return
+        known: set[int] = set()
+        start = self.size
+        if self.size == 0:
+            nodes = view.facts(size).nodes()
+            for p, n in nodes:
+                self._node(p, n)
+            known = {p for p, _ in nodes}
+            start = min(self.tail, self.newest + 1) if nodes else 0
+        for r in view.scan(start, size, verify=False):
+            if r.pos not in known:
+                self.take(r)
+        self.size = size
+
+    def _node(self, pos: int, n: ev.Summary) -> None:
+        if pos > self.newest:
+            self.newest, self.marked = pos, False
+        self.last = max(self.last or (n.stop, n.tier, pos), (n.stop, n.tier, pos))
+        if n.tier == 1:
+            self.l1.setdefault(n.start, (pos, n.stop))
+            if n.stop > self.tail:
+                self.tail = n.stop
+                self.raw = [r for r in self.raw if r.pos >= n.stop]
+        elif self.digest is None or (n.stop, pos) > (self.digest[2], self.digest[0]):
+            self.digest = (pos, n.start, n.stop)
+
+    def take(self, r: Record) -> None:
+        """Take in the record at the next position."""
+        e = r.event
+        if isinstance(e, ev.Summary):
+            self._node(r.pos, e)
+        elif isinstance(e, ev.RecoveryMarker):
+            if e.node is not None and r.pos > self.newest:
+                self.marked = True
+        elif r.kind not in ev.DERIVED_KINDS and r.pos >= self.tail and (not self.raw or r.pos > self.raw[-1].pos):
+            self.raw.append(r)
+
+    def due(self, policy: CompactionPolicy, *, compact: bool = True, roll_up: bool = True, mark: bool = True) -> Step | None:
+        """Return the next step ``policy`` wants at this plan's size, or None."""
+        if compact and self.raw:
+            step = self._compaction(policy)
+            if step is not None:
+                return step
+        if roll_up and policy.roll_up_every is not None and self.l1:
+            # The contiguous L1 nodes after the digest (from the first L1 node when there is none).
+            at = self.digest[2] if self.digest is not None else min(self.l1)
+            chain: list[int] = []
+            while at in self.l1:
+                p, at = self.l1[at]
                 chain.append(p)
-                at = n.stop
-        if len(chain) >= policy.roll_up_every:
-            return RollUp(([digest[0]] if digest is not None else []) + chain)
-    if mark and nodes:
-        # Marked once a marker that points at a node was emitted after the newest node.
-        newest = max(p for p, _ in nodes)
-        marked = any(isinstance(r.event, ev.RecoveryMarker) and r.event.node is not None
-                     for r in view.scan(newest + 1, size))  # fmt: skip
-        if not marked:
-            return Mark(max(nodes, key=lambda pn: (pn[1].stop, pn[1].tier, pn[0]))[0])
-    return None
+            if len(chain) >= policy.roll_up_every:
+                return RollUp(([self.digest[0]] if self.digest is not None else []) + chain)
+        if mark and self.last is not None and not self.marked:
+            return Mark(self.last[2])
+        return None
+
+    def _compaction(self, policy: CompactionPolicy) -> Compact | None:
+        """Return the compaction of the raw tail that is due, or None."""
+        measure = policy.measure or body_size
+        count = total = 0
+        for r in self.raw:
+            count += 1
+            total += measure(r)
+            if policy.every is not None and count >= policy.every:
+                return Compact(self.tail, r.pos + 1)
+        if policy.budget is not None and count and total >= policy.threshold * policy.budget:
+            return Compact(self.tail, self.size)
+        return None
 
 
-def _compaction(view: SessionView, policy: CompactionPolicy, start: int, size: int) -> Compact | None:
-    """Return the compaction of the raw tail ``[start, size)`` that is due, or None."""
-    measure = policy.measure or body_size
-    count = total = 0
-    for r in view.scan(start, size):
-        if r.kind in ev.DERIVED_KINDS:
-            continue
-        count += 1
-        total += measure(r)
-        if policy.every is not None and count >= policy.every:
-            return Compact(start, r.pos + 1)
-    if policy.budget is not None and count and total >= policy.threshold * policy.budget:
-        return Compact(start, size)
-    return None
+def due(
+    view: SessionView, policy: CompactionPolicy, *, size: int | None = None, plan: Plan | None = None,
+    compact: bool = True, roll_up: bool = True, mark: bool = True,
+) -> Step | None:
+    """Return the next step ``policy`` wants on the session at ``size`` (default: now), or None when nothing is due.
+
+    The flags leave a kind of step out (after it was refused in this run). ``plan``: the
+    session's plan kept from an earlier call at a size not past ``size`` (it is brought up
+    to date); without one, a new plan reads the summary nodes and the raw tail after the
+    last L1 node. Bodies are read against their own leaves only: what is due is a plan,
+    and each step reads what it builds on through the verified reads, and is admitted by
+    the rules, again.
+    """
+    size = view.size if size is None else size
+    if plan is None or plan.size > size:
+        plan = Plan()
+    with plan._lock:
+        plan.advance(view, size)
+        return plan.due(policy, compact=compact, roll_up=roll_up, mark=mark)
 
 
 def inputs(view: SessionView, step: Compact | RollUp) -> list[Record]:
     """Return the records the summarizer reads for ``step``: the span's events, or the nodes rolled up."""
     if isinstance(step, Compact):
-        return view.read_span(step.start, step.stop, records=True).records
+        return raw(view.read_span(step.start, step.stop, records=True).records)
     return sorted((view.read(p) for p in step.nodes), key=lambda r: (getattr(r.event, "start", -1), r.pos))
 
 
@@ -218,17 +300,20 @@ Run = Generator[list[Record], str, Maintenance]
 """A maintenance in progress: it yields the records it needs summarized and is sent the text."""
 
 
-def text_of(value: object) -> str:
-    """Return a summarizer's result, refusing anything but text (a coroutine: use ``amaintain``).
+def text_of(value: object, limit: int) -> str:
+    """Return a summarizer's result, refusing anything but text of at most ``limit`` characters.
 
     Raises:
-        InvalidArgument: naming ``summarizer``.
+        InvalidArgument: naming ``summarizer``: not text (a coroutine: use ``amaintain``).
+        SummaryTooLongError: the text is longer than ``limit``.
     """
     if inspect.iscoroutine(value):
         value.close()  # never awaited: closed so that it warns of nothing
         raise InvalidArgument("summarizer", "returned a coroutine: an async summarizer needs Session.amaintain")
     if not isinstance(value, str):
         raise InvalidArgument("summarizer", f"must return str, got {type(value).__name__}")
+    if len(value) > limit:
+        raise SummaryTooLongError(limit, len(value))
     return value
 
 
@@ -244,7 +329,7 @@ def drive(run: Run, policy: CompactionPolicy) -> Maintenance:
     try:
         records = next(run)
         while True:
-            records = run.send(text_of(summarize(records)))
+            records = run.send(text_of(summarize(records), policy.summary_limit))
     except StopIteration as done:
         result: Maintenance = done.value
         return result
@@ -267,7 +352,5 @@ async def summary(policy: CompactionPolicy, records: Sequence[Record]) -> str:
     out: object = (policy.summarizer or extractive)(records)
     if inspect.isawaitable(out):
         out = await out
-    if not isinstance(out, str):
-        raise InvalidArgument("summarizer", f"must return str, got {type(out).__name__}")
-    return out
+    return text_of(out, policy.summary_limit)
 

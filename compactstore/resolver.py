@@ -52,6 +52,11 @@ class SummaryItem(msgspec.Struct, frozen=True, omit_defaults=True, tag="summary"
     """A certified summary node the resumed agent loads in place of the span it covers.
 
     ``resolved``: the items opened before the span (shown raw) and closed inside it.
+    ``negative_facts``: the facts the node retains, the newest :data:`SHOWN_FACTS` of
+    them for an L2 node (which retains its children's), and ``more_facts`` how many
+    earlier ones it retains besides (``facts:START-STOP`` recalls them).
+    ``spilled``: the value of each spill the node lists whose canonical JSON is at
+    most :data:`SHOWN_VALUE` characters, by handle, read from the log.
     """
 
     pos: int
@@ -69,7 +74,14 @@ class SummaryItem(msgspec.Struct, frozen=True, omit_defaults=True, tag="summary"
     # out, and a resolution without one keeps its bytes and digest.
     contract: str | None
     resolved: list[ev.Item] = []
+    more_facts: int = 0
+    spilled: dict[str, JSON] = {}
 
+
+#: The facts an L2 node's item lists: its newest; the rest are counted (``more_facts``).
+SHOWN_FACTS = 40
+#: The longest canonical JSON of a spilled value an item carries verbatim (``spilled``).
+SHOWN_VALUE = 200
 
 ContextItem = RawItem | SummaryItem
 
@@ -201,6 +213,7 @@ def _resume_certified(view: SessionView, record: ev.Record, m: Marker) -> Resolu
     nodes = [t for t in tops if isinstance(t, ev.Summary)]
     assert len(nodes) == len(cover)
     reader.prefetch(x.pos for n in nodes for x in n.negative_facts)
+    items = [_summary_item(f, c, n) for c, n in zip(cover, nodes)]
     gaps = _gaps(nodes, size)
     raw: list[ev.Record] = []
     for start, stop in gaps:
@@ -209,12 +222,12 @@ def _resume_certified(view: SessionView, record: ev.Record, m: Marker) -> Resolu
             raw.append(r)
     if len(raw) != sum(b - a for a, b in gaps):
         raise IntegrityError(f"positions missing before pos {size}", session=view.name)
+    events = {r.pos: r.event for r in raw}
+    context = _with_calls(_context(events.get, items, size), reader)
     _prove_read(view, reader.leaves, m)
     if view.root_with({pos: marker_leaf}, pos + 1) != view.head(pos + 1).root:
         raise IntegrityError(f"marker at pos {pos} does not give the stored tree's root", session=view.name, pos=pos)
     reasons = [f"every condition holds and every digest on path {path} matches the log"]
-    events = {r.pos: r.event for r in raw}
-    context = _context(events.get, list(zip(cover, nodes)), size)
     return _resolution(view, pos, "certified", size, head.root, context, reasons, _tier(f, list(zip(cover, nodes))))
 
 
@@ -270,7 +283,8 @@ def _resume_full(view: SessionView, pos: int, m: Marker) -> Resolution:
         tops = [(c, n) for c, n in nodes if isinstance(n, ev.Summary)]
         assert len(tops) == len(cover)
         tier = _tier(f, tops)
-        context = _context(lambda p: events[p] if 0 <= p < size else None, tops, size)
+        read = lambda p: events[p] if 0 <= p < size else None  # noqa: E731
+        context = _with_calls(_context(read, [_summary_item(f, c, n) for c, n in tops], size), read)
     else:
         context = _raw(events, 0, size)
     return _resolution(view, pos, mode, size, root, context, reasons, tier)
@@ -302,27 +316,61 @@ def _raw(events: list[ev.Event], start: int, stop: int) -> list[ContextItem]:
     return [RawItem(p, events[p]) for p in range(start, stop) if events[p].kind not in ev.DERIVED_KINDS]
 
 
-def _context(read: Callable[[int], ev.Event | None], cover: list[tuple[int, ev.Summary]], size: int) -> list[ContextItem]:
+def _context(read: Callable[[int], ev.Event | None], cover: list[SummaryItem], size: int) -> list[ContextItem]:
     """Return the context of a certified cover: each node in place of its span, the raw events outside them (derived ones left out)."""
     out: list[ContextItem] = []
     at = 0
-    for pos, n in [*cover, (-1, None)]:
-        stop = size if n is None else n.start
+    for item in [*cover, None]:
+        stop = size if item is None else item.start
         for p in range(at, stop):
             event = read(p)
             assert event is not None, p
             if event.kind not in ev.DERIVED_KINDS:
                 out.append(RawItem(p, event))
-        if n is not None:
-            out.append(_summary_item(pos, n))
-            at = n.stop
+        if item is not None:
+            out.append(item)
+            at = item.stop
     return out
 
 
-def _summary_item(node_pos: int, n: ev.Summary) -> SummaryItem:
+def _with_calls(context: list[ContextItem], read: Callable[[int], ev.Event | None]) -> list[ContextItem]:
+    """Return ``context`` with the call of each raw tool result whose call a node summarized put right before it.
+
+    Model APIs take a tool result only after the call that made it. A call open at a
+    node's stop is one of its ``unresolved`` items, at its position: that call, read
+    from the log, goes in right before its result. A result whose call is found nowhere
+    (a redacted call) is left as it is.
+    """
+    calls = {i.event.call_id for i in context if isinstance(i, RawItem) and isinstance(i.event, ev.ToolCall)}
+    opened = {x.id: x.pos for i in context if isinstance(i, SummaryItem) for x in i.unresolved if x.kind == "tool_call"}
+    out: list[ContextItem] = []
+    for i in context:
+        if isinstance(i, RawItem) and isinstance(i.event, ev.ToolResult):
+            cid = i.event.call_id
+            if cid not in calls and cid in opened:
+                call = read(opened[cid])
+                if isinstance(call, ev.ToolCall) and call.call_id == cid:
+                    out.append(RawItem(opened[cid], call))
+                    calls.add(cid)
+        out.append(i)
+    return out
+
+
+def _summary_item(f: Facts, node_pos: int, n: ev.Summary) -> SummaryItem:
+    """Return the item of a certified cover node: what it retains, an L2's facts read from the log, short spilled values."""
+    facts, more = list(n.negative_facts), 0
+    if n.tier == 2:
+        facts, total = f.newest_negatives(n.start, n.stop, SHOWN_FACTS)
+        more = total - len(facts)
+    spilled: dict[str, JSON] = {}
+    for r in n.spills:
+        at = rules.spill_position(r.handle)
+        spill = f.event(at) if at is not None and at < node_pos else None
+        if isinstance(spill, ev.Spill) and len(ev.encode_json(spill.value)) <= SHOWN_VALUE:
+            spilled[r.handle] = spill.value
     return SummaryItem(
-        node_pos, n.tier, n.start, n.stop, n.span_root, n.summary, n.loss, list(n.negative_facts),
-        list(n.unresolved), list(n.kept), list(n.spills), n.contract, list(n.resolved),
+        node_pos, n.tier, n.start, n.stop, n.span_root, n.summary, n.loss, facts,
+        list(n.unresolved), list(n.kept), list(n.spills), n.contract, list(n.resolved), more, spilled,
     )
 
 
@@ -430,7 +478,9 @@ def _extended(view: SessionView, got: Resolution, head: ev.TreeHead) -> Resoluti
         raise IntegrityError(
             f"events after the checkpoint at size {got.size} do not give the sealed head's root", session=view.name
         )
-    return _resolution(view, got.marker, "certified", head.size, head.root, [*got.context, *tail], got.reasons,
+    calls = {x.pos: x.event for x in got.context if isinstance(x, RawItem)}
+    context = _with_calls([*got.context, *tail], lambda p: calls[p] if p in calls else view.proven(p).event)
+    return _resolution(view, got.marker, "certified", head.size, head.root, context, got.reasons,
                        (got.loss, got.restorable))
 
 

@@ -59,7 +59,7 @@ over the log or the structural index) is the caller's choice.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 from typing import Literal
 
 import msgspec
@@ -297,8 +297,7 @@ def lossless_problems(f: Facts, node: ev.Summary) -> list[str]:
         if not any((lit.pos, p) in kept for p in _prefixes(lit.path))
     ]
     unread = [p for p in range(start, stop) if isinstance(f.event(p), ev.Redacted | type(None))]
-    retained = set(node.negative_facts)
-    missing_facts = [x.pos for x in f.negatives_in(start, stop) if x not in retained]
+    missing_facts = [x.pos for x in retention_gaps(f, node)]
     items, done = set(node.unresolved), set(node.resolved)
     missing_items = [i.id for i in f.unresolved_at(start, stop) if i not in items]
     missing_items += [i.id for i in f.resolved_in(start, stop) if i not in done]
@@ -389,35 +388,38 @@ def lost(f: Facts, node: ev.Summary, pos: int) -> list[ev.Lost]:
 # --- the marker conditions -------------------------------------------------------------
 
 
-def check_marker(f: Facts, node_pos: int) -> tuple[list[Violation], list[int]]:
+def check_marker(f: Facts, node_pos: int, *, settled: bool = False) -> tuple[list[Violation], list[int]]:
     """Check closure, negative-fact retention and anchoring for resuming from ``node_pos`` at ``f.size``.
 
     Returns the violations (sorted; empty when the marker may be emitted or trusted) and
-    the positions of the nodes on the path.
+    the positions of the nodes on the path. ``settled``: the node is known to meet every
+    condition over its own span (an earlier check found it did, with no redaction since):
+    those read only the log before the node, which never changes, so only what depends
+    on the checkpoint is checked again (what an obligation open at ``f.size`` needs, and
+    the redacted positions).
     """
     found: list[Violation] = []
     top = f.event(node_pos)
     if not isinstance(top, ev.Summary):
         return [Violation("anchoring", node_pos, "not a summary node before the checkpoint")], []
-    path = _check_path(f, node_pos, found)
-    listed = set(top.unresolved)
-    for item in f.unresolved_at(top.start, top.stop):
-        if item not in listed:
-            found.append(Violation(
-                "closure", item.pos, f"{item.kind} {item.id!r} is open at the boundary but not listed as UNRESOLVED"
-            ))
-    _check_resolved(top, f.resolved_in(top.start, top.stop), found)
-    # Retained as the log gives it: a fact at the right position with another status or
-    # text (a rejection kept as "superseded: approved") retains nothing.
-    retained = set(top.negative_facts)
-    for fact in f.negatives_in(top.start, top.stop):
-        if fact not in retained:
+    if settled:
+        path = _path_of(f, node_pos, top)
+    else:
+        path = _check_path(f, node_pos, found)
+        listed = set(top.unresolved)
+        for item in f.unresolved_at(top.start, top.stop):
+            if item not in listed:
+                found.append(Violation(
+                    "closure", item.pos, f"{item.kind} {item.id!r} is open at the boundary but not listed as UNRESOLVED"
+                ))
+        _check_resolved(top, f.resolved_in(top.start, top.stop), found)
+        for fact in retention_gaps(f, top):
             found.append(Violation("negative_facts", fact.pos, f"{fact.status} item dropped: {fact.text}"))
+        found.extend(v for _, v in false_claims(f, top))
     # A redacted position is unknown, not empty: it may have been a failure, a rejection
     # or an open call, and nothing can show that the summary kept it.
     for p in f.redacted_in(top.start, top.stop):
         found.append(Violation("negative_facts", p, "redacted: what it held cannot be shown retained"))
-    found.extend(v for _, v in false_claims(f, top))
     for r in risks(f, top.start, top.stop, kept_positions(top)):
         found.append(Violation(
             "anchoring", r.binding_pos,
@@ -427,7 +429,35 @@ def check_marker(f: Facts, node_pos: int) -> tuple[list[Violation], list[int]]:
     return sorted(set(found)), path
 
 
-def check_cover(f: Facts, cover: Sequence[int]) -> tuple[list[Violation], list[int]]:
+def _path_of(f: Facts, node_pos: int, node: ev.Summary) -> list[int]:
+    """Return the path :func:`_check_path` gives for a node whose anchoring held: it and its summary-node children."""
+    kids = [c for c in node.children if 0 <= c < node_pos and isinstance(f.event(c), ev.Summary)] if node.tier == 2 else []
+    return sorted({node_pos, *kids})
+
+
+def retention_gaps(f: Facts, node: ev.Summary) -> list[ev.Fact]:
+    """Return the negative facts of ``node``'s span (:meth:`Facts.negatives_in`) that it does not retain.
+
+    Retained as the log gives it: a fact at the right position with another status or
+    text (a rejection kept as "superseded: approved") retains nothing. An L1 node
+    retains what it lists. An L2 node retains what it lists and what its children
+    retain: a fact belongs to the span of the event that made it negative, so the facts
+    of an L2's span are exactly those of its children's spans, and it drops only what
+    an L1 child drops and neither it nor another child lists. An earlier digest among
+    its children drops nothing: :func:`admit_node` refuses an L2 node with a gap, so a
+    digest is never read back over its whole span, however long the session.
+    """
+    listed = set(node.negative_facts)
+    if node.tier != 2:
+        return [x for x in f.negatives_in(node.start, node.stop) if x not in listed]
+    kids = [k for c in node.children if 0 <= c < f.size and isinstance(k := f.event(c), ev.Summary)]
+    for k in kids:
+        listed.update(k.negative_facts)
+    gaps = {x for k in kids if k.tier == 1 for x in f.negatives_in(k.start, k.stop) if x not in listed}
+    return sorted(gaps, key=lambda x: x.pos)
+
+
+def check_cover(f: Facts, cover: Sequence[int], settled: Container[int] = ()) -> tuple[list[Violation], list[int]]:
     """Check the three conditions over every node of a marker's ``cover`` at ``f.size``.
 
     A cover is one or more summary nodes before the checkpoint, in span order, their
@@ -436,7 +466,8 @@ def check_cover(f: Facts, cover: Sequence[int]) -> tuple[list[Violation], list[i
     (what is open at its stop, what its span made negative, what an open obligation
     needs of it): together they are the conditions over every span the context
     replaces. Returns the violations (sorted) and the positions of every node on the
-    cover's paths.
+    cover's paths. ``settled``: positions of nodes known to meet the conditions over
+    their own spans (see :func:`check_marker`).
     """
     found: list[Violation] = []
     path: set[int] = set()
@@ -444,7 +475,7 @@ def check_cover(f: Facts, cover: Sequence[int]) -> tuple[list[Violation], list[i
     if not cover:
         return [Violation("anchoring", -1, "the cover names no summary node")], []
     for pos in cover:
-        violations, got = check_marker(f, pos)
+        violations, got = check_marker(f, pos, settled=pos in settled)
         found.extend(violations)
         path.update(got)
         node = f.event(pos)
@@ -517,15 +548,17 @@ def false_claims(f: Facts, node: ev.Summary) -> list[tuple[str, Violation]]:
     """
     start, stop = node.start, node.stop
     out: list[tuple[str, Violation]] = []
-    owed = {x.pos: x for x in f.negatives_in(start, stop)}
-    later = f.negatives_at([x.pos for x in node.negative_facts if start <= x.pos < stop and x.pos not in owed])
+    # Read only what the node cites: its span's facts are not read for an L2 over a whole session.
+    inside = f.negatives_at([x.pos for x in node.negative_facts if start <= x.pos < stop])
+    earlier = [x for x in node.negative_facts if 0 <= x.pos < start]
+    caused = {x.pos: x for x in f.negatives_in(start, stop) if x.pos < start} if earlier else {}
     for i, x in enumerate(node.negative_facts):
         what = f"negative_facts[{i}] ({x.status} at pos {x.pos})"
         if not 0 <= x.pos < stop:
             out.append(("negative_facts", Violation(
                 "negative_facts", x.pos, f"{what} is outside [0, {stop}): the span cannot cite it")))
             continue
-        want = owed.get(x.pos) or (later(x.pos) if x.pos >= start else None)
+        want = inside(x.pos) if x.pos >= start else caused.get(x.pos)
         if want is None:
             out.append(("negative_facts", Violation(
                 "negative_facts", x.pos, f"{what}: the log gives no negative fact there that the span may cite")))
@@ -844,7 +877,8 @@ def admit_node(f: Facts, node: ev.Summary, pos: int) -> None:
             )
     mismatched: list[Violation] = []
     node_anchoring(f, node, pos, mismatched)
-    mismatched = [v for v in mismatched if "span root" not in v.item]  # the store checks it against the bodies
+    if by_bodies(node):  # the store checks its span root against the bodies, with its content digest
+        mismatched = [v for v in mismatched if "span root" not in v.item]
     if mismatched:
         raise CompactionInvariantError(
             f"node at pos {pos} does not match the log: " + "; ".join(str(v) for v in mismatched)
@@ -853,6 +887,13 @@ def admit_node(f: Facts, node: ev.Summary, pos: int) -> None:
     if claims:
         raise InvalidEvent(claims[0][0], "; ".join(str(v) for _, v in claims[:5]) + (
             f"; and {len(claims) - 5} more" if len(claims) > 5 else ""))
+    if node.tier == 2:
+        gaps = retention_gaps(f, node)
+        if gaps:
+            raise CompactionInvariantError(
+                f"L2 node at pos {pos} drops the negative facts at pos {[x.pos for x in gaps[:10]]}: an L2 node "
+                "retains every negative fact of its span, its children's and its own (list the ones its L1 "
+                "children dropped in negative_facts)")
     if node.loss is LossClass.LOSSLESS:
         problems = lossless_problems(f, node)
         if problems:
@@ -861,6 +902,16 @@ def admit_node(f: Facts, node: ev.Summary, pos: int) -> None:
         at_risk = risks(f, start, stop, kept_positions(node))
         if at_risk:
             raise gate_error(at_risk, start, stop)
+
+
+def by_bodies(node: ev.Summary) -> bool:
+    """Return whether the store holds ``node`` to its span's bodies: an L1 node, or any node with a content digest.
+
+    An L2 node carries no content digest by default: its children were held to their
+    bodies, and its span root is held to the stored tree, so a roll-up never reads the
+    span it covers (a session digest covers the whole session).
+    """
+    return node.tier == 1 or node.content_digest is not None
 
 
 def admit_spill(f: Facts, spill: ev.Spill, pos: int) -> None:
@@ -880,13 +931,14 @@ def admit_spill(f: Facts, spill: ev.Spill, pos: int) -> None:
         raise InvalidEvent("digest", f"got {spill.digest[:16]}…, the value gives {value_digest(spill.value)[:16]}…")
 
 
-def admit_marker(f: Facts, marker: ev.RecoveryMarker, pos: int) -> list[int]:
+def admit_marker(f: Facts, marker: ev.RecoveryMarker, pos: int, settled: Container[int] = ()) -> list[int]:
     """Refuse a marker at ``pos`` whose claims do not hold; ``f`` is the log at its checkpoint ``marker.size``.
 
     A raw-checkpoint marker (no node) claims no condition. A marker that names a node
     claims every condition, which must hold at its checkpoint over every node of its
     cover (``node`` alone, or the ``cover`` it lists, ``node`` first), over the path it
-    records. Its root and MAC are the store's to check. Returns the path.
+    records. Its root and MAC are the store's to check. Returns the path. ``settled``:
+    see :func:`check_cover`.
 
     Raises:
         InvalidEvent: its checkpoint is not before it, it claims conditions without a
@@ -903,7 +955,7 @@ def admit_marker(f: Facts, marker: ev.RecoveryMarker, pos: int) -> list[int]:
         raise InvalidEvent("conditions", f"a marker that names a node certifies {list(CONDITIONS)}, got {marker.conditions}")
     if marker.cover and marker.cover[0] != marker.node:
         raise InvalidEvent("cover", f"a cover starts with the marker's node {marker.node}, got {marker.cover}")
-    violations, path = check_cover(f, marker_cover(marker))
+    violations, path = check_cover(f, marker_cover(marker), settled)
     if violations:
         raise marker_error(marker.node, violations)
     if list(marker.path) != path:

@@ -215,6 +215,10 @@ class Store:
         self._spans: dict[tuple[int, int, int], tuple[int, SpanRead]] = {}
         #: markers' certified resolutions per session: ``sid -> (redactions, kept)``
         self._certified: dict[int, tuple[int, resolver.Certified]] = {}
+        #: nodes that met the marker conditions over their own spans: ``sid -> (redactions, positions)``
+        self._settled: dict[int, tuple[int, set[int]]] = {}
+        #: each session's maintenance plan, with the redaction count it was read under
+        self._plans: dict[int, tuple[int, policies.Plan]] = {}
         #: leaves proven in a session's latest sealed head by earlier reads: ``sid -> prefix``
         self._verified: dict[int, _Prefix] = {}
         self._cache_lock = threading.Lock()
@@ -507,6 +511,7 @@ class Session:
                 events = list(map(_EVENT, fresh))
             rows: Sequence[Row] = ()
             new: list[Record] = []
+            proven: _Prefix | None = None
             if fresh:
                 seqs = w.next_seqs(len(fresh))
                 # The leaves in one call (hashed side by side); the rows and records column by
@@ -525,9 +530,11 @@ class Session:
                     new = list(map(Record, repeat(self.name), seqs, at, kinds, events, bodies, leaves))
                 if admitted:
                     w.confirm()  # the rules read the log as it stands at this head
-                    self._admit(first, fresh, rows, leaves)
-                nodes, root = frontier.extend_root(leaves, every=merkle.TILE_HEIGHT)  # the levels a store keeps
+                    with self.reading():  # one head check for every read the rules make
+                        self._admit(first, fresh, rows, leaves)
                 prev = head.size if head else 0
+                proven = self._proven_to(sid, head, frontier)
+                nodes, root = frontier.extend_root(leaves, every=merkle.TILE_HEIGHT)  # the levels a store keeps
                 runs = seq_runs(seqs)
                 # seal() itself: seal_head's checks are for heads read back, these values are ours.
                 new_head = _new_tuple(HeadRow, (frontier.size, root, prev,
@@ -541,12 +548,33 @@ class Session:
                     w.erase(redaction.positions, by)
         if rows:
             self.store._frontiers[sid] = frontier
+            if proven is not None:
+                with store._cache_lock:
+                    if len(proven.leaves) == 32 * prev and proven.size == prev:
+                        proven.leaves += b"".join(leaves)
+                        proven.size, proven.root, proven.sealed = new_head.size, new_head.root, new_head
             if store.watch is not None:  # after the commit: the witness holds only what is durable
                 store.watch.acknowledge(self.name, frontier.size, root)
         if not replays:
             return new
         made = iter(new)
         return [replays[i] if i in replays else next(made) for i in range(len(prepared))]
+
+    def _proven_to(self, sid: int, head: HeadRow | None, frontier: merkle.Frontier) -> _Prefix | None:
+        """Return the handle's proven prefix when every leaf under ``head`` is in it and ``frontier`` gives its root.
+
+        A commit then adds its own leaves to the prefix under the head it seals: they are in
+        that head by construction, so reading them back costs a comparison, not a proof.
+        """
+        size = head.size if head else 0
+        with self.store._cache_lock:
+            prefix = self.store._verified.get(sid)
+            if prefix is None and size == 0:
+                prefix = self.store._verified[sid] = _Prefix(self.name, 0, _EMPTY_ROOT)
+            if (prefix is None or prefix.name != self.name or prefix.size != size
+                    or len(prefix.leaves) != 32 * size or (head is not None and prefix.root != head.root)):
+                return None
+        return prefix if frontier.root() == prefix.root else None
 
     def _prepare(self, i: int, event: ev.Event, key: str | None, batch: bool) -> ev.Prepared:
         try:
@@ -616,7 +644,7 @@ class Session:
                     passed = _Pass(self, first, events, leaves)
                 f = passed.facts(needs)
             try:
-                self._admit_one(f, event, pos, first, rows)
+                self._admit_one(f, event, pos, first, rows, settled=self._settled())
             except (InvalidEvent, IntegrityError) as exc:
                 if len(events) == 1 or not isinstance(exc, InvalidEvent):
                     raise
@@ -635,21 +663,41 @@ class Session:
         rules.admit_redaction({p: e for p, e in after if p in named}, after, redaction)
 
     def _admit_one(self, f: Facts, event: ev.Event, pos: int, first: int, rows: Sequence[Row],
-                   content: bool = True) -> None:
+                   content: bool = True, settled: set[int] | None = None) -> None:
+        """Hold one derived event to the rules; ``settled`` is :meth:`_settled` when admission may use it (``verify`` does not)."""
         if isinstance(event, ev.Summary):
             rules.admit_node(f, event, pos)
-            if content:
+            if content and rules.by_bodies(event):
                 self._check_content(event, first, rows)
         elif isinstance(event, ev.Spill):
             rules.admit_spill(f, event, pos)
         elif isinstance(event, ev.Attempt):
             rules.admit_attempt(f, event, pos)
         elif isinstance(event, ev.RecoveryMarker):
-            rules.admit_marker(f, event, pos)
+            rules.admit_marker(f, event, pos, settled if settled is not None else ())
+            if settled is not None:
+                # Its cover met every condition; those over the nodes' own spans hold for good.
+                settled.update(p for p in rules.marker_cover(event) if p < first)
             root = f.span_root(0, event.size) if event.size else merkle.empty_root(HASH)
             if event.root != root.hex():
                 raise InvalidEvent("root", f"got {event.root[:16]}…, the log's root at size {event.size} is {root.hex()[:16]}…")
             # Its MAC is held to the key at resume: a copy into a store with another key keeps the source's.
+
+    def _settled(self) -> set[int]:
+        """Return the positions of this session's stored nodes that met the marker conditions over their own spans.
+
+        Those conditions read only the log before each node, which never changes but by a
+        redaction: the set is kept per redaction count.
+        """
+        sid = self._sid()
+        if sid is None:
+            return set()
+        redactions = len(self.store.backend.redactions(sid))
+        with self.store._cache_lock:
+            kept = self.store._settled.get(sid)
+            if kept is None or kept[0] != redactions:
+                kept = self.store._settled[sid] = (redactions, set())
+        return kept[1]
 
     def rule_problems(self) -> list[tuple[int, str]]:
         """Return ``(position, why)`` for each stored derived event that breaks a rule of its log.
@@ -1738,7 +1786,13 @@ class Session:
             text = await policies.summary(policy, records)
 
     def _maintenance(self, policy: CompactionPolicy, progress: Callable[[Step], None] | None) -> policies.Run:
-        """Do the due steps, yielding what each needs summarized; return what was done."""
+        """Do the due steps, yielding what each needs summarized; return what was done.
+
+        Each step is decided at a size and appended only at that size: a step that lost a
+        race with another writer (:class:`~compactstore.errors.SessionMoved`) is decided
+        again from the log as it then stands, so two maintainers each do the work or find
+        it done. The text of a step summarized and then lost is kept for the same step.
+        """
         if not isinstance(policy, CompactionPolicy):
             raise InvalidArgument("policy", f"want a CompactionPolicy, got {type(policy).__name__}")
         compacted: list[int] = []
@@ -1746,26 +1800,59 @@ class Session:
         refused: list[str] = []
         marker: int | None = None
         flags = {"compact": True, "roll_up": True, "mark": True}
-        while (step := policies.due(self, policy, **flags)) is not None:
+        texts: dict[bytes, str] = {}
+        lost = 0
+        while True:
+            size = self.size
+            step = policies.due(self, policy, size=size, plan=self._plan(), **flags)
+            if step is None:
+                break
             if progress is not None:
                 progress(step)
-            if isinstance(step, policies.Mark):
-                flags["mark"] = False  # one marker a run, refused or not
-                try:
-                    marker = self.mark().pos  # the current cover: digest, the L1 nodes after it
-                except MarkerInvalid as exc:
-                    refused.append(f"marker at node {step.node}: {exc}")
-                continue
-            text = yield policies.inputs(self, step)
-            if isinstance(step, policies.RollUp):
-                rolled_up.append(self.roll_up(step.nodes, summary=text).pos)
-                continue
             try:
-                compacted.append(self.compact(step.start, step.stop, summary=text, on_risk=policy.on_risk).pos)
-            except CompactionInvariantError as exc:
-                flags["compact"] = False  # the tail stays raw until the gate lets it go
-                refused.append(f"compaction [{step.start}, {step.stop}): {exc}")
+                if isinstance(step, policies.Mark):
+                    try:
+                        marker = self._step(size, [markers.cover_marker(self, size)])
+                    except MarkerInvalid as exc:
+                        refused.append(f"marker at node {step.node}: {exc}")
+                    flags["mark"] = False  # one marker a run, refused or not
+                    continue
+                said = msgspec.json.encode(step)
+                if said not in texts:
+                    texts[said] = yield policies.inputs(self, step)
+                text = texts[said]
+                if isinstance(step, policies.RollUp):
+                    rolled_up.append(self._step(size, compaction.roll_up(self, size, step.nodes, summary=text)))
+                    continue
+                try:
+                    compacted.append(self._step(size, compaction.compaction(
+                        self, size, step.start, step.stop, summary=text, on_risk=policy.on_risk)))
+                except CompactionInvariantError as exc:
+                    flags["compact"] = False  # the tail stays raw until the gate lets it go
+                    refused.append(f"compaction [{step.start}, {step.stop}): {exc}")
+            except SessionMoved:
+                lost += 1
+                if lost > _RETRIES:
+                    raise ConflictError(
+                        f"session {self.name!r} kept moving while its maintenance was decided", session=self.name
+                    ) from None
         return Maintenance(compacted, rolled_up, marker, refused)
+
+    def _plan(self) -> policies.Plan | None:
+        """Return the session's maintenance plan kept by this handle (a new one after a redaction)."""
+        sid = self._sid()
+        if sid is None:
+            return None
+        redactions = len(self.store.backend.redactions(sid))
+        with self.store._cache_lock:
+            kept = self.store._plans.get(sid)
+            if kept is None or kept[0] != redactions:
+                kept = self.store._plans[sid] = (redactions, policies.Plan())
+        return kept[1]
+
+    def _step(self, size: int, events: list[ev.Event]) -> int:
+        """Append what a maintenance step built at ``size``, only at that size; return the last position."""
+        return self.extend(events, expect_size=size)[-1].pos
 
 
 class _EventReader:

@@ -220,7 +220,7 @@ def build(records: Iterable[tuple[int, ev.Event]]) -> Structure:
 
 #: A snapshot of the open items is stored at every multiple of this position, so the items
 #: open at any boundary are one snapshot plus at most this many positions of opens and closes.
-SNAPSHOT_EVERY = 512
+SNAPSHOT_EVERY = 64
 
 
 class IndexRow(NamedTuple):

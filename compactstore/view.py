@@ -61,8 +61,8 @@ class SessionView(Protocol):
         """Return the record at ``pos``."""
         ...
 
-    def scan(self, start: int = 0, stop: int | None = None) -> Iterator[Record]:
-        """Yield the records of ``[start, stop)`` in order."""
+    def scan(self, start: int = 0, stop: int | None = None, *, verify: bool = True) -> Iterator[Record]:
+        """Yield the records of ``[start, stop)`` in order (``verify=False``: each body against its leaf only)."""
         ...
 
     def head(self, size: int | None = None) -> TreeHead:

@@ -416,6 +416,17 @@ def _reassembled(kept: list[ev.Excerpt], pos: int, name: str) -> object:
 _MISSING = object()
 
 
+def retained(log: Log, node: ev.Summary) -> list[ev.Fact]:
+    """Return the negative facts ``node`` retains: those it lists and, for an L2 node, those its children retain."""
+    out = list(node.negative_facts)
+    if node.tier == 2:
+        for c in node.children:
+            kid = log.events[c] if 0 <= c < len(log.events) else None
+            if isinstance(kid, ev.Summary):
+                out += retained(log, kid)
+    return out
+
+
 def tier_problems(log: Log, top: ev.Summary, size: int, spills: dict[int, ev.Spill]) -> list[str]:
     """Return what a summary tier at checkpoint ``size`` fails to hold, by the oracle: empty when it is safe to resume from."""
     start, stop = top.start, top.stop
@@ -424,7 +435,7 @@ def tier_problems(log: Log, top: ev.Summary, size: int, spills: dict[int, ev.Spi
     if erased:
         problems.append(f"redacted positions {erased} in the span")
     owed = log.negatives(start, stop)
-    facts = {(x.pos, x.status): x for x in top.negative_facts}
+    facts = {(x.pos, x.status): x for x in retained(log, top)}
     for p, status in sorted(owed.items()):
         fact = facts.get((p, status))
         if fact is None:

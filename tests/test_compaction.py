@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 import compactstore as cs
+from compactstore.resolver import SummaryItem
 from compactstore import merkle
 
 ROLLBACK = "migrations/003_down.sql"
@@ -174,7 +175,8 @@ def test_l2_digest_carries_facts_forward(session: cs.Session) -> None:
     c = session.compact(11, session.size - 1, on_risk="preserve")  # covers the result of c2
     top = session.roll_up([a, b, c])
     assert (top.tier, top.start, top.stop, top.children) == (2, 0, c.stop, [a.pos, b.pos, c.pos])
-    assert [f.pos for f in top.negative_facts] == [2, 4]
+    assert top.negative_facts == []  # it lists what its children dropped, and retains what they retain
+    assert [f.pos for f in _retained(session, top)] == [2, 4]
     assert [i.id for i in top.unresolved] == ["finish-migration", "psql-1"]
     assert cs.events.Excerpt(5, "value", ROLLBACK) in top.kept
     assert top.loss is cs.LossClass.LOSSY_GIST
@@ -274,8 +276,17 @@ def test_l2_retains_what_became_negative_after_its_children_were_written(store: 
     s.append(cs.Turn("assistant", "Plan B", supersedes=0))  # 3
     b = s.compact(2, 4)  # from the first node's own event on: contiguous with it
     top = s.roll_up([a, b])
-    assert [(f.pos, f.status) for f in top.negative_facts] == [(0, "superseded")]
+    assert [(f.pos, f.status) for f in b.negative_facts] == [(0, "superseded")]
+    assert [(f.pos, f.status) for f in _retained(s, top)] == [(0, "superseded")]
     assert s.resume(s.mark(top)).mode == "certified"
+
+
+def _retained(s: cs.Session, node: cs.Node) -> list[cs.events.Fact]:
+    """Return the negative facts a certified resume from ``node`` shows it retains (an L2's, its children's too)."""
+    got = s.resume(s.mark(node))
+    assert got.mode == "certified", got.reasons
+    (item,) = [i for i in got.context if isinstance(i, SummaryItem)]
+    return item.negative_facts
 
 
 def test_rebinding_a_key_supersedes_its_earlier_value(store: cs.Store) -> None:

@@ -21,7 +21,7 @@ def test_a_kept_certification_serves_what_was_proven_and_a_fresh_store_finds_a_c
         s.mark()
         first = s.context()
         assert first.mode == "certified"
-        fact = digests[-1].negative_facts[0].pos
+        fact = _a_retained_fact(s)
         tamper(path, "UPDATE events SET body = CAST(? AS BLOB) WHERE pos = ?", (b'{"kind":"turn"}', fact))
         # The log under the marker cannot change without a seal failing, so the certification,
         # proven once against the checkpoint root, stands: the content is the proven one.
@@ -40,10 +40,15 @@ def test_a_redaction_decides_the_context_afresh(store: cs.Store) -> None:
     digests, _ = _grown(s)
     s.mark()
     assert s.context().mode == "certified"
-    s.redact([digests[-1].negative_facts[0].pos], "personal data")
+    s.redact([_a_retained_fact(s)], "personal data")
     r = s.context()
     assert r.mode == "fallback" and r.marker == -1 and r.reasons
     assert not any(isinstance(i, SummaryItem) for i in r.context)
+
+
+def _a_retained_fact(s: cs.Session) -> int:
+    """Return the position of a negative fact the session's digest retains (through its first L1 child)."""
+    return next(x.pos for n in s.nodes() if n.tier == 1 for x in n.negative_facts)
 
 
 def _spilling(s: cs.Session, turns: int) -> None:
@@ -59,7 +64,7 @@ def _spilling(s: cs.Session, turns: int) -> None:
 
 
 def test_a_cold_context_proves_what_its_rules_read_in_one_batch_however_many_spills(tmp_path: Path) -> None:
-    """A fresh store's context() reads a digest's spill sources in batches: its subtree-root reads do not grow with them."""
+    """A fresh store's context() reads a digest's spill sources in batches: its subtree-root reads do not grow with the session."""
     path = tmp_path / "cold.db"
     calls = []
     for turns in (40, 120):
@@ -81,4 +86,5 @@ def test_a_cold_context_proves_what_its_rules_read_in_one_batch_however_many_spi
             spills = sum(len(i.spills) for i in got.context if isinstance(i, SummaryItem))
             calls.append((spills, len(counted)))
     (few, before), (many, after) = calls
-    assert many > few and after <= before + 2, calls
+    # A digest carries the spills of the values still live (four keys), not every spill ever made.
+    assert 0 < few and 0 < many <= 4 * 4 and after <= before + 2, calls

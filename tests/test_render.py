@@ -82,7 +82,9 @@ def test_a_certified_context_renders_in_both_formats_as_the_sdk_and_langchain_re
     assert {"type": "function_call_output", "call_id": "c4", "output": "DROP COLUMN email2;"} in items
     assert {"role": "user", "content": "Go ahead."} in items
     texts = [i["content"] for i in items if i.get("role") == "developer"]
-    assert any("result of tool call c2" in t and '{"rows":3}' in t for t in texts)  # its call is in the summary
+    # Its call is in the summary, open at its stop: the context gives the call, read from the log, before the result.
+    assert {"type": "function_call_output", "call_id": "c2", "output": '{"rows":3}'} in items
+    assert [i.get("call_id") for i in items if i.get("type") == "function_call"][0] == "c2"
     assert any("UNRESOLVED tool call c5 migrate" in t for t in texts)  # no result yet
     assert any('binding rollback = "migrations/003_down.sql"' in t for t in texts)
 
@@ -93,7 +95,7 @@ def test_a_certified_context_renders_in_both_formats_as_the_sdk_and_langchain_re
     assert [c["id"] for c in both.tool_calls] == ["c3", "c4"]  # consecutive calls share one message
     assert both.tool_calls[0]["args"] == {"path": "migrations"}
     answers = [m for m in read if isinstance(m, ToolMessage)]
-    assert [(m.tool_call_id, m.content) for m in answers] == [("c3", '["003_up.sql","003_down.sql"]'),
+    assert [(m.tool_call_id, m.content) for m in answers] == [("c2", '{"rows":3}'), ("c3", '["003_up.sql","003_down.sql"]'),
                                                               ("c4", "DROP COLUMN email2;")]
 
 

@@ -20,7 +20,7 @@ from ..structure import IndexRow
 #: characters), redactions blank the fact texts they erase, and a store carries its
 #: identity in meta; a store written by 3 no longer verifies. 5: each head stores and
 #: seals the global sequence numbers of the events its commit added (``heads.seqs``).
-SCHEMA_VERSION = "5"
+SCHEMA_VERSION = "6"
 
 
 def caller() -> tuple[int, object]:
@@ -317,6 +317,10 @@ class Backend(Protocol):
 
     def negatives_caused(self, session_id: int, lo: int, hi: int) -> list[IndexRow]:
         """Return the ``negative`` rows before ``lo`` made negative in ``[lo, hi)`` (their ``num``), by position."""
+        ...
+
+    def newest_negatives(self, session_id: int, lo: int, hi: int, limit: int) -> tuple[list[IndexRow], int]:
+        """Return the last ``limit`` ``negative`` rows of ``[lo, hi)`` made negative before ``hi``, by position, and their count."""
         ...
 
     def latest_binding(self, session_id: int, key: str, before: int) -> IndexRow | None:
