@@ -1,27 +1,30 @@
 #!/usr/bin/env python3
-"""The memory loop: how big is a resumed agent's context under rolling compaction, against the raw log?
+"""The memory loop as a user first meets it: what the model is fed, and what maintenance costs, on the defaults.
 
-    python benchmarks/memory_loop.py [--turns 3000] [--at 500,1000,3000] [--every 40] [--roll-up-every 5]
+    python benchmarks/memory_loop.py [--turns 3000] [--at 1000,3000] [--repeat 3] [--long]
 
 One session plays ``--turns`` agent turns through the public API: a user turn, a tool
 call and its result (every 7th fails), an assistant turn; every 11th turn a proposal the
 user rejects; every 5th a binding re-bound under one of four keys (non-regenerable);
 every 50th an obligation that needs the latest key, fulfilled 30 turns later. After each
-turn ``Session.maintain(policy)`` applies ``cs.CompactionPolicy(every=40,
-roll_up_every=5)`` with a deterministic summarizer whose text has a fixed bound (a
-language model's summary does not grow with the session either); ``on_risk="spill"``.
+turn ``Session.maintain(policy)`` runs. Three lines, each its own store:
 
-At each ``--at`` point it resumes from the latest marker the policy emitted and prints
-the context's size (items, and characters of the model input,
-``Resolution.as_messages("openai-responses")`` encoded as JSON) against the raw log
-rendered the same way, the time of the resume (median of ``--repeat`` calls on the
-same handle, warm, and on a fresh store handle per call, cold), and the
-fallbacks (resumes that were not certified) and refusals (compactions the gate refused,
-markers refused at emission) so far. The summaries' notes are counted apart too: the raw
-tail after the checkpoint is bounded by the policy's window, the notes must be bounded
-by themselves. Goals: context <= 10% of the raw characters at the last point and not
-growing with the session (neither the whole nor the notes); the resume under 10 ms;
-certified.
+* ``defaults``: ``cs.CompactionPolicy()``, no summarizer argument: the extractive one;
+* ``stand-in``: ``cs.CompactionPolicy(summarizer=stand_in)``, a deterministic stand-in
+  for a language model whose summary is a few hundred characters;
+* ``none``: no maintenance at all, the baseline the whole run is held to.
+
+At each ``--at`` point it reads ``Session.context()`` and records what the model is fed
+(``as_messages("chat")`` encoded as JSON; the most over the 40 turns up to the point,
+since a context moves with the policy's phase) against the raw log rendered the same way,
+and the time of a cold ``context()`` (a fresh store handle per call, as a restarted
+agent; median of ``--repeat``). The whole run's time (appends and maintenance) is the
+median of ``--repeat`` rounds, the lines interleaved round by round. ``--long`` plays
+10,000 turns once, points at 1,000, 3,000 and 10,000.
+
+Goals on the defaults: fed context at most 10% of the raw characters at 3,000 turns and at
+most 1.5 times its size at 1,000; the whole run at most 3 times the run without
+maintenance; a cold ``context()`` under 15 ms at 3,000 turns; certified, no refusal.
 
 Writes benchmarks/results/memory_loop.json.
 """
@@ -31,17 +34,18 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import harness  # noqa: E402
-from harness import Goal, Section, Stat, seconds  # noqa: E402
+from harness import Goal, Section, seconds  # noqa: E402
 
 import compactstore as cs  # noqa: E402
 from compactstore import events as ev  # noqa: E402
@@ -49,20 +53,28 @@ from compactstore import render  # noqa: E402
 from compactstore.resolver import RawItem  # noqa: E402
 
 TOOLS = ("run_sql", "read_file", "write_file", "http_get", "grep")
-#: A summary's text is cut to this many characters, however long its span: a model's would be too.
-SUMMARY_LIMIT = 600
+#: The stand-in's summaries are cut to this many characters, as a model asked for five lines would be.
+STAND_IN_LIMIT = 400
+#: The fed context at a point is the most fed over this many turns up to it.
+WINDOW = 40
 
 
-def bounded_summary(records: Sequence[cs.Record]) -> str:
-    """Summarize deterministically in at most SUMMARY_LIMIT characters: counts, failures and rejections by position."""
+def stand_in(records: Sequence[cs.Record]) -> str:
+    """Summarize as a language model would, deterministically: counts, then failures and rejections by position."""
     kinds: dict[str, int] = {}
     for r in records:
         kinds[r.kind] = kinds.get(r.kind, 0) + 1
     negative = [f"{r.pos} {r.event.status}" for r in records if r.event.status in ("failed", "rejected")]
-    first, last = records[0].pos, records[-1].pos
     counts = ", ".join(f"{n} {k}" for k, n in sorted(kinds.items()))
-    text = f"positions {first}..{last}: {counts}; negatives: {', '.join(negative) or 'none'}"
-    return text if len(text) <= SUMMARY_LIMIT else text[: SUMMARY_LIMIT - 1] + "…"
+    text = f"{len(records)} records ({counts}); failures and rejections: {', '.join(negative) or 'none'}"
+    return text if len(text) <= STAND_IN_LIMIT else text[: STAND_IN_LIMIT - 1] + "…"
+
+
+LINES: dict[str, cs.CompactionPolicy | None] = {
+    "defaults": cs.CompactionPolicy(),
+    "stand-in": cs.CompactionPolicy(summarizer=stand_in),
+    "none": None,
+}
 
 
 def turn(s: cs.Session, t: int) -> None:
@@ -94,68 +106,66 @@ def characters(items: list[render.Message]) -> int:
     return len(json.dumps(items, ensure_ascii=False))
 
 
-def context_of(s: cs.Session, marker: int | None) -> cs.Resolution:
-    """Return what a resumed agent loads now: the latest certifying marker's cover and the raw tail."""
-    if marker is None:
-        raise RuntimeError("the policy has emitted no marker yet")
-    return s.context()
+class Run:
+    """One line played once: the whole run's time and what was measured at each point."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.points: dict[int, dict[str, Any]] = {}
+        self.refusals = 0
+        self.fed_most = 0
+        self.modes: set[str] = set()
 
 
-def measure(s: cs.Session, marker: int | None, turns: int, repeat: int, stats: dict[str, int], path: str) -> dict[str, Any]:
-    """Return the context's size and resume time (warm: this handle; cold: a fresh handle per call) against the raw log."""
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        r = context_of(s, marker)
-        times.append(time.perf_counter() - t0)
+def play(path: str, policy: cs.CompactionPolicy | None, turns: int, at: set[int], repeat: int) -> Run:
+    """Play ``turns`` turns on a new store at ``path`` under ``policy``; measure at each point of ``at`` (untimed)."""
+    run = Run()
+    with cs.open(path, clock=ev.tick_clock()) as store:
+        s = store.session("memory-loop")
+        for t in range(turns):
+            started = time.perf_counter()
+            turn(s, t)
+            if policy is not None:
+                run.refusals += len(s.maintain(policy).refused)
+            run.seconds += time.perf_counter() - started
+            if policy is not None and any(0 <= p - (t + 1) < WINDOW for p in at):
+                got = s.context()
+                run.modes.add(got.mode)
+                run.fed_most = max(run.fed_most, characters(got.as_messages("chat")))
+            if t + 1 in at:
+                run.points[t + 1] = measure(s, path, run, policy is not None, repeat)
+                run.fed_most = 0
+    return run
+
+
+def measure(s: cs.Session, path: str, run: Run, compacted: bool, repeat: int) -> dict[str, Any]:
+    """Return the raw log's size as model input and, under a policy, the fed context and a cold context()'s time."""
+    raw = [RawItem(x.pos, x.event) for x in s.scan() if x.kind not in ev.DERIVED_KINDS]
+    out: dict[str, Any] = {"events": s.size, "raw_chars": characters(render.messages(raw, "chat"))}
+    if not compacted:
+        return out
     cold = []
     for _ in range(repeat):
         with cs.open(path) as fresh:
             other = fresh.session(s.name)
-            t0 = time.perf_counter()
-            got = context_of(other, marker)
-            cold.append(time.perf_counter() - t0)
-        assert got.digest == r.digest
-    raw = [RawItem(x.pos, x.event) for x in s.scan() if x.kind not in ev.DERIVED_KINDS]
-    raw_chars = characters(render.messages(raw, "openai-responses"))
-    ctx_chars = characters(r.as_messages("openai-responses"))
-    st = Stat.of(times)
-    notes = [i for i in r.context if isinstance(i, cs.resolver.SummaryItem)]
-    summaries = len(notes)
-    # The summaries' notes alone: the part that must not grow; the raw tail is bounded by the policy's window.
-    notes_chars = characters(render.messages(notes, "openai-responses"))
-    return {
-        "turns": turns, "events": s.size, "raw_items": len(raw), "raw_chars": raw_chars,
-        "context_items": len(r.context), "summaries": summaries, "context_chars": ctx_chars,
-        "notes_chars": notes_chars,
-        "share": ctx_chars / raw_chars, "mode": r.mode, "resume": st.as_dict(), "median_s": st.median,
-        "cold": Stat.of(cold).as_dict(), "cold_median_s": Stat.of(cold).median,
-        "nodes": stats["nodes"], "digests": stats["digests"], "fallbacks": stats["fallbacks"] + (r.mode != "certified"),
-        "refusals": stats["refusals"],
-    }
+            started = time.perf_counter()
+            got = other.context()
+            cold.append(time.perf_counter() - started)
+        run.modes.add(got.mode)
+    out.update(fed_chars=run.fed_most, share=run.fed_most / out["raw_chars"], cold_s=statistics.median(cold),
+               summaries=sum(isinstance(i, cs.resolver.SummaryItem) for i in got.context), mode=got.mode)
+    return out
 
 
-def run(turns: int, at: list[int], every: int, roll_up_every: int | None, repeat: int, path: str) -> list[dict[str, Any]]:
-    """Play the session, maintaining it after every turn, and measure at each point of ``at``."""
-    policy = cs.CompactionPolicy(every=every, roll_up_every=roll_up_every, summarizer=bounded_summary)
-    stats = {"nodes": 0, "digests": 0, "fallbacks": 0, "refusals": 0}
-    out = []
-    marker = None
-    with cs.open(path, clock=ev.tick_clock()) as store:
-        s = store.session("memory-loop")
-        for t in range(turns):
-            turn(s, t)
-            done = s.maintain(policy)
-            stats["nodes"] += len(done.compacted)
-            stats["digests"] += len(done.rolled_up)
-            stats["refusals"] += len(done.refused)
-            marker = done.marker if done.marker is not None else marker
-            if t + 1 in at:
-                row = measure(s, marker, t + 1, repeat, stats, path)
-                out.append(row)
-                print(f"  {t + 1:,} turns: {row['context_items']:,} items, {row['context_chars']:,} characters "
-                      f"({row['share']:.1%} of raw), resume {seconds(row['median_s'])} warm, "
-                      f"{seconds(row['cold_median_s'])} cold, {row['mode']}", flush=True)
+def rounds(turns: int, at: set[int], repeat: int, folder: Path, lines: Sequence[str], times: int) -> dict[str, list[Run]]:
+    """Play every line ``times`` times, interleaved round by round in a rotating order."""
+    out: dict[str, list[Run]] = {name: [] for name in lines}
+    for i in range(times):
+        order = list(lines[i % len(lines):]) + list(lines[: i % len(lines)])
+        for name in order:
+            path = str(folder / f"{name}-{i}.db")
+            out[name].append(play(path, LINES[name], turns, at, repeat))
+            print(f"  round {i + 1}/{times} {name}: {out[name][-1].seconds:.2f} s", flush=True)
     return out
 
 
@@ -163,56 +173,61 @@ def main(argv: list[str] | None = None) -> int:
     """Run the memory loop, print its table and write benchmarks/results/memory_loop.json."""
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--turns", type=int, default=3000, help="agent turns (default 3000)")
-    parser.add_argument("--at", default="500,1000,3000", help="turns at which to measure (default 500,1000,3000)")
-    parser.add_argument("--every", type=int, default=40, help="compact every N raw events (default 40)")
-    parser.add_argument("--roll-up-every", type=int, default=5, help="grow the digest every N L1 nodes; 0: never")
-    parser.add_argument("--repeat", type=int, default=7, help="timed resumes per point (default 7)")
+    parser.add_argument("--at", default="1000,3000", help="turns at which to measure (default 1000,3000)")
+    parser.add_argument("--repeat", type=int, default=3, help="rounds of the whole run, and cold reads per point (default 3)")
+    parser.add_argument("--long", action="store_true", help="10,000 turns, once, measured at 1,000, 3,000 and 10,000")
     args = parser.parse_args(argv)
-    at = sorted({int(x) for x in args.at.split(",") if 0 < int(x) <= args.turns})
+    if args.long:
+        args.turns, args.at, times = 10_000, "1000,3000,10000", 1
+    else:
+        times = args.repeat
+    at = {int(x) for x in args.at.split(",") if 0 < int(x) <= args.turns}
     info = harness.machine()
     harness.print_machine(info, args.repeat)
-    print(f"loop:     {args.turns:,} turns, CompactionPolicy(every={args.every}, roll_up_every={args.roll_up_every}), "
-          f"bounded deterministic summarizer, maintain after every turn, SQLite")
-    folder = tempfile.mkdtemp(prefix="memory-loop-")
-    started = time.perf_counter()
+    print(f"loop:     {args.turns:,} turns, maintain after every turn, SQLite; lines {', '.join(LINES)}")
+    folder = Path(tempfile.mkdtemp(prefix="memory-loop-"))
     try:
-        rows = run(args.turns, at, args.every, args.roll_up_every or None, args.repeat,
-                   str(Path(folder) / "loop.db"))
+        runs = rounds(args.turns, at, args.repeat, folder, list(LINES), times)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-    elapsed = time.perf_counter() - started
+    whole = {name: statistics.median(r.seconds for r in rs) for name, rs in runs.items()}
     section = Section(
-        "Resumed context against the raw log, under rolling compaction",
-        ("turns", "events", "raw items", "raw chars", "context items", "summaries", "context chars", "notes chars", "share",
-         "resume (median)", "cold (median)", "mode", "nodes", "digests", "fallbacks", "refusals"),
+        "What the model is fed, and what maintenance costs, under rolling compaction",
+        ("line", "turns", "events", "raw chars", "fed chars (most)", "share", "summaries", "cold context()", "mode"),
     )
-    for r in rows:
-        section.rows.append((f"{r['turns']:,}", f"{r['events']:,}", f"{r['raw_items']:,}", f"{r['raw_chars']:,}",
-                             f"{r['context_items']:,}", str(r["summaries"]), f"{r['context_chars']:,}",
-                             f"{r['notes_chars']:,}",
-                             f"{r['share']:.1%}", seconds(r["median_s"]), seconds(r["cold_median_s"]), r["mode"], str(r["nodes"]),
-                             str(r["digests"]), str(r["fallbacks"]), str(r["refusals"])))
-        section.data.append(r)
-    section.notes.append(f"whole run (appends, maintenance after every turn, measurements): {elapsed:.1f} s")
-    if rows:
-        last, first = rows[-1], rows[0]
-        section.goals += [
-            Goal(f"context / raw characters at {last['turns']:,} turns", last["share"], 0.10, higher_is_better=False),
-            Goal(f"context characters at {last['turns']:,} turns / at {first['turns']:,}",
-                 last["context_chars"] / first["context_chars"], 1.5, higher_is_better=False,
-                 note="the context does not grow with the session"),
-            Goal(f"summary notes' characters at {last['turns']:,} turns / at {first['turns']:,}",
-                 last["notes_chars"] / first["notes_chars"], 1.5, higher_is_better=False,
-                 note="the summaries do not grow with the session; the raw tail is the policy's window"),
-            Goal(f"resume at {last['turns']:,} turns (ms)", last["median_s"] * 1e3, 10, higher_is_better=False),
-            Goal(f"cold resume (fresh handle) at {last['turns']:,} turns (ms)", last["cold_median_s"] * 1e3, 10,
-                 higher_is_better=False),
-            Goal("resumes certified (share)", sum(r["mode"] == "certified" for r in rows) / len(rows), 1.0),
-        ]
+    for name in ("defaults", "stand-in"):
+        last = runs[name][-1]
+        for p in sorted(at):
+            r = last.points[p]
+            section.rows.append((name, f"{p:,}", f"{r['events']:,}", f"{r['raw_chars']:,}", f"{r['fed_chars']:,}",
+                                 f"{r['share']:.1%}", str(r["summaries"]), seconds(r["cold_s"]), r["mode"]))
+            section.data.append({"line": name, "turns": p, **r})
+    for name in LINES:
+        section.notes.append(f"whole run, {name}: {seconds(whole[name])} (median of {times})")
+    d = runs["defaults"][-1]
+    first, last_at = min(at), max(at)
+    refusals = sum(r.refusals for rs in runs.values() for r in rs)
+    section.goals += [
+        Goal(f"defaults: fed / raw characters at {last_at:,} turns", d.points[last_at]["share"], 0.10,
+             higher_is_better=False),
+        Goal(f"defaults: fed characters at {last_at:,} turns / at {first:,}",
+             d.points[last_at]["fed_chars"] / d.points[first]["fed_chars"], 1.5, higher_is_better=False),
+        Goal("defaults: whole run / the run without maintenance", whole["defaults"] / whole["none"], 3.0,
+             higher_is_better=False),
+        Goal(f"defaults: cold context() at {min(last_at, 3000):,} turns (ms)",
+             d.points[min(last_at, 3000) if min(last_at, 3000) in d.points else last_at]["cold_s"] * 1e3, 15,
+             higher_is_better=False),
+        Goal("contexts certified (share of lines and points)",
+             float(all(r.modes == {"certified"} for n, rs in runs.items() if n != "none" for r in rs)), 1.0),
+        Goal("refusals", float(refusals), 0.0, higher_is_better=False),
+    ]
     section.print()
-    path = harness.write_json("memory_loop", info, [section], params=vars(args), elapsed_s=elapsed)
+    path = harness.write_json("memory_loop", info, [section], params=vars(args))
     print(f"\nwrote {path}")
     return 0
+
+
+Callable  # re-exported for type checkers of callers that pass a summarizer
 
 
 if __name__ == "__main__":
