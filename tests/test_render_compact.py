@@ -100,4 +100,5 @@ def test_repeated_facts_are_one_group_with_their_count_and_newest_positions(stor
         mine = [f.pos for f in earlier if f"backfill t{k} " in f.text]
         newest = ", ".join(map(str, reversed(mine[-render.GROUP_POSITIONS :])))
         assert line.startswith(f"- earlier rejected ×{len(mine)}: ")
-        assert line.endswith(f"(pos {newest} and {len(mine) - render.GROUP_POSITIONS} earlier)")
+        assert line.endswith(f"(pos {newest} and {len(mine) - render.GROUP_POSITIONS} earlier; "
+                             f"recall facts:{mine[0]}-{mine[-1] + 1})")
