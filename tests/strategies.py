@@ -372,3 +372,33 @@ def policies(draw: st.DrawFn) -> object:
 
     return cs.CompactionPolicy(every=draw(st.integers(2, 12)), roll_up_every=draw(st.none() | st.integers(1, 4)),
                                on_risk=draw(st.sampled_from(["spill", "preserve"])), summarizer=_summary_of)
+
+
+@st.composite
+def langchain_conversations(draw: st.DrawFn, max_turns: int = 30) -> list[object]:
+    """A conversation as a LangGraph agent's state holds it, which a provider accepts: a human turn first, each
+    AI tool call answered right after (or failed: ``status="error"``), every message with an id.
+    """
+    from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+
+    out: list[object] = [HumanMessage("start", id="m0")]
+    calls = 0
+    for _ in range(draw(st.integers(1, max_turns))):
+        n = len(out)
+        kind = draw(st.sampled_from(["human", "ai", "tools", "tools"]))
+        if kind == "human":
+            out.append(HumanMessage(draw(_said.filter(str.strip)), id=f"m{n}"))
+        elif kind == "ai":
+            out.append(AIMessage(draw(_said.filter(str.strip)), id=f"m{n}"))
+        else:
+            k = draw(st.integers(1, 3))
+            made = [f"call_{calls + i}" for i in range(k)]
+            calls += k
+            text = draw(st.sampled_from(["", "", "Let me check."]))
+            out.append(AIMessage(text, id=f"m{n}", tool_calls=[{"name": "run", "args": {"i": i}, "id": c}
+                                                                for i, c in enumerate(made)]))
+            for i, c in enumerate(made):
+                failed = draw(st.integers(0, 3)) == 0
+                out.append(ToolMessage("ERROR: lock timeout" if failed else f"ok {i}", tool_call_id=c,
+                                       status="error" if failed else "success", id=f"m{n}-{i}"))
+    return out
