@@ -60,10 +60,11 @@ from collections import Counter
 from collections.abc import AsyncIterator, Callable, Generator, Iterator, Sequence
 from contextlib import ExitStack
 from operator import itemgetter
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import BaseTool
 from langgraph.checkpoint.base import (
     WRITES_IDX_MAP,
     BaseCheckpointSaver,
@@ -92,6 +93,9 @@ from .langgraph_messages import MESSAGE as MESSAGE_ID
 from .langgraph_messages import interrupt_closed, interrupt_opened, message_events, message_id
 from .langgraph_state import ChannelEncoder, Encoded, StateCodec, copied_value, parts, spread_over, with_whole
 from .tail import RETRIES, StoreUser, idempotency_key, read_many, reading, session_name
+
+if TYPE_CHECKING:
+    from .langgraph_middleware import ContextMiddleware
 
 __all__ = ["CompactStoreSaver", "PREFIX"]
 
@@ -276,7 +280,7 @@ class CompactStoreSaver(StoreUser, BaseCheckpointSaver[str]):
 
         return hook
 
-    def middleware(self, thread_id: str | None = None, *, recall_tool: bool = True) -> Any:
+    def middleware(self, thread_id: str | None = None, *, recall_tool: bool = True) -> ContextMiddleware:
         """Return an ``AgentMiddleware`` that feeds a LangChain ``create_agent`` model the thread's compacted context.
 
         ``create_agent(model, tools, middleware=[saver.middleware()], checkpointer=saver)``:
@@ -290,7 +294,7 @@ class CompactStoreSaver(StoreUser, BaseCheckpointSaver[str]):
 
         return ContextMiddleware(self, thread_id, [self.recall_tool(thread_id)] if recall_tool else [])
 
-    def recall_tool(self, thread_id: str | None = None) -> Any:
+    def recall_tool(self, thread_id: str | None = None) -> BaseTool:
         """Return the recall tool as a LangChain tool: :func:`compactstore.recall.recall` on the thread's session.
 
         A ``StructuredTool`` named :data:`compactstore.render.RECALL_TOOL` taking one
