@@ -8,10 +8,11 @@ appends, what reads and resolutions return, and the errors. Everything else stay
 its module: ``compactstore.events`` (every event kind), ``compactstore.resolver``
 (context items, restored spans), ``compactstore.rules`` (risks, violations),
 ``compactstore.verify`` (problems), ``compactstore.summarize``, ``compactstore.policy``
-(the steps a policy takes), ``compactstore.render`` (model input) and the adapters.
+(the steps a policy takes), ``compactstore.render`` (model input), ``compactstore.recall``
+(fetching by handle what model input names without quoting it) and the adapters.
 """
 
-from . import compaction, events, policy, render, resolver, rules, summarize, verify, witness
+from . import compaction, events, policy, recall, render, resolver, rules, summarize, verify, witness
 from .compaction import AUTO, Node
 from .copy import copy
 from .errors import (

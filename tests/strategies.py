@@ -263,3 +263,142 @@ def wild_events(draw: st.DrawFn) -> object:
         junk = draw(st.integers(0, 3)) == 0
         kwargs[field.name] = draw(_junk if junk else _valid_for(field.type))
     return cls(**kwargs)
+
+
+# --- sessions a model is fed -------------------------------------------------------------
+
+#: Text a turn or a result may say: empty and blank ones included.
+_said = st.one_of(st.sampled_from(["", "  ", "ok", "ERROR: lock timeout"]),
+                  st.text(st.characters(blacklist_categories=("Cs",)), max_size=24))
+#: A binding's value: short, or past the bound a note quotes verbatim.
+_bound_value = st.one_of(st.text(max_size=12), st.integers(), st.builds(lambda n: "x" * n, st.integers(190, 400)))
+
+Step = tuple[object, ...]
+
+
+@st.composite
+def session_scripts(draw: st.DrawFn, max_steps: int = 60) -> list[Step]:
+    """A script of what an agent logs, for :func:`play`: turns of every role, tool calls answered at once,
+    later or never, results without a call, bindings, obligations and their fulfilments, handles, redactions
+    and maintenance, in any order.
+    """
+    ops = st.sampled_from(["turn", "turn", "turn", "calls", "calls", "answer", "answer", "stray", "bind", "bind",
+                           "oblige", "oblige", "fulfil", "handle", "maintain", "maintain"])
+    script: list[Step] = []
+    for _ in range(draw(st.integers(1, max_steps))):
+        op = "redact" if draw(st.integers(0, 40)) == 0 else draw(ops)
+        if op == "turn":
+            script.append((op, draw(st.sampled_from(["user", "assistant", "system", "developer", "tool"])),
+                           draw(_said), draw(st.sampled_from([None, None, "rejected", "failed"]))))
+        elif op == "calls":
+            script.append((op, draw(st.integers(1, 3)), draw(st.sampled_from(["now", "now", "later"]))))
+        elif op == "answer":
+            script.append((op, draw(st.integers(0, 5)), draw(_said), draw(st.booleans())))
+        elif op == "bind":
+            script.append((op, draw(st.sampled_from(["rollback", "commit", "path"])), draw(_bound_value),
+                           draw(st.integers(0, 3)) == 0))
+        elif op == "oblige":
+            script.append((op, draw(st.sampled_from(["migrate", "deploy"])),
+                           draw(st.lists(st.sampled_from(["rollback", "commit", "path"]), min_size=1, max_size=3,
+                                         unique=True))))
+        elif op in ("fulfil", "handle"):
+            script.append((op, draw(st.integers(0, 3))))
+        else:
+            script.append((op,))
+    return script
+
+
+def play(session: object, script: list[Step], policy: object) -> None:
+    """Append what ``script`` says to ``session``, maintaining it under ``policy`` where the script says so and at the end."""
+    import compactstore as cs
+    from compactstore import events as ev
+
+    assert isinstance(session, cs.Session) and isinstance(policy, cs.CompactionPolicy)
+    calls, pending, bound, obliged, handles = 0, [], set(), [], []
+    for op, *args in script:
+        if op == "turn":
+            role, text, status = args
+            session.append(cs.Turn(str(role), str(text), status=status))  # type: ignore[arg-type]
+        elif op == "calls":
+            n, when = args
+            made = [f"c{calls + i}" for i in range(int(n))]  # type: ignore[call-overload]
+            calls += len(made)
+            session.extend([cs.ToolCall(c, "run", {"n": i}) for i, c in enumerate(made)])
+            if when == "now":
+                session.extend([cs.ToolResult(c, "ok") for c in made])
+            else:
+                pending += made
+        elif op == "answer" and pending:
+            which, text, ok = args
+            c = pending.pop(int(which) % len(pending))  # type: ignore[call-overload]
+            session.append(cs.ToolResult(c, str(text), ok=bool(ok), status=None if ok else "failed"))
+        elif op == "stray":
+            session.append(cs.ToolResult(f"x{session.size}", "a result whose call was never logged"))
+        elif op == "bind":
+            key, value, regenerable = args
+            session.bind(str(key), value, regenerable=bool(regenerable))  # type: ignore[arg-type]
+            bound.add(key)
+        elif op == "oblige":
+            name, needs = args
+            needs = [k for k in needs if k in bound]  # type: ignore[attr-defined]
+            if needs and name not in obliged:
+                session.oblige(str(name), needs)
+                obliged.append(name)
+        elif op == "fulfil" and obliged:
+            session.fulfil(str(obliged.pop(int(args[0]) % len(obliged))))  # type: ignore[call-overload]
+        elif op == "handle":
+            if handles and int(args[0]) % 2:  # type: ignore[call-overload]
+                session.append(ev.HandleClosed(handle=handles.pop()))
+            else:
+                handles.append(f"h{session.size}")
+                session.append(ev.HandleOpened(handle=handles[-1], resource="file", detail="/tmp/x"))
+        elif op == "redact":
+            raw = [r.pos for r in session.scan() if isinstance(r.event, cs.ToolCall)]
+            if raw:
+                session.redact([raw[-1]], "a call erased")
+        elif op == "maintain":
+            session.maintain(policy)  # type: ignore[arg-type]
+    session.maintain(policy)  # type: ignore[arg-type]
+
+
+def _summary_of(records: object) -> str:
+    return f"{len(records)} records summarized"  # type: ignore[arg-type]
+
+
+@st.composite
+def policies(draw: st.DrawFn) -> object:
+    """A compaction policy: compacting every 2 to 12 raw events, rolling up or not, spilling or preserving."""
+    import compactstore as cs
+
+    return cs.CompactionPolicy(every=draw(st.integers(2, 12)), roll_up_every=draw(st.none() | st.integers(1, 4)),
+                               on_risk=draw(st.sampled_from(["spill", "preserve"])), summarizer=_summary_of)
+
+
+@st.composite
+def langchain_conversations(draw: st.DrawFn, max_turns: int = 30) -> list[object]:
+    """A conversation as a LangGraph agent's state holds it, which a provider accepts: a human turn first, each
+    AI tool call answered right after (or failed: ``status="error"``), every message with an id.
+    """
+    from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+
+    out: list[object] = [HumanMessage("start", id="m0")]
+    calls = 0
+    for _ in range(draw(st.integers(1, max_turns))):
+        n = len(out)
+        kind = draw(st.sampled_from(["human", "ai", "tools", "tools"]))
+        if kind == "human":
+            out.append(HumanMessage(draw(_said.filter(str.strip)), id=f"m{n}"))
+        elif kind == "ai":
+            out.append(AIMessage(draw(_said.filter(str.strip)), id=f"m{n}"))
+        else:
+            k = draw(st.integers(1, 3))
+            made = [f"call_{calls + i}" for i in range(k)]
+            calls += k
+            text = draw(st.sampled_from(["", "", "Let me check."]))
+            out.append(AIMessage(text, id=f"m{n}", tool_calls=[{"name": "run", "args": {"i": i}, "id": c}
+                                                                for i, c in enumerate(made)]))
+            for i, c in enumerate(made):
+                failed = draw(st.integers(0, 3)) == 0
+                out.append(ToolMessage("ERROR: lock timeout" if failed else f"ok {i}", tool_call_id=c,
+                                       status="error" if failed else "success", id=f"m{n}-{i}"))
+    return out

@@ -43,7 +43,7 @@ LAYERS = {
     # 7. The store: the one write path, the sealed heads, the caches.
     "store": 7,
     # 8. Uses of the store's public API.
-    "copy": 8, "picture": 8, "demo": 8,
+    "copy": 8, "picture": 8, "demo": 8, "recall": 8,
     # 9. Edges.
     "adapters.*": 9, "cli.*": 9,
 }  # fmt: skip

@@ -16,6 +16,7 @@ from openai.types.responses import ResponseInputItemParam  # noqa: E402
 from pydantic import TypeAdapter  # noqa: E402
 
 import compactstore as cs  # noqa: E402
+import provider  # noqa: E402
 from compactstore.adapters.openai_agents import event_of  # noqa: E402
 
 RESPONSES_ITEM = TypeAdapter(ResponseInputItemParam)
@@ -43,28 +44,19 @@ def session_with_history(store: cs.Store) -> tuple[cs.Session, cs.Node]:
 
 
 def check_responses(items: list[dict[str, Any]]) -> None:
-    """Assert that the OpenAI types and the Agents SDK's converter take ``items`` as Responses input."""
+    """Assert that the OpenAI types, the Agents SDK's converter and every provider take ``items`` as Responses input."""
     for item in items:
         RESPONSES_ITEM.validate_python(item)
-    Converter.items_to_messages(items)  # type: ignore[arg-type]  # raises on an item it cannot read
-    calls = {i["call_id"] for i in items if i.get("type") == "function_call"}
-    outputs = {i["call_id"] for i in items if i.get("type") == "function_call_output"}
-    assert calls == outputs, "every call has its output and every output its call"
+    provider.check(Converter.items_to_messages(items), "chat")  # type: ignore[arg-type]
+    provider.check(items, "openai-responses")
 
 
 def check_chat(messages: list[dict[str, Any]]) -> list[Any]:
-    """Assert that ``messages`` are valid chat-completions messages and return them as LangChain reads them."""
-    pending: set[str] = set()
-    for m in messages:
-        assert m["role"] in ("system", "developer", "user", "assistant", "tool")
-        if m["role"] == "tool":
-            assert m["tool_call_id"] in pending, "a tool message answers a call of the assistant message before it"
-            pending.discard(m["tool_call_id"])
-        else:
-            assert not pending, f"calls {pending} are not answered before the next message"
-            pending = {c["id"] for c in m.get("tool_calls", [])}
-    assert not pending
-    return convert_to_messages(messages)
+    """Assert that every provider takes ``messages`` as chat input, and return them as LangChain reads them."""
+    provider.check(messages, "chat")
+    read = convert_to_messages(messages)
+    provider.check_langchain(read)
+    return read
 
 
 def test_a_certified_context_renders_in_both_formats_as_the_sdk_and_langchain_read_them(store: cs.Store) -> None:
@@ -81,12 +73,15 @@ def test_a_certified_context_renders_in_both_formats_as_the_sdk_and_langchain_re
     assert {"type": "function_call", "call_id": "c3", "name": "ls", "arguments": '{"path":"migrations"}'} in items
     assert {"type": "function_call_output", "call_id": "c4", "output": "DROP COLUMN email2;"} in items
     assert {"role": "user", "content": "Go ahead."} in items
-    texts = [i["content"] for i in items if i.get("role") == "developer"]
-    # Its call is in the summary, open at its stop: the context gives the call, read from the log, before the result.
-    assert {"type": "function_call_output", "call_id": "c2", "output": '{"rows":3}'} in items
-    assert [i.get("call_id") for i in items if i.get("type") == "function_call"][0] == "c2"
-    assert any("UNRESOLVED tool call c5 migrate" in t for t in texts)  # no result yet
-    assert any('binding rollback = "migrations/003_down.sql"' in t for t in texts)
+    (text,) = [i["content"] for i in items if i.get("role") == "developer"]  # one note, first
+    assert isinstance(text, str) and '{"rows":3}' not in text  # a result is never a note
+    paired = [i for i in items if i.get("call_id") == "c2"]
+    # Its call is summarized, open at the node's stop: the context gives it, read from the log, before the result.
+    assert paired == [{"type": "function_call", "call_id": "c2", "name": "dry_run", "arguments": '{"plan":"shadow table"}'},
+                      {"type": "function_call_output", "call_id": "c2", "output": '{"rows":3}'}]
+    assert "[pos 14] UNRESOLVED tool call c5 migrate" in text  # no result yet
+    assert '[pos 12] binding rollback = "migrations/003_down.sql"' in text
+    assert items[1] == {"role": "user", "content": cs.render.CONTINUED}  # the user's turn is in the summary
 
     chat = r.as_messages("chat")
     read = check_chat(chat)

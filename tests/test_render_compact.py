@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 import compactstore as cs
-from compactstore import render
+from compactstore import recall, render
 from compactstore.resolver import SummaryItem
 
 
@@ -100,4 +100,56 @@ def test_repeated_facts_are_one_group_with_their_count_and_newest_positions(stor
         mine = [f.pos for f in earlier if f"backfill t{k} " in f.text]
         newest = ", ".join(map(str, reversed(mine[-render.GROUP_POSITIONS :])))
         assert line.startswith(f"- earlier rejected ×{len(mine)}: ")
-        assert line.endswith(f"(pos {newest} and {len(mine) - render.GROUP_POSITIONS} earlier)")
+        assert line.endswith(f"(pos {newest} and {len(mine) - render.GROUP_POSITIONS} earlier; "
+                             f"recall facts:{mine[0]}-{mine[-1] + 1})")
+
+
+def _node(n: int, width: int) -> SummaryItem:
+    """Return a context item over ``n`` of every list a node holds, each text ``width`` characters or more."""
+    pad = "y" * width
+    return SummaryItem(
+        pos=10 * n, tier=2, start=0, stop=10 * n - 1, span_root="", summary="s" * (100 * width), loss=cs.LossClass.LOSSY_GIST,
+        negative_facts=[cs.events.Fact(3 * i, "failed", f"ERROR {i} {pad}") for i in range(n)],
+        unresolved=[cs.events.Item(3 * i + 1, "tool_call", f"call-{i}-{pad}") for i in range(n)],
+        resolved=[cs.events.Item(3 * i + 2, "handle", f"h{i}") for i in range(n)],
+        kept=[cs.events.Excerpt(3 * i + 2, "value", f"{i} {pad}") for i in range(n)],
+        spills=[cs.events.SpillRef(f"spill:{5 * n + i}", f"key{i % (n // 2 or 1)}-{pad}", 3 * i, "d") for i in range(n)],
+        contract="c" * (100 * width),
+    )
+
+
+def test_every_list_a_note_prints_is_capped_so_the_note_does_not_grow_with_the_node() -> None:
+    """Ten times the facts, open and closed items, kept literals and spills, each longer, leave the note within a few characters."""
+    small = [render.messages([_node(300, 400)], fmt)[0]["content"] for fmt in render.FORMATS]
+    large = [render.messages([_node(3000, 4000)], fmt)[0]["content"] for fmt in render.FORMATS]
+    for a, b in zip(small, large, strict=True):
+        assert isinstance(a, str) and isinstance(b, str)
+        assert a.count("\n") == b.count("\n")
+        assert abs(len(a) - len(b)) < 4 * a.count("\n") + 200  # a digit more in each number
+        assert len(b) < 60_000
+    note = str(large[0])
+    for section, cap in (("UNRESOLVED (", render.ITEMS_LISTED), ("Resolved in", render.ITEMS_LISTED),
+                         ("Kept verbatim", render.ITEMS_LISTED), ("Spilled to", render.SPILLS_LISTED)):
+        lines = note.split(section, 1)[1].split("\n")[1:]
+        listed = [line for line in lines[: cap + 2] if line.startswith("- ")]
+        assert len(listed) == cap + 1, section  # the capped ones and one line counting the rest
+        assert re.search(r"recall span:\d+-\d+", listed[0]), section
+
+
+def test_what_a_note_counts_instead_of_quoting_names_a_handle_that_recalls_it(store: cs.Store) -> None:
+    """The earlier facts a note groups or counts are fetched, every one, through the facts handles it names."""
+    note, item = _note_of(store, "recalled", 400)
+    s = store.session("recalled")
+    quoted = {int(p) for p in re.findall(r"^- pos (\d+) ", note, re.M)}
+    for listed in re.findall(r"\(pos ([\d, ]+)", note):
+        quoted |= {int(p) for p in listed.split(", ")}
+    fetched: set[int] = set()
+    for handle in re.findall(r"recall (facts:\d+-\d+)", note):
+        todo: str | None = handle
+        while todo is not None:
+            got = recall.recall(s, todo)
+            fetched |= {int(p) for p in re.findall(r"^- pos (\d+) failed: ", got, re.M)}
+            more = re.search(r"\(more: (facts:\d+-\d+)\)$", got)
+            todo = more.group(1) if more else None
+    unquoted = {f.pos for f in item.negative_facts} - quoted
+    assert len(unquoted) > 300 and unquoted <= fetched

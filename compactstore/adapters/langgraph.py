@@ -28,9 +28,12 @@ How a thread maps onto the log:
   recorded from yet (a tool error is a failed result), and ``put_writes`` an open
   handle for each interrupt, closed by the first checkpoint put after the one it
   paused at. So the gate, compaction and markers see the conversation, and
-  :meth:`CompactStoreSaver.context_messages` (or the pre-model hook
-  :meth:`CompactStoreSaver.context_hook`) feeds it back compacted. With
-  ``compaction=cs.CompactionPolicy(...)`` each put then maintains the thread's session.
+  :meth:`CompactStoreSaver.context_messages` feeds it back compacted, as input every
+  provider accepts: through :meth:`CompactStoreSaver.middleware` for LangChain's
+  ``create_agent``, or the pre-model hook :meth:`CompactStoreSaver.context_hook` for
+  ``create_react_agent``; :meth:`CompactStoreSaver.recall_tool` lets the model fetch what
+  the compacted context names by handle. With ``compaction=cs.CompactionPolicy(...)``
+  each put then maintains the thread's session.
 - Deleting (``delete_thread``, ``prune``, ``delete_for_runs``) is redaction: bodies
   are erased, leaves stay, the tree still verifies and ``Store.verify`` counts them as
   redacted. A kept checkpoint that read a channel value (or part of one) from an
@@ -44,6 +47,7 @@ The log is the source of truth. Per thread the saver keeps a small index of it
 any process: reading the latest checkpoint costs a few rows however long the thread.
 
 The async methods run the sync ones in a worker thread (``asyncio.to_thread``).
+``setup()`` is there for code written for the stock savers: the store needs none.
 """
 
 from __future__ import annotations
@@ -52,13 +56,15 @@ import asyncio
 import os
 import random
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Generator, Iterator, Sequence
 from contextlib import ExitStack
 from operator import itemgetter
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import BaseTool
 from langgraph.checkpoint.base import (
     WRITES_IDX_MAP,
     BaseCheckpointSaver,
@@ -76,16 +82,20 @@ from langgraph.checkpoint.serde.types import INTERRUPT as INTERRUPT_CHANNEL
 from langgraph.types import Interrupt
 
 from .. import events as ev
-from .. import render
-from ..errors import ConflictError, shown
+from .. import recall, render
+from ..errors import ConflictError, InvalidArgument, ReconstructionUnsoundError, shown
 from ..policy import CompactionPolicy, Maintenance
 from ..resolver import RawItem
 from ..store import Record, Session, Store
 from ..witness import Witness
 from .langgraph_index import Ident, Key, ThreadIndex
+from .langgraph_messages import MESSAGE as MESSAGE_ID
 from .langgraph_messages import interrupt_closed, interrupt_opened, message_events, message_id
 from .langgraph_state import ChannelEncoder, Encoded, StateCodec, copied_value, parts, spread_over, with_whole
 from .tail import RETRIES, StoreUser, idempotency_key, read_many, reading, session_name
+
+if TYPE_CHECKING:
+    from .langgraph_middleware import ContextMiddleware
 
 __all__ = ["CompactStoreSaver", "PREFIX"]
 
@@ -207,34 +217,59 @@ class CompactStoreSaver(StoreUser, BaseCheckpointSaver[str]):
 
         ``messages`` (the graph's ``messages`` state, when given) are recorded first
         (:meth:`record_messages`). When a marker certifies
-        (:meth:`compactstore.Session.context`), the input is a system note per summary
-        node (its loss class, negative facts and ``UNRESOLVED`` items), then the
-        conversation after what the summaries cover, rendered by
-        ``Resolution.as_messages("chat")`` and read by LangChain's ``convert_to_messages``;
-        checkpoint data (graph states, writes) is left out. Messages without an id come
-        last, as given. When no marker certifies, it is ``messages`` as given (the
-        thread's own state, exact), or without them the recorded conversation whole.
+        (:meth:`compactstore.Session.context`), the input is what
+        :func:`compactstore.render.messages` writes in ``"chat"`` format, read by
+        LangChain's ``convert_to_messages``: one system note at the start (each summary
+        with its loss class, negative facts and ``UNRESOLVED`` items; the open tool calls,
+        bindings and handles logged since; the spilled literals open obligations need,
+        verbatim while short), then the conversation after what the summaries cover,
+        every tool result right after its call, opened by a user message; checkpoint data
+        (graph states, writes) is left out. The current turn is fed whole even where a
+        summary took it in: the last human message, and the tool round the model is called
+        to read (the last AI message with tool calls and its tool messages), as
+        ``messages`` holds them. Messages without an id come last, as given.
+        When no marker certifies, it is ``messages`` as given (the thread's own state,
+        exact), or without them the recorded conversation whole.
         """
-        from langchain_core.messages import convert_to_messages
+        from langchain_core.messages import SystemMessage, convert_to_messages
 
         if messages:
             self.record_messages(thread_id, messages)
-        got = self.session(thread_id).context()
+        session = self.session(thread_id)
+        got = session.context()
         if got.mode != "certified" and messages:
             return list(messages)
         # Checkpoints are what the graph resumes from, not what the model is told.
         entries = [x for x in got.context if not (isinstance(x, RawItem) and isinstance(x.event, STATE_KINDS))]
+        # The current turn as the graph holds it, where a summary took part of it in.
+        raw = Counter(_message_of(x.event) for x in entries if isinstance(x, RawItem))
+        missing = [m for unit in _current(messages)
+                   if any(raw[message_id(m)] < len(message_events(m)) for m in unit) for m in unit]
+        gone = {message_id(m) for m in missing}
+        entries = [x for x in entries if not (isinstance(x, RawItem) and _message_of(x.event) in gone)]
+        rendered = convert_to_messages(render.messages(entries, "chat", needed=recall.needed(session, got)))
+        lead = 0
+        while lead < len(rendered) and isinstance(rendered[lead], SystemMessage):
+            lead += 1
+        talk = rendered[lead:]
+        if missing and talk and talk[0].content in (render.CONTINUED, render.STARTS):
+            talk = talk[1:]  # the turn's human message opens the conversation instead
         loose = [m for m in messages if message_id(m) is None]
-        return [*convert_to_messages(render.messages(entries, "chat")), *loose]
+        return [*rendered[:lead], *missing, *talk, *loose]
+
+    async def acontext_messages(self, thread_id: str, messages: Sequence[Any] = ()) -> list[Any]:
+        """Async :meth:`context_messages`, run in a worker thread."""
+        return await asyncio.to_thread(self.context_messages, thread_id, list(messages))
 
     def context_hook(self, thread_id: str | None = None) -> Callable[[Any, RunnableConfig], dict[str, Any]]:
         """Return a pre-model hook that feeds a graph's model the thread's compacted context.
 
-        For ``create_react_agent(model, tools, pre_model_hook=saver.context_hook(),
-        checkpointer=saver)``, or called in a model node of your own: given the state
-        (its ``messages``) and the run's config, it returns ``{"llm_input_messages":
-        saver.context_messages(thread, state["messages"])}``; the thread is
-        ``thread_id``, or the config's when None. The graph's state keeps every message.
+        For LangGraph's ``create_react_agent(model, tools, pre_model_hook=saver.context_hook(),
+        checkpointer=saver)`` (give it :meth:`recall_tool` among the tools), or called in a
+        model node of your own: given the state (its ``messages``) and the run's config, it
+        returns ``{"llm_input_messages": saver.context_messages(thread, state["messages"])}``;
+        the thread is ``thread_id``, or the config's when None. The graph's state keeps
+        every message. With LangChain's ``create_agent``, use :meth:`middleware` instead.
         """
         channel = self.messages_channel or MESSAGES
 
@@ -244,6 +279,64 @@ class CompactStoreSaver(StoreUser, BaseCheckpointSaver[str]):
             return {"llm_input_messages": self.context_messages(thread, list(held))}
 
         return hook
+
+    def middleware(self, thread_id: str | None = None, *, recall_tool: bool = True) -> ContextMiddleware:
+        """Return an ``AgentMiddleware`` that feeds a LangChain ``create_agent`` model the thread's compacted context.
+
+        ``create_agent(model, tools, middleware=[saver.middleware()], checkpointer=saver)``:
+        before each model call it replaces the request's messages by
+        :meth:`context_messages` (awaited through :meth:`acontext_messages` under
+        ``ainvoke``), the note joined to the agent's own system message. With
+        ``recall_tool`` it registers :meth:`recall_tool`, which the note names. The
+        thread is ``thread_id``, or the run config's when None. Needs ``langchain>=1``.
+        """
+        from .langgraph_middleware import ContextMiddleware
+
+        return ContextMiddleware(self, thread_id, [self.recall_tool(thread_id)] if recall_tool else [])
+
+    def recall_tool(self, thread_id: str | None = None) -> BaseTool:
+        """Return the recall tool as a LangChain tool: :func:`compactstore.recall.recall` on the thread's session.
+
+        A ``StructuredTool`` named :data:`compactstore.render.RECALL_TOOL` taking one
+        ``handle`` (``spill:N``, ``pos:N``, ``span:A-B``, ``facts:A-B``, ``binding:KEY``)
+        and returning the text :func:`~compactstore.recall.recall` writes; sync and async.
+        The thread is ``thread_id``, or the run config's when None. A handle refused
+        (malformed, out of range, or a redacted value) is a ``ToolException``, which the
+        tool hands back to the model as an error result; a failed integrity check raises.
+        """
+        from langchain_core.tools import StructuredTool, ToolException
+
+        def fetch(handle: str, config: RunnableConfig) -> str:
+            thread = thread_id if thread_id is not None else str(config["configurable"]["thread_id"])
+            try:
+                return recall.recall(self.session(thread), handle)
+            except (InvalidArgument, ReconstructionUnsoundError) as exc:
+                raise ToolException(str(exc)) from exc
+
+        async def afetch(handle: str, config: RunnableConfig) -> str:
+            return await asyncio.to_thread(fetch, handle, config)
+
+        return StructuredTool.from_function(
+            func=fetch, coroutine=afetch, name=render.RECALL_TOOL, description=recall.DESCRIPTION,
+            handle_tool_error=True)
+
+    def setup(self) -> _Ready:
+        """Make the saver ready, as the stock savers' ``setup`` does; ``await saver.setup()`` works too.
+
+        The store creates its schema when it is opened, so there is nothing left to
+        create: this checks that the store is open. It returns an awaitable that is
+        already done, so code written for ``PostgresSaver`` (``saver.setup()``) and for
+        ``AsyncPostgresSaver`` (``await saver.setup()``) both run unchanged.
+
+        Raises:
+            StoreClosed: the store was closed.
+        """
+        self.store.sessions()
+        return _Ready()
+
+    async def asetup(self) -> None:
+        """Async :meth:`setup`, run in a worker thread."""
+        await asyncio.to_thread(self.setup)
 
     @property
     def _codec(self) -> StateCodec:
@@ -732,6 +825,14 @@ class CompactStoreSaver(StoreUser, BaseCheckpointSaver[str]):
 
 
 
+class _Ready:
+    """What :meth:`CompactStoreSaver.setup` returns: an awaitable that is already done."""
+
+    def __await__(self) -> Generator[None, None, None]:
+        return
+        yield  # a generator: awaiting it returns at once
+
+
 class _Copy:
     """Appends a source thread's records to a target thread in batches, in log order.
 
@@ -821,6 +922,33 @@ def _talk(thread: ThreadIndex, channel: str | None, ns: str, parent: str | None,
         if isinstance(messages, list):
             for message in thread.unsaid(messages):
                 out += message_events(message)
+    return out
+
+
+def _message_of(event: ev.Event) -> str | None:
+    """Return the id of the message an event was recorded from, or None."""
+    mid = event.meta.get(MESSAGE_ID) if event.meta is not None else None
+    return mid if isinstance(mid, str) else None
+
+
+def _current(messages: Sequence[Any]) -> list[list[Any]]:
+    """Return the current turn's parts a model must read whole: the last human message, and the tool round it awaits.
+
+    The round is the last AI message with tool calls and the tool messages after it, when
+    the messages end with those (the model is called to read the results); its calls and
+    results go in together or not at all.
+    """
+    from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+
+    human = next((i for i in range(len(messages) - 1, -1, -1) if isinstance(messages[i], HumanMessage)), None)
+    if human is None:
+        return []
+    out = [[messages[human]]]
+    if isinstance(messages[-1], ToolMessage):
+        call = next((i for i in range(len(messages) - 1, human, -1)
+                     if isinstance(messages[i], AIMessage) and messages[i].tool_calls), None)
+        if call is not None and all(isinstance(m, ToolMessage) for m in messages[call + 1:]):
+            out.append(list(messages[call:]))
     return out
 
 

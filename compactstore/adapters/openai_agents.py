@@ -69,11 +69,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from agents.memory.session_settings import SessionSettings, resolve_session_limit
-from agents.tool import DEFAULT_APPROVAL_REJECTION_MESSAGE, default_tool_error_function
+from agents.tool import DEFAULT_APPROVAL_REJECTION_MESSAGE, FunctionTool, default_tool_error_function, function_tool
 
 from .. import events as ev
-from .. import render
-from ..errors import InvalidEvent
+from .. import recall, render
+from ..errors import InvalidArgument, InvalidEvent, ReconstructionUnsoundError
 from ..policy import CompactionPolicy, Maintenance
 from ..resolver import RawItem
 from ..store import Record, Session, Store
@@ -324,7 +324,28 @@ class CompactStoreSession(StoreUser):
         hidden = self._items.hidden
         # The context holds each raw event after the cover once; what pop_item withdrew is left out.
         entries = [x for x in got.context if not (isinstance(x, RawItem) and x.pos in hidden)]
-        return [dict(m) for m in render.messages(entries, "openai-responses")]
+        return [dict(m) for m in render.messages(entries, "openai-responses", needed=recall.needed(self.log, got))]
+
+    def recall_tool(self) -> FunctionTool:
+        """Return the recall tool as an Agents SDK function tool: :func:`compactstore.recall.recall` on this session.
+
+        Named :data:`compactstore.render.RECALL_TOOL`, it takes one ``handle`` (``spill:N``,
+        ``pos:N``, ``span:A-B``, ``facts:A-B``, ``binding:KEY``) and returns the text
+        :func:`~compactstore.recall.recall` writes, read in a worker thread:
+        ``Agent(..., tools=[session.recall_tool()])``. A handle refused (malformed, out of
+        range, or a redacted value) comes back to the model as ``refused: ...``; a failed
+        integrity check raises and ends the run.
+        """
+        log = self.log
+
+        async def fetch(handle: str) -> str:
+            try:
+                return await asyncio.to_thread(recall.recall, log, handle)
+            except (InvalidArgument, ReconstructionUnsoundError) as exc:
+                return f"refused: {exc}"
+
+        return function_tool(fetch, name_override=render.RECALL_TOOL, description_override=recall.DESCRIPTION,
+                             use_docstring_info=False, failure_error_function=None)
 
     async def add_items(self, items: list[Item]) -> None:
         """Append ``items`` in one transaction, in order; then do what the compaction policy says is due.
