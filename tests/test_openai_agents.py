@@ -1,4 +1,4 @@
-"""The OpenAI Agents SDK session, side by side with the SDK's own SQLiteSession on the same calls."""
+"""The OpenAI Agents SDK session: beside the SDK's SQLiteSession on the same calls, and on every item kind the SDK defines."""
 
 from __future__ import annotations
 

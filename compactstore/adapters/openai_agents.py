@@ -330,7 +330,8 @@ def _text(item: Item) -> str:
     for name in TEXT_FIELDS:
         value = item.get(name)
         if value not in (None, "", [], {}):
-            lines.append(f"{name}: {value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=repr)}")
+            shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=repr)
+            lines.append(f"{name}: {shown}")
     text = "\n".join(lines)
     return text if len(text) <= TEXT_LIMIT else text[: TEXT_LIMIT - 1] + "…"
 
@@ -503,7 +504,7 @@ class CompactStoreSession(StoreUser):
 
 
 def _settings(value: object) -> SessionSettings:
-    """Return ``value`` as the SDK's sessions take their ``session_settings``: a SessionSettings, a dict of its fields, or None.
+    """Return ``value`` as SDK sessions take ``session_settings``: a SessionSettings, a dict of its fields, or None.
 
     Raises:
         InvalidType: ``value`` is neither, or the dict has a key SessionSettings does not
