@@ -551,6 +551,11 @@ def test_every_rejection_the_sdk_builds_is_a_rejected_result() -> None:
     from agents.run_internal.items import apply_patch_rejection_item, function_rejection_item, shell_rejection_item
     from openai.types.responses import ResponseFunctionToolCall
 
+    from agents.run_internal import items as sdk_items
+
+    # Every rejection builder the SDK has is one of these: a new one fails here until it is read.
+    assert {n for n in dir(sdk_items) if n.endswith("_rejection_item")} == {
+        "function_rejection_item", "shell_rejection_item", "apply_patch_rejection_item"}
     agent = Agent(name="a")
     call = ResponseFunctionToolCall(type="function_call", call_id="c", name="drop", arguments="{}")
     by_program = ResponseFunctionToolCall(type="function_call", call_id="c", name="drop", arguments="{}",
@@ -581,6 +586,14 @@ def test_every_failure_form_the_sdk_writes_is_a_failed_result() -> None:
     from agents.tool import default_tool_timeout_error_message
     from openai.types.responses import ResponseFunctionToolCall
 
+    from typing import get_type_hints
+
+    from agents.run_config import ToolErrorFormatterArgs
+    from agents.run_context import RunContextWrapper
+
+    # The kinds of tool error the SDK writes a default text for: each is read below (a rejection above).
+    kinds = _literals(get_type_hints(ToolErrorFormatterArgs, localns={"RunContextWrapper": RunContextWrapper})["kind"])
+    assert set(kinds) == {"approval_rejected", "tool_not_found", "tool_exception"}
     by_program = ResponseFunctionToolCall(type="function_call", call_id="c", name="f", arguments="{}",
                                           caller={"type": "program", "caller_id": "p"})
     texts = [oa.DEFAULT_TOOL_ERROR, oa.DEFAULT_TOOL_ERROR + " Error: boom",
