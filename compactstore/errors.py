@@ -243,3 +243,11 @@ class ForeignReference(InvalidArgument, ReconstructionUnsoundError):
         super().__init__(field, reason, hint="take nodes, markers and artifacts from the session you pass them to")
         self.session = session
         self.pos = pos
+
+
+class InvalidType(InvalidArgument, TypeError):
+    """A caller passed a value of the wrong type, or a setting its type does not have; nothing was written.
+
+    A ``TypeError`` too, as Python raises for an argument of the wrong type or an
+    unexpected keyword, and as a framework whose settings an adapter takes raises for them.
+    """

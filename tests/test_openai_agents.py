@@ -1,4 +1,4 @@
-"""The OpenAI Agents SDK session, side by side with the SDK's own SQLiteSession on the same calls."""
+"""The OpenAI Agents SDK session: beside the SDK's SQLiteSession on the same calls, and on every item kind the SDK defines."""
 
 from __future__ import annotations
 
@@ -454,3 +454,424 @@ def test_async_with_closes_the_store_it_opened_and_only_that(target: str) -> Non
             assert store.session(borrowed.log.name).size == 2
 
     asyncio.run(run())
+
+
+# --- every item kind the SDK defines, read as the SDK reads it --------------------------
+
+from agents.items import TResponseInputItem  # noqa: E402
+
+from compactstore.adapters import openai_agents as oa  # noqa: E402
+
+#: Item types that neither call a tool nor report on one: messages, reasoning, compaction
+#: markers, references and configuration. Everything else the union defines is a call, an
+#: output or a hosted call, so a type the SDK adds fails the classification test below.
+PLAIN = frozenset({"message", "reasoning", "compaction", "compaction_trigger", "item_reference", "additional_tools",
+                   "configuration_update"})
+#: Statuses the SDK's item schemas define for a run that is under way or done.
+UNDER_WAY_OR_DONE = frozenset({"in_progress", "completed", "searching", "generating", "interpreting", "calling"})
+
+
+def _unwrapped(tp: Any) -> Any:
+    from typing import get_args, get_origin
+
+    import typing_extensions as te
+
+    while get_origin(tp) in (te.Required, te.NotRequired):
+        tp = get_args(tp)[0]
+    return tp
+
+
+def _literals(tp: Any) -> list[Any]:
+    """Return the values a ``Literal`` (or a union holding Literals) annotation allows."""
+    import types
+    from typing import Literal, Union, get_args, get_origin
+
+    tp = _unwrapped(tp)
+    if get_origin(tp) is Literal:
+        return list(get_args(tp))
+    if get_origin(tp) in (Union, types.UnionType):
+        return [v for a in get_args(tp) for v in _literals(a)]
+    return []
+
+
+def _members() -> list[tuple[str, type]]:
+    """Return ``(type, TypedDict)`` of every member of the SDK's input item union."""
+    from typing import get_args, get_type_hints
+
+    out = []
+    for member in get_args(TResponseInputItem):
+        for kind in _literals(get_type_hints(member, include_extras=True)["type"]):
+            out.append((kind, member))
+    return out
+
+
+def test_every_item_type_of_the_sdk_s_union_is_a_call_an_output_a_hosted_call_or_plain() -> None:
+    """Each ``type`` of TResponseInputItem is classified once; calls and outputs pair as the SDK pairs them."""
+    from agents._tool_invocation import _TOOL_OUTPUT_TYPES
+    from agents.run_internal.items import _TOOL_CALL_TO_OUTPUT_TYPE
+
+    kinds = {kind for kind, _ in _members()}
+    classes = [set(oa.CALLS), set(oa.OUTPUTS), set(oa.HOSTED), set(PLAIN)]
+    assert set().union(*classes) == kinds
+    assert sum(map(len, classes)) == len(kinds)  # no type in two classes
+    sdk_pairs = {**_TOOL_CALL_TO_OUTPUT_TYPE, **{call: out for out, call in _TOOL_OUTPUT_TYPES.items()}}
+    assert oa.CALLS == sdk_pairs
+
+
+def test_calls_and_outputs_are_keyed_by_the_field_the_sdk_reads() -> None:
+    """The id of each call and output is the one the SDK's tool-invocation identity reads from it."""
+    from agents._tool_invocation import _TOOL_INVOCATION_TYPES, tool_invocation_call_id, tool_output_identity
+
+    for call, output in oa.CALLS.items():
+        key, out_key = oa.CALL_ID_FIELD.get(call, "call_id"), oa.CALL_ID_FIELD.get(output, "call_id")
+        if call in _TOOL_INVOCATION_TYPES:
+            assert tool_invocation_call_id({"type": call, key: "k"}) == (call, "k")
+            assert tool_output_identity({"type": output, out_key: "k"}) == (call, "k")
+        stored_call, stored_output = oa.event_of({"type": call, key: "k"}), oa.event_of({"type": output, out_key: "k"})
+        assert isinstance(stored_call, cs.ToolCall) and stored_call.call_id == "k"
+        assert isinstance(stored_output, cs.ToolResult) and stored_output.call_id == "k"
+
+
+def test_every_status_the_sdk_s_schemas_define_is_read_as_a_failure_or_not() -> None:
+    """An output or hosted call whose schema status says it failed or did not complete is failed; any other status is not."""
+    from typing import get_type_hints
+
+    for kind, member in _members():
+        statuses = _literals(get_type_hints(member, include_extras=True).get("status", type(None)))
+        assert set(statuses) <= UNDER_WAY_OR_DONE | oa.FAILED_STATUSES, (kind, statuses)
+        if kind not in oa.OUTPUTS and kind not in oa.HOSTED:
+            continue
+        for status in statuses:
+            event = oa.event_of({"type": kind, oa.CALL_ID_FIELD.get(kind, "call_id"): "k", "status": status})
+            assert event.status == ("failed" if status in oa.FAILED_STATUSES else None), (kind, status)
+
+
+def test_every_rejection_the_sdk_builds_is_a_rejected_result() -> None:
+    """The SDK's own rejection items (function, program-called function, custom, shell, apply_patch, MCP) are rejected results."""
+    from agents.run_internal.items import apply_patch_rejection_item, function_rejection_item, shell_rejection_item
+    from openai.types.responses import ResponseFunctionToolCall
+
+    from agents.run_internal import items as sdk_items
+
+    # Every rejection builder the SDK has is one of these: a new one fails here until it is read.
+    assert {n for n in dir(sdk_items) if n.endswith("_rejection_item")} == {
+        "function_rejection_item", "shell_rejection_item", "apply_patch_rejection_item"}
+    agent = Agent(name="a")
+    call = ResponseFunctionToolCall(type="function_call", call_id="c", name="drop", arguments="{}")
+    by_program = ResponseFunctionToolCall(type="function_call", call_id="c", name="drop", arguments="{}",
+                                          caller={"type": "program", "caller_id": "p"})
+    built = [
+        function_rejection_item(agent, call),
+        function_rejection_item(agent, by_program, output_json_schema={"type": "object"}),
+        shell_rejection_item(agent, "c"),
+        apply_patch_rejection_item(agent, "c"),
+        apply_patch_rejection_item(agent, "c", output_type="custom_tool_call_output"),
+    ]
+    items = [_round_tripped(b.to_input_item()) for b in built]
+    items += [{"type": "mcp_approval_response", "approval_request_id": "c", "approve": False},
+              {"type": "mcp_approval_response", "approval_request_id": "c", "approve": False, "reason": "not on prod"}]
+    assert '{"error":' in items[1]["output"]  # the SDK wrapped the program's rejection
+    for item in items:
+        event = oa.event_of(item)
+        assert isinstance(event, cs.ToolResult) and (event.ok, event.status) == (False, "rejected"), item
+    approved = oa.event_of({"type": "mcp_approval_response", "approval_request_id": "c", "approve": True})
+    assert (approved.ok, approved.status) == (True, None)
+    assert oa.event_of(items[-1]).output == "not on prod"  # the reason is the fact's text
+
+
+def test_every_failure_form_the_sdk_writes_is_a_failed_result() -> None:
+    """Default, timeout and not-found texts (wrapped for a program too), failed shell commands and hosted errors are failures."""
+    from agents.run_internal.items import function_tool_error_output
+    from agents.run_internal.turn_resolution import _default_tool_not_found_message
+    from agents.tool import default_tool_timeout_error_message
+    from openai.types.responses import ResponseFunctionToolCall
+
+    from typing import get_type_hints
+
+    from agents.run_config import ToolErrorFormatterArgs
+    from agents.run_context import RunContextWrapper
+
+    # The kinds of tool error the SDK writes a default text for: each is read below (a rejection above).
+    kinds = _literals(get_type_hints(ToolErrorFormatterArgs, localns={"RunContextWrapper": RunContextWrapper})["kind"])
+    assert set(kinds) == {"approval_rejected", "tool_not_found", "tool_exception"}
+    by_program = ResponseFunctionToolCall(type="function_call", call_id="c", name="f", arguments="{}",
+                                          caller={"type": "program", "caller_id": "p"})
+    texts = [oa.DEFAULT_TOOL_ERROR, oa.DEFAULT_TOOL_ERROR + " Error: boom",
+             default_tool_timeout_error_message(tool_name="f", timeout_seconds=2.5),
+             _default_tool_not_found_message("nosuch")]
+    texts += [function_tool_error_output(by_program, t, output_json_schema={"type": "object"}) for t in texts]
+    failed = [{"type": kind, "call_id": "c", "output": t} for t in texts
+              for kind in ("function_call_output", "custom_tool_call_output")]
+    command = {"stdout": "", "stderr": "no such file"}
+    failed += [
+        {"type": "shell_call_output", "call_id": "c", "output": [{**command, "outcome": {"type": "exit", "exit_code": 2}}]},
+        {"type": "shell_call_output", "call_id": "c", "output": [{**command, "outcome": {"type": "timeout"}}]},
+        {"type": "shell_call_output", "call_id": "c", "output": [{**command, "outcome": "failure"}]},
+        {"type": "shell_call_output", "call_id": "c",
+         "output": [{"stdout": "ok", "outcome": {"type": "exit", "exit_code": 0}}, {**command, "exit_code": 1}]},
+        {"type": "apply_patch_call_output", "call_id": "c", "status": "failed", "output": "patch does not apply"},
+        {"type": "mcp_call", "id": "m", "name": "q", "arguments": "{}", "server_label": "s", "error": "denied"},
+        {"type": "mcp_list_tools", "id": "m", "server_label": "s", "tools": [], "error": "unreachable"},
+        {"type": "image_generation_call", "id": "i", "status": "completed", "error": {"code": "moderation"}},
+    ]
+    for item in failed:
+        event = oa.event_of(item)
+        assert event.status == "failed", item
+        assert not isinstance(event, cs.ToolResult) or not event.ok
+    fine = [{"type": "function_call_output", "call_id": "c", "output": "4"},
+            {"type": "shell_call_output", "call_id": "c", "output": [{"stdout": "ok", "outcome": {"type": "exit", "exit_code": 0}}]},
+            {"type": "mcp_call", "id": "m", "name": "q", "arguments": "{}", "server_label": "s", "output": "rows"},
+            {"type": "apply_patch_call_output", "call_id": "c", "status": "completed", "output": "Updated a.txt"}]
+    for item in fine:
+        assert oa.event_of(item).status is None, item
+
+
+def _round_tripped(item: Any) -> Item:
+    return json.loads(json.dumps(item))
+
+
+# A Hypothesis strategy for the SDK's input item union, read off its TypedDicts: every type,
+# every field, ids drawn from a small set (empty included) so that calls and outputs pair.
+
+_IDS = st.sampled_from(["c1", "c2", ""])
+_ID_FIELDS = frozenset({"call_id", "id", "approval_request_id"})
+_JSON_SCALARS = st.none() | st.booleans() | st.integers(-3, 3) | st.text(max_size=6)
+
+
+def _from_type(tp: Any, depth: int) -> st.SearchStrategy[Any]:
+    """Return a strategy for JSON values of annotation ``tp``, nesting at most a few levels."""
+    import collections.abc
+    import types
+    from typing import Literal, Union, get_args, get_origin
+
+    from typing_extensions import is_typeddict
+
+    tp = _unwrapped(tp)
+    origin, args = get_origin(tp), get_args(tp)
+    if origin is Literal:
+        return st.sampled_from(args)
+    if origin in (Union, types.UnionType):
+        return st.one_of([_from_type(a, depth) for a in args])
+    if tp is type(None):
+        return st.none()
+    if tp is str:
+        return st.text(max_size=6)
+    if tp is bool:
+        return st.booleans()
+    if tp is int:
+        return st.integers(-3, 3)
+    if tp is float:
+        return st.floats(-1e3, 1e3)
+    if is_typeddict(tp):
+        return _from_typeddict(tp, depth + 1)
+    if origin in (list, collections.abc.Iterable, collections.abc.Sequence):
+        return st.lists(_from_type(args[0], depth + 1), max_size=2) if depth < 4 else st.just([])
+    if origin in (dict, collections.abc.Mapping) or tp is dict:
+        return st.dictionaries(st.text(max_size=3), _JSON_SCALARS, max_size=2)
+    return _JSON_SCALARS
+
+
+def _from_typeddict(td: Any, depth: int) -> st.SearchStrategy[Item]:
+    from typing import get_origin, get_type_hints
+
+    import typing_extensions as te
+
+    required, optional = {}, {}
+    for name, hint in get_type_hints(td, include_extras=True).items():
+        value = _IDS if name in _ID_FIELDS else _from_type(hint, depth)
+        (required if get_origin(hint) is te.Required else optional)[name] = value
+    return st.fixed_dictionaries(required, optional=optional if depth < 4 else {})
+
+
+sdk_items = st.one_of([_from_typeddict(member, 0) for member in dict.fromkeys(m for _, m in _members())])
+
+
+@given(st.lists(sdk_items, min_size=1, max_size=6))
+@settings(max_examples=150, deadline=None)
+def test_every_item_of_the_sdk_s_union_round_trips_and_is_the_event_its_type_makes_it(batch: list[Item]) -> None:
+    """Any items of the union come back exactly; calls, outputs and turns are stored by type, negatives as facts."""
+    with cs.open(":memory:") as store:
+        session = CompactStoreSession("u", store)
+        asyncio.run(session.add_items(batch))
+        assert asyncio.run(session.get_items()) == _round_tripped(batch)
+        records = list(session.log.scan())
+        for item, record in zip(_round_tripped(batch), records, strict=True):
+            kind, event = item.get("type"), record.event
+            key = item.get(oa.CALL_ID_FIELD.get(kind, "call_id"))
+            if kind in oa.CALLS and key:
+                assert isinstance(event, cs.ToolCall) and event.call_id == key
+            elif kind in oa.OUTPUTS and key:
+                assert isinstance(event, cs.ToolResult) and event.call_id == key and event.ok == (event.status is None)
+            else:
+                assert isinstance(event, cs.Turn)
+            negative = oa.tool_rejected(item) or oa.tool_failed(item)
+            assert (event.status is not None) == (negative and (kind in oa.HOSTED or (kind in oa.OUTPUTS and bool(key))))
+        node = session.log.compact(0, session.log.size)
+        assert [f.pos for f in node.negative_facts] == [r.pos for r in records if r.event.status is not None]
+        assert store.verify().ok
+
+
+# --- real runs: what the SDK writes when a human declines a call, or a tool fails -------------
+
+
+class _Editor:
+    """An apply_patch editor whose updates fail and whose other operations succeed."""
+
+    def update_file(self, operation: Any) -> Any:
+        raise RuntimeError("patch does not apply")
+
+    def create_file(self, operation: Any) -> Any:
+        from agents.editor import ApplyPatchResult
+
+        return ApplyPatchResult(output=f"Created {operation.path}")
+
+    def delete_file(self, operation: Any) -> Any:
+        from agents.editor import ApplyPatchResult
+
+        return ApplyPatchResult(output=f"Deleted {operation.path}")
+
+
+def _failing_executor(request: Any) -> str:
+    raise RuntimeError("executor exploded")
+
+
+@function_tool(needs_approval=True)
+def drop_table(table: str) -> str:
+    """Drop a table."""
+    return f"dropped {table}"
+
+
+@function_tool
+def broken() -> str:
+    """Always fail."""
+    raise RuntimeError("broken")
+
+
+def _scenarios() -> list[tuple[str, list[Any], Any]]:
+    """Return ``(name, tools, model output)``: each makes the SDK write one rejection or failure."""
+    from agents import ApplyPatchTool, CustomTool, HostedMCPTool, ShellTool
+    from agents.testing import function_call
+    from openai.types.responses import ResponseApplyPatchToolCall, ResponseCustomToolCall
+    from openai.types.responses.response_output_item import McpApprovalRequest
+
+    def shell(call_id: str) -> Any:
+        return {"type": "shell_call", "id": call_id, "call_id": call_id, "status": "in_progress",
+                "action": {"type": "exec", "commands": ["rm -rf build"], "timeout_ms": 1000}}
+
+    def patch(call_id: str) -> Any:
+        return ResponseApplyPatchToolCall(type="apply_patch_call", id=call_id, call_id=call_id, status="completed",
+                                          operation={"type": "update_file", "path": "a.txt", "diff": "-a\n+b\n"})
+
+    custom = CustomTool(name="deploy", description="Deploy.", on_invoke_tool=lambda ctx, text: "deployed",
+                        needs_approval=True)
+    mcp = HostedMCPTool(tool_config={"type": "mcp", "server_label": "db", "server_url": "http://db.invalid",
+                                     "require_approval": "always"},
+                        on_approval_request=lambda request: {"approve": False, "reason": "not on prod"})
+    return [
+        ("shell declined", [ShellTool(executor=_failing_executor, needs_approval=True)], shell("s1")),
+        ("apply_patch declined", [ApplyPatchTool(editor=_Editor(), needs_approval=True)], patch("p1")),
+        ("function declined", [drop_table], function_call("drop_table", {"table": "users"}, call_id="f1")),
+        ("custom declined", [custom], ResponseCustomToolCall(type="custom_tool_call", name="deploy", call_id="u1",
+                                                             input="prod")),
+        ("MCP declined", [mcp], McpApprovalRequest(id="m1", type="mcp_approval_request", name="drop", arguments="{}",
+                                                    server_label="db")),
+        ("shell failed", [ShellTool(executor=_failing_executor)], shell("s2")),
+        ("apply_patch failed", [ApplyPatchTool(editor=_Editor())], patch("p2")),
+        ("function failed", [broken], function_call("broken", {}, call_id="f2")),
+        ("tool not found", [broken], function_call("nosuch", {}, call_id="f3")),
+    ]
+
+
+async def _run_declining(session: Any, tools: list[Any], output: Any) -> None:
+    """Run an agent whose model makes one call, declining every approval it asks for, then answers."""
+    from agents.testing import ScriptedModel, assistant_message
+
+    agent = Agent(name="ops", instructions="Operate.", tools=tools,
+                  model=ScriptedModel(steps=[[output], [assistant_message("done")]]))
+    config = RunConfig(tracing_disabled=True, tool_not_found_behavior="return_error_to_model")
+    result = await Runner.run(agent, "go", session=session, run_config=config)
+    while result.interruptions:
+        state = result.to_state()
+        for interruption in result.interruptions:
+            state.reject(interruption)
+        result = await Runner.run(agent, state, session=session, run_config=config)
+    assert result.final_output == "done"
+
+
+def test_what_real_runs_write_when_calls_are_declined_or_fail_is_kept_as_negative_facts(target: str) -> None:
+    """Declined shell, apply_patch, function, custom and MCP calls are rejected; failed ones failed; a summary lists each with its text."""
+
+    async def run() -> None:
+        with cs.open(target) as store:
+            pair = Pair(store, "ops")
+            try:
+                for _, tools, output in _scenarios():
+                    for session in (pair.ours, pair.theirs):
+                        await _run_declining(session, tools, output)
+                await pair.check()  # the items are the SDK's, exactly
+            finally:
+                pair.close()
+            log = pair.ours.log
+            results = {e.call_id: e for e in (r.event for r in log.scan()) if isinstance(e, cs.ToolResult)}
+            assert {k: (e.ok, e.status) for k, e in results.items()} == {
+                **{k: (False, "rejected") for k in ("s1", "p1", "f1", "u1", "m1")},
+                **{k: (False, "failed") for k in ("s2", "p2", "f2", "f3")},
+            }
+            node = log.compact(0, log.size)
+            assert {f.pos for f in node.negative_facts} == {r.pos for r in log.scan() if r.event.status is not None}
+            log.mark(node)
+            with CompactStoreSession("ops", store, compaction=cs.CompactionPolicy()) as compacted:
+                note = (await compacted.get_items())[0]
+            assert note["role"] == "developer"
+            lines = [line for line in note["content"].splitlines() if line.startswith("- pos ")]
+            assert len(lines) == 9
+            for text in ("Tool execution was not approved.", "not on prod", "executor exploded", "patch does not apply",
+                         oa.DEFAULT_TOOL_ERROR, "Tool 'nosuch' not found."):
+                assert any(text in line for line in lines), text
+            assert store.verify().ok
+
+    asyncio.run(run())
+
+
+# --- session_settings, taken as every SDK session takes it -------------------------------
+
+
+def test_session_settings_given_as_a_dict_are_coerced_and_a_run_reads_their_limit(store: cs.Store) -> None:
+    """``session_settings={"limit": 1}`` becomes SessionSettings, as in SQLiteSession, and Runner.run uses it."""
+    from agents.testing import ScriptedModel, assistant_message
+
+    async def run() -> None:
+        pair = Pair(store, session_settings={"limit": 1})
+        try:
+            assert pair.ours.session_settings == pair.theirs.session_settings == SessionSettings(limit=1)
+            models = [ScriptedModel(steps=[[assistant_message("one")], [assistant_message("two")]]) for _ in range(2)]
+            for session, model in zip((pair.ours, pair.theirs), models, strict=True):
+                agent = Agent(name="a", model=model)
+                for question in ("first?", "second?"):
+                    await Runner.run(agent, question, session=session, run_config=RunConfig(tracing_disabled=True))
+            assert [c.input for c in models[0].calls] == [c.input for c in models[1].calls]
+            assert len(models[0].calls[-1].input) == 2  # the last stored item, then the new question
+            await pair.check()
+        finally:
+            pair.close()
+
+    asyncio.run(run())
+
+
+def test_bad_session_settings_are_refused_naming_the_field_and_nothing_is_written(store: cs.Store) -> None:
+    """An unknown key or a non-dict is an InvalidType (a TypeError, with the SDK's text); a bad value names its field."""
+    from compactstore.errors import InvalidType
+
+    for bad, text in (({"limitt": 1}, "Unknown session settings: limitt"), (5, "got int")):
+        with pytest.raises(InvalidType) as info:
+            CompactStoreSession("s", store, session_settings=bad)  # type: ignore[arg-type]
+        assert isinstance(info.value, TypeError) and info.value.field == "session_settings" and text in str(info.value)
+        with pytest.raises(TypeError, match=text):
+            SQLiteSession("s", session_settings=bad)  # type: ignore[arg-type]
+    with pytest.raises(cs.InvalidArgument) as value:
+        CompactStoreSession("s", store, session_settings={"limit": "many"})
+    assert value.value.field == "session_settings.limit"
+    with pytest.raises(InvalidType) as policy:
+        CompactStoreSession("s", store, compaction="often")  # type: ignore[arg-type]
+    assert policy.value.field == "compaction"
+    assert store.session("openai-agents:s").size == 0

@@ -10,26 +10,33 @@ How a session maps onto the log:
 - SDK session ``session_id`` is the compactstore session ``"openai-agents:" +
   session_id`` (``"openai-agents:#" +`` the hex BLAKE3 of the id when that is not a
   valid session name, or the id starts with ``#``).
-- Every item is one event. A ``function_call`` (and the other tool calls that have an
-  output item: custom, computer, local shell) is a ``ToolCall`` whose ``call_id`` its
-  output item, a ``ToolResult`` holding the ``output``, closes; every other item is a
+- Every item is one event, read as the SDK reads it (:data:`CALLS` is the SDK's own
+  pairing of calls and outputs). An item that calls a tool (a function, custom, computer,
+  local shell, shell, apply_patch, tool search or program call, or a hosted MCP approval
+  request) is a ``ToolCall`` whose ``call_id`` its output item (the approval response for
+  a request), a ``ToolResult`` holding the ``output``, closes; every other item is a
   ``Turn`` whose ``role`` is the item's role (or its type) and whose ``content`` is its
   text. The rest of the item is kept in ``meta["item"]`` (after the JSON round trip
   ``SQLiteSession`` gives it too), so it comes back exactly. Compaction sees which
   calls are still open, and markers and resume work on a conversation as on any
   session.
-- A tool's output that reports an error is a failed result (``ok=False``,
-  ``status="failed"``), a negative fact that every summary of it must retain. The
-  SDK writes a tool error into the output item as text only (its
-  ``failure_error_function``, by default "An error occurred while running the tool.
-  Please try again.", or a timeout message), so :func:`tool_failed` recognises those
-  texts and an output item whose ``status`` is ``"incomplete"``; a session given its
-  own ``failure_error_function`` passes a matching ``tool_failed``.
-- A tool call a human declined is a rejected result (``ok=False``,
-  ``status="rejected"``), a negative fact too: the SDK writes the rejection as the
-  call's output text, by default :data:`DEFAULT_REJECTION` ("Tool execution was not
-  approved."), which :func:`tool_rejected` recognises; a run given its own
-  ``rejection_message`` passes a matching ``tool_rejected``.
+- An output that reports a failure (:func:`tool_failed`) is a failed result (``ok=False``,
+  ``status="failed"``), and a hosted tool call (web or file search, code interpreter,
+  image generation, an MCP call or tool listing) that failed a failed ``Turn``: negative
+  facts that every summary of them must retain. The SDK marks few failures in the item
+  itself (a ``status``, an ``error``, a shell command's exit code); a function tool's
+  error it writes as text only (its ``failure_error_function``, by default "An error
+  occurred while running the tool. Please try again.", its timeout and tool-not-found
+  messages), which :func:`tool_failed` recognises. A session whose tools write their own
+  error texts passes a ``tool_failed`` that knows them (a custom tool's error reaches the
+  session as the exception's bare message).
+- An output that reports a declined approval (:func:`tool_rejected`) is a rejected result
+  (``ok=False``, ``status="rejected"``), a negative fact too: an MCP approval response
+  with ``approve: false``, and a function, custom, shell or apply_patch output carrying the
+  SDK's rejection text, by default :data:`DEFAULT_REJECTION` ("Tool execution was not
+  approved."). A run given its own ``rejection_message`` passes a matching
+  ``tool_rejected`` (:func:`output_text` reads the text wherever the SDK writes it); a
+  shell or apply_patch rejection with another text is still a failed result.
 - ``pop_item`` and ``clear_session`` redact: the items read as gone, the tree still
   verifies, and ``Store.verify`` counts the erased positions.
 
@@ -68,32 +75,49 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from agents.memory.session_settings import SessionSettings, resolve_session_limit
+from agents.memory.session_settings import SessionSettings, coerce_session_settings, resolve_session_limit
 from agents.tool import DEFAULT_APPROVAL_REJECTION_MESSAGE, FunctionTool, default_tool_error_function, function_tool
 
 from .. import events as ev
 from .. import recall, render
-from ..errors import InvalidArgument, InvalidEvent, ReconstructionUnsoundError
+from ..errors import InvalidArgument, InvalidEvent, InvalidType, ReconstructionUnsoundError
 from ..policy import CompactionPolicy, Maintenance
 from ..resolver import RawItem
 from ..store import Record, Session, Store
 from ..witness import Witness
 from .tail import RETRIES, StoreUser, Tail, read_many, reading, session_name
 
-__all__ = ["CompactStoreSession", "PREFIX", "POPPED", "tool_failed", "tool_rejected"]
+__all__ = ["CompactStoreSession", "PREFIX", "POPPED", "output_text", "tool_failed", "tool_rejected"]
 
 #: Every SDK session's compactstore session name starts with this.
 PREFIX = "openai-agents:"
-#: Item types that call a tool, with the type of the item that carries the call's output.
+#: Item types that call a tool, with the type of the item that carries the call's output: the
+#: SDK's own pairing (of its runner's check for calls without output, and of its tool invocations).
 CALLS = {
     "function_call": "function_call_output",
     "custom_tool_call": "custom_tool_call_output",
     "computer_call": "computer_call_output",
     "local_shell_call": "local_shell_call_output",
+    "shell_call": "shell_call_output",
+    "apply_patch_call": "apply_patch_call_output",
+    "tool_search_call": "tool_search_output",
+    "program": "program_output",
+    "mcp_approval_request": "mcp_approval_response",
 }
 OUTPUTS = frozenset(CALLS.values())
+#: The field naming the call, on a call or an output whose field is not ``call_id``.
+CALL_ID_FIELD = {"mcp_approval_request": "id", "mcp_approval_response": "approval_request_id"}
+#: Hosted tool calls: one item holds the call and its outcome (its ``status``, its ``error``).
+HOSTED = frozenset({"file_search_call", "web_search_call", "code_interpreter_call", "image_generation_call",
+                    "mcp_call", "mcp_list_tools"})
+#: Statuses with which an output or a hosted call reports a run that did not complete.
+FAILED_STATUSES = frozenset({"failed", "incomplete"})
 #: Item fields an event may carry in its own field rather than in ``meta["item"]``.
 MOVABLE = frozenset({"content", "output"})
+#: Fields that say what a tool item did, in the order a turn's text shows them.
+TEXT_FIELDS = ("server_label", "name", "arguments", "queries", "action", "code", "output", "error", "reason")
+#: Characters of a tool item's text a turn carries (the item itself is kept whole).
+TEXT_LIMIT = 2000
 
 #: ``meta`` key of the event with which ``pop_item`` withdraws an item under a compaction policy.
 POPPED = "openai-agents:popped"
@@ -103,29 +127,88 @@ DEFAULT_TOOL_ERROR = default_tool_error_function(None, RuntimeError())  # type: 
 DEFAULT_REJECTION: str = DEFAULT_APPROVAL_REJECTION_MESSAGE
 #: The SDK's default timeout output (``default_tool_timeout_error_message``).
 _TIMEOUT = re.compile(r"Tool '.*' timed out after [0-9.e+-]+ seconds\.", re.DOTALL)
+#: The SDK's default output for a call of a tool the agent does not have.
+_NOT_FOUND = re.compile(r"Tool '.*' not found\.", re.DOTALL)
+#: How the SDK wraps an error text it writes for a tool called by a program (``function_tool_error_output``).
+_WRAPPED_ERROR = '{"error":'
 
 Item = dict[str, Any]
 
 
-def tool_failed(item: Item) -> bool:
-    """Return whether a tool output item reports an error, as the SDK writes one.
+def output_text(item: Item) -> str | None:
+    """Return the text a tool output item carries where the SDK writes an error or a rejection.
 
-    True for an item whose ``status`` is ``"incomplete"``, and for an output text that
-    starts with the SDK's default tool error (:data:`DEFAULT_TOOL_ERROR`) or is its
-    default timeout message.
+    A string ``output``, unwrapped from the ``{"error": text}`` the SDK writes for a tool
+    that a program called; for a shell output of one command with no ``stdout``, that
+    command's ``stderr``; else None.
     """
-    if item.get("status") == "incomplete":
-        return True
     output = item.get("output")
-    return isinstance(output, str) and (output.startswith(DEFAULT_TOOL_ERROR) or _TIMEOUT.fullmatch(output) is not None)
+    if isinstance(output, str):
+        if output.startswith(_WRAPPED_ERROR):
+            try:
+                wrapped = json.loads(output)
+            except ValueError:
+                return output
+            error = wrapped.get("error") if isinstance(wrapped, dict) and len(wrapped) == 1 else None
+            if isinstance(error, str):
+                return error
+        return output
+    if isinstance(output, list) and len(output) == 1 and isinstance(output[0], dict):
+        entry = output[0]
+        stderr = entry.get("stderr")
+        if not entry.get("stdout") and isinstance(stderr, str):
+            return stderr
+    return None
+
+
+def tool_failed(item: Item) -> bool:
+    """Return whether a tool output or a hosted tool call reports a failure, as the SDK writes one.
+
+    True for an item whose ``status`` is ``"failed"`` or ``"incomplete"``; a hosted call
+    with an ``error``; a shell output with a command that timed out or exited non-zero
+    (the SDK writes a failed executor as exit code 1); and an output whose text
+    (:func:`output_text`) starts with the SDK's default tool error
+    (:data:`DEFAULT_TOOL_ERROR`) or is its default timeout or tool-not-found message.
+    """
+    if item.get("status") in FAILED_STATUSES:
+        return True
+    kind = item.get("type")
+    if kind in HOSTED:
+        return bool(item.get("error"))
+    if kind == "shell_call_output":
+        output = item.get("output")
+        return isinstance(output, list) and any(map(_command_failed, output))
+    text = output_text(item) if kind in OUTPUTS else None
+    return text is not None and (text.startswith(DEFAULT_TOOL_ERROR) or _TIMEOUT.fullmatch(text) is not None
+                                 or _NOT_FOUND.fullmatch(text) is not None)
 
 
 def tool_rejected(item: Item) -> bool:
-    """Return whether a tool output item reports a rejected approval, as the SDK writes one.
+    """Return whether an item reports a declined approval, as the SDK writes one.
 
-    True for an output text equal to the SDK's default rejection message (:data:`DEFAULT_REJECTION`).
+    True for an MCP approval response that does not approve, and for a tool output whose
+    text (:func:`output_text`) is the SDK's default rejection message
+    (:data:`DEFAULT_REJECTION`), as it writes a declined function, custom, shell or
+    apply_patch call.
     """
-    return item.get("output") == DEFAULT_REJECTION
+    kind = item.get("type")
+    if kind == "mcp_approval_response":
+        return item.get("approve") is not True
+    return kind in OUTPUTS and output_text(item) == DEFAULT_REJECTION
+
+
+def _command_failed(entry: object) -> bool:
+    """Return whether one command of a shell output timed out or exited non-zero, read as the SDK normalizes it."""
+    if not isinstance(entry, dict):
+        return False
+    outcome = entry.get("outcome")
+    if isinstance(outcome, dict):
+        return outcome.get("type") == "timeout" or _nonzero(outcome.get("exit_code", entry.get("exit_code")))
+    return entry.get("status") == "timeout" or outcome == "failure" or _nonzero(entry.get("exit_code"))
+
+
+def _nonzero(code: object) -> bool:
+    return isinstance(code, int) and not isinstance(code, bool) and code != 0
 
 
 class _Items(Tail):
@@ -163,9 +246,10 @@ def event_of(item: Item, failed: Callable[[Item], bool] = tool_failed,
 
     The item goes into ``meta["item"]``, less a field the event carries itself (a turn's
     text ``content``, a result's ``output``), which ``meta["moved"]`` names; so nothing
-    is stored twice, and :func:`item_of` puts the item back together exactly. A tool
-    output for which ``failed`` is true is a failed result (``ok=False``, ``status="failed"``);
-    one for which ``rejected`` is true a rejected one (``ok=False``, ``status="rejected"``).
+    is stored twice, and :func:`item_of` puts the item back together exactly. An output
+    or a hosted tool call for which ``rejected`` is true is rejected (a result with
+    ``ok=False``, ``status="rejected"``); else one for which ``failed`` is true is failed
+    (``status="failed"``).
     """
     return _event_of(item, owned=False, failed=failed, rejected=rejected)
 
@@ -174,27 +258,36 @@ def _event_of(item: Item, *, owned: bool, failed: Callable[[Item], bool] = tool_
               rejected: Callable[[Item], bool] = tool_rejected) -> ev.Event:
     """Return :func:`event_of` of ``item``; ``owned``: no one else holds it, so it may go into the event as it is."""
     kind = item.get("type")
-    call_id = item.get("call_id")
-    if isinstance(call_id, str) and call_id:
-        if kind in CALLS:
-            name = item.get("name")
-            return ev.ToolCall(call_id=call_id, name=name if isinstance(name, str) and name else str(kind),
-                               meta={"item": item})
-        if kind in OUTPUTS:
+    if kind in CALLS or kind in OUTPUTS:
+        call_id = item.get(CALL_ID_FIELD.get(kind, "call_id"))
+        if isinstance(call_id, str) and call_id:
+            if kind in CALLS:
+                name = item.get("name")
+                return ev.ToolCall(call_id=call_id, name=name if isinstance(name, str) and name else str(kind),
+                                   meta={"item": item})
             # Decided before ``_moved`` may take the output out of the item.
-            status: ev.Status | None = "failed" if failed(item) else "rejected" if rejected(item) else None
+            status = _outcome(item, failed, rejected)
             ok = status is None
-            if "output" not in item:
-                return ev.ToolResult(call_id=call_id, ok=ok, status=status, meta={"item": item})
-            output = item["output"]
-            return ev.ToolResult(call_id=call_id, output=output, ok=ok, status=status,
-                                 meta=_moved(item, "output", owned))
+            if "output" in item:
+                return ev.ToolResult(call_id=call_id, output=item["output"], ok=ok, status=status,
+                                     meta=_moved(item, "output", owned))
+            # An approval response holds no output: its reason is the text a summary shows.
+            reason = item.get("reason") if kind == "mcp_approval_response" else None
+            return ev.ToolResult(call_id=call_id, output=reason if isinstance(reason, str) else None, ok=ok,
+                                 status=status, meta={"item": item})
+    status = _outcome(item, failed, rejected) if kind in HOSTED else None
     role = item.get("role")
     role = role if isinstance(role, str) and role else kind if isinstance(kind, str) and kind else "item"
     content = item.get("content")
     if isinstance(content, str):
-        return ev.Turn(role=role, content=content, meta=_moved(item, "content", owned))
-    return ev.Turn(role=role, content=_text(item), meta={"item": item})
+        return ev.Turn(role=role, content=content, status=status, meta=_moved(item, "content", owned))
+    return ev.Turn(role=role, content=_text(item), status=status, meta={"item": item})
+
+
+def _outcome(item: Item, failed: Callable[[Item], bool], rejected: Callable[[Item], bool]) -> ev.Status | None:
+    """Return the negative status an output or a hosted call reports: a rejection before a failure (the SDK
+    marks a declined apply_patch call failed too), else None."""
+    return "rejected" if rejected(item) else "failed" if failed(item) else None
 
 
 def item_of(event: ev.Event) -> Item | None:
@@ -221,17 +314,26 @@ def _moved(item: Item, name: str, owned: bool) -> dict[str, Any]:
 
 
 def _text(item: Item) -> str:
+    """Return what an item says as text: a message's or a reasoning's parts, else the fields of a tool item."""
     content = item.get("content")
     if isinstance(content, str):
         return content
-    if isinstance(content, list):
-        parts = []
-        for part in content:
+    parts = content if isinstance(content, list) else item.get("summary")
+    if isinstance(parts, list):
+        texts = []
+        for part in parts:
             if isinstance(part, dict):
                 text = part.get("text") or part.get("refusal")
-                parts.append(text if isinstance(text, str) else f"[{part.get('type', 'part')}]")
-        return "\n".join(parts)
-    return ""
+                texts.append(text if isinstance(text, str) else f"[{part.get('type', 'part')}]")
+        return "\n".join(texts)
+    lines = []
+    for name in TEXT_FIELDS:
+        value = item.get(name)
+        if value not in (None, "", [], {}):
+            shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=repr)
+            lines.append(f"{name}: {shown}")
+    text = "\n".join(lines)
+    return text if len(text) <= TEXT_LIMIT else text[: TEXT_LIMIT - 1] + "…"
 
 
 class CompactStoreSession(StoreUser):
@@ -242,18 +344,25 @@ class CompactStoreSession(StoreUser):
         store: an open :class:`compactstore.Store`, or a target to open (a SQLite path,
             ``":memory:"`` or a ``postgresql://`` URL); a store opened here is closed by
             :meth:`close`.
-        session_settings: the default ``limit`` of :meth:`get_items`, as for the SDK's sessions.
+        session_settings: the default ``limit`` of :meth:`get_items`: a ``SessionSettings``, or a
+            dict of its fields, as every SDK session takes it.
         prefix: the start of the compactstore session's name.
         compaction: a policy the session maintains after each :meth:`add_items`; from
             the first certifying marker on, :meth:`get_items` returns the compacted
             context (see the module's docstring).
-        tool_failed: which tool output items report an error (default :func:`tool_failed`).
-        tool_rejected: which tool output items report a rejected approval (default :func:`tool_rejected`).
+        tool_failed: which outputs and hosted tool calls report a failure (default :func:`tool_failed`).
+        tool_rejected: which outputs report a declined approval (default :func:`tool_rejected`).
         witness: for a store opened here, as :func:`compactstore.open` takes it.
         verify: hold every row ``get_items`` reads to the session's latest sealed head (see
             :meth:`compactstore.Session.scan`). ``False`` saves a head read and a seal check
             per call and the proof of rows not read before, and gives up noticing an item
             rewritten with its leaf, copied from another session, or cut off with the tail.
+
+    Raises:
+        InvalidType: ``session_settings`` is neither a ``SessionSettings``, a dict nor None,
+            or the dict has a key ``SessionSettings`` does not (a ``TypeError`` with the
+            SDK's message, "Unknown session settings: ..."); ``compaction`` is not a policy.
+        InvalidArgument: a ``session_settings`` field holds a value ``SessionSettings`` refuses.
     """
 
     session_settings: SessionSettings | None = None
@@ -263,7 +372,7 @@ class CompactStoreSession(StoreUser):
         session_id: str,
         store: Store | str,
         *,
-        session_settings: SessionSettings | None = None,
+        session_settings: SessionSettings | dict[str, object] | None = None,
         prefix: str = PREFIX,
         compaction: CompactionPolicy | None = None,
         tool_failed: Callable[[Item], bool] = tool_failed,
@@ -272,9 +381,9 @@ class CompactStoreSession(StoreUser):
         verify: bool = True,
     ) -> None:
         if compaction is not None and not isinstance(compaction, CompactionPolicy):
-            raise TypeError(f"compaction: want a CompactionPolicy or None, got {type(compaction).__name__}")
+            raise InvalidType("compaction", f"want a CompactionPolicy or None, got {type(compaction).__name__}")
         self.session_id = session_id
-        self.session_settings = session_settings if session_settings is not None else SessionSettings()
+        self.session_settings = _settings(session_settings)
         self.compaction = compaction
         self.tool_failed = tool_failed
         self.tool_rejected = tool_rejected
@@ -413,6 +522,28 @@ class CompactStoreSession(StoreUser):
         with index.lock:
             index.refresh()
             index.erase(set(index.live), "openai-agents clear_session")
+
+
+def _settings(value: object) -> SessionSettings:
+    """Return ``value`` as SDK sessions take ``session_settings``: a SessionSettings, a dict of its fields, or None.
+
+    Raises:
+        InvalidType: ``value`` is neither, or the dict has a key SessionSettings does not
+            (a ``TypeError``, with the SDK's message).
+        InvalidArgument: a field's value is not one SessionSettings takes.
+    """
+    if value is None:
+        return SessionSettings()
+    try:
+        return coerce_session_settings(value)  # type: ignore[arg-type]
+    except TypeError as exc:
+        raise InvalidType("session_settings", str(exc)) from exc
+    except ValueError as exc:  # pydantic's ValidationError names the field and what it wants
+        errors = getattr(exc, "errors", None)
+        first = errors()[0] if callable(errors) and errors() else {}
+        where = ".".join(map(str, first.get("loc", ())))
+        raise InvalidArgument("session_settings" + (f".{where}" if where else ""),
+                              str(first.get("msg", exc))) from exc
 
 
 class _NotPlain(Exception):
