@@ -31,14 +31,11 @@ from typing import Literal
 import msgspec
 
 from . import events as ev
-from . import render, rules
 from .errors import InvalidArgument, shown
-from .resolver import Resolution, SummaryItem
 from .store import Session
 from .structure import fact_text
 
-__all__ = ["DESCRIPTION", "FACTS_PER_CALL", "Handle", "MAX_HANDLE", "SPAN_CHARACTERS", "SPAN_EVENTS", "needed", "parse",
-           "recall"]
+__all__ = ["DESCRIPTION", "FACTS_PER_CALL", "Handle", "MAX_HANDLE", "SPAN_CHARACTERS", "SPAN_EVENTS", "parse", "recall"]
 
 #: What the adapters' recall tools tell the model they do.
 DESCRIPTION = (
@@ -231,32 +228,3 @@ def _facts(session: Session, h: Handle, size: int, at: str) -> str:
         return f"{head}\n(none)"
     tail = [f"(more: facts:{rest}-{stop})"] if rest is not None else []
     return "\n".join([head, *lines, *tail])
-
-
-def needed(session: Session, resolution: Resolution) -> list[render.Needed]:
-    """Return the literals the obligations open at ``resolution``'s size need that its summaries spilled.
-
-    For each summary node of a certified ``resolution``, each open obligation that needs
-    a non-regenerable binding whose live value the node's span holds
-    (:func:`compactstore.rules.risks`) and that the node spilled: the value, read by
-    :meth:`Session.spilled` (proven in the sealed head, checked against its digest).
-    :func:`compactstore.render.messages` states them (``needed=``). Empty for a fallback.
-
-    Raises:
-        ReconstructionUnsoundError: a needed spill was redacted.
-        KeyRequired: the store is keyed and was opened without its key.
-        IntegrityError: a spill does not match its leaf, the sealed head or its digest.
-    """
-    nodes = [x for x in resolution.context if isinstance(x, SummaryItem) and x.spills]
-    if resolution.mode != "certified" or not nodes:
-        return []
-    f = session.facts(resolution.size)
-    out: dict[tuple[str, str], render.Needed] = {}
-    for node in nodes:
-        refs = {(r.key, r.source): r for r in node.spills}
-        for risk in rules.risks(f, node.start, node.stop):
-            ref = refs.get((risk.key, risk.binding_pos))
-            if ref is not None and (risk.obligation, risk.key) not in out:
-                out[(risk.obligation, risk.key)] = render.Needed(
-                    risk.obligation, risk.key, ref.handle, session.spilled(ref.handle))
-    return list(out.values())

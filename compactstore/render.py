@@ -31,7 +31,7 @@ Responses and Anthropic Messages APIs accept:
 below); what is counted instead of quoted names the handle that fetches it, in the
 grammar of :mod:`compactstore.recall`: ``spill:N``, ``pos:N``, ``span:A-B``,
 ``facts:A-B``, ``binding:KEY``. A literal an open obligation needs that a summary
-spilled (:class:`Needed`, read by :func:`compactstore.recall.needed`) is stated
+spilled (:class:`Needed`, read by :func:`compactstore.resolver.needed`) is stated
 verbatim when its canonical JSON is at most :data:`NEEDED_VERBATIM` characters, else by
 its handle, and the note names the recall tool (:data:`RECALL_TOOL`).
 
@@ -205,7 +205,7 @@ def messages(context: Sequence[Entry], format: Format, *,  # noqa: A002 - the do
     The module's docstring says where each entry goes and why.
 
     ``needed``: the literals open obligations need that the context's summaries spilled
-    (:func:`compactstore.recall.needed` reads them through the verified reads); the note
+    (:attr:`compactstore.Resolution.needed` holds them, read through the verified reads); the note
     states each, verbatim while short.
 
     Raises:

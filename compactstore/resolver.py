@@ -55,8 +55,6 @@ class SummaryItem(msgspec.Struct, frozen=True, omit_defaults=True, tag="summary"
     ``negative_facts``: the facts the node retains, the newest :data:`SHOWN_FACTS` of
     them for an L2 node (which retains its children's), and ``more_facts`` how many
     earlier ones it retains besides (``facts:START-STOP`` recalls them).
-    ``spilled``: the value of each spill the node lists whose canonical JSON is at
-    most :data:`SHOWN_VALUE` characters, by handle, read from the log.
     """
 
     pos: int
@@ -75,13 +73,10 @@ class SummaryItem(msgspec.Struct, frozen=True, omit_defaults=True, tag="summary"
     contract: str | None
     resolved: list[ev.Item] = []
     more_facts: int = 0
-    spilled: dict[str, JSON] = {}
 
 
 #: The facts an L2 node's item lists: its newest; the rest are counted (``more_facts``).
 SHOWN_FACTS = 40
-#: The longest canonical JSON of a spilled value an item carries verbatim (``spilled``).
-SHOWN_VALUE = 200
 
 ContextItem = RawItem | SummaryItem
 
@@ -102,6 +97,10 @@ class Resolution(msgspec.Struct, frozen=True):
         restorable: the names of the literals a restoration may take from that tier
             (its kept bindings by key, other excerpts as ``pos:path``): empty unless the
             tier is LOSSLESS and its claim holds against the log.
+        needed: the literals the obligations open at ``size`` need that the context's
+            summaries spilled, each read from the log, proven in the sealed head and held
+            to its digest (:func:`needed`); ``as_messages`` states them. Not in ``digest``:
+            they are read from the log the digest covers.
     """
 
     session: str
@@ -114,6 +113,7 @@ class Resolution(msgspec.Struct, frozen=True):
     digest: bytes
     loss: LossClass | None = None
     restorable: list[str] = []
+    needed: list[render.Needed] = []
 
     def as_messages(self, format: render.Format) -> list[render.Message]:  # noqa: A002
         """Return the context as model input: OpenAI Responses input items, or ``"chat"`` messages.
@@ -125,7 +125,7 @@ class Resolution(msgspec.Struct, frozen=True):
         Raises:
             InvalidArgument: an unknown ``format``.
         """
-        return render.messages(self.context, format)
+        return render.messages(self.context, format, needed=self.needed)
 
 
 def _verified_prefix(view: SessionView, marker_pos: int) -> tuple[list[ev.Event], list[bytes]]:
@@ -156,8 +156,39 @@ def resume(view: SessionView, pos: int, *, rehash: bool = False) -> Resolution:
     if not rehash and m.node is not None and 0 <= m.size <= pos and tuple(m.conditions) == CONDITIONS:
         resolution = _resume_certified(view, record, m)
         if isinstance(resolution, Resolution):
-            return resolution
-    return _resume_full(view, pos, m)
+            return _with_needed(view, resolution)
+    return _with_needed(view, _resume_full(view, pos, m))
+
+
+def _with_needed(view: SessionView, got: Resolution) -> Resolution:
+    """Return ``got`` with the literals its open obligations need that its summaries spilled (see :func:`needed`)."""
+    if got.mode != "certified":
+        return got
+    return msgspec.structs.replace(got, needed=needed(view, view.facts(got.size), got.context))
+
+
+def needed(view: SessionView, f: Facts, context: Iterable[ContextItem]) -> list[render.Needed]:
+    """Return what each obligation open at ``f.size`` needs of a node of ``context`` that the node spilled.
+
+    For each summary node, each open obligation that needs a non-regenerable binding
+    whose live value the node's span holds (:func:`compactstore.rules.risks`) and that
+    the node spilled: the spill's value, proven in the sealed head and held to its digest.
+    A spill redacted since is left out (its handle stays in the node's note).
+    """
+    out: dict[tuple[str, str], render.Needed] = {}
+    for node in context:
+        if not isinstance(node, SummaryItem) or not node.spills:
+            continue
+        refs = {(r.key, r.source): r for r in node.spills}
+        for risk in rules.risks(f, node.start, node.stop):
+            ref = refs.get((risk.key, risk.binding_pos))
+            at = rules.spill_position(ref.handle) if ref is not None else None
+            if ref is None or at is None or (risk.obligation, risk.key) in out:
+                continue
+            spill = view.proven(at).event
+            if isinstance(spill, ev.Spill) and rules.value_digest(spill.value) == spill.digest == ref.digest:
+                out[(risk.obligation, risk.key)] = render.Needed(risk.obligation, risk.key, ref.handle, spill.value)
+    return list(out.values())
 
 
 def _cover(m: Marker) -> list[int]:
@@ -357,20 +388,14 @@ def _with_calls(context: list[ContextItem], read: Callable[[int], ev.Event | Non
 
 
 def _summary_item(f: Facts, node_pos: int, n: ev.Summary) -> SummaryItem:
-    """Return the item of a certified cover node: what it retains, an L2's facts read from the log, short spilled values."""
+    """Return the item of a certified cover node: what it retains, an L2's newest facts read from the log."""
     facts, more = list(n.negative_facts), 0
     if n.tier == 2:
         facts, total = f.newest_negatives(n.start, n.stop, SHOWN_FACTS)
         more = total - len(facts)
-    spilled: dict[str, JSON] = {}
-    for r in n.spills:
-        at = rules.spill_position(r.handle)
-        spill = f.event(at) if at is not None and at < node_pos else None
-        if isinstance(spill, ev.Spill) and len(ev.encode_json(spill.value)) <= SHOWN_VALUE:
-            spilled[r.handle] = spill.value
     return SummaryItem(
         node_pos, n.tier, n.start, n.stop, n.span_root, n.summary, n.loss, facts,
-        list(n.unresolved), list(n.kept), list(n.spills), n.contract, list(n.resolved), more, spilled,
+        list(n.unresolved), list(n.kept), list(n.spills), n.contract, list(n.resolved), more,
     )
 
 
@@ -442,11 +467,13 @@ def context(view: SessionView, markers: Iterable[int], certified: Certified | No
             continue
         nodes = [e for item in got.context if isinstance(item, SummaryItem)
                  and isinstance(e := view.proven(item.pos).event, ev.Summary)]
-        stale = rules.cover_gate(view.facts(head.size), nodes)
+        now = view.facts(head.size)
+        stale = rules.cover_gate(now, nodes)
         if stale:
             reasons.append(f"marker at pos {pos}: since its checkpoint, " + "; ".join(str(v) for v in stale[:3]))
             continue
-        return _extended(view, got, head)
+        done = _extended(view, got, head)
+        return msgspec.structs.replace(done, needed=needed(view, now, done.context))
     if not reasons:
         reasons.append("no marker in the session: the context is the raw log")
     events, _ = _verified_prefix(view, head.size - 1) if head.size else ([], [])

@@ -149,14 +149,15 @@ def test_needed_reads_the_literals_open_obligations_need_and_the_note_states_the
     """The short spilled literal is in the note verbatim beside its handle; the long one by its handle, naming the recall tool."""
     s, node = migration(store)
     got = s.context()
-    needed = recall.needed(s, got)
+    needed = got.needed
     handles = {r.key: r.handle for r in node.spills}
     assert {(n.key, n.handle, cs.events.encode_json(n.value)) for n in needed} == {
         ("rollback", handles["rollback"], '"migrations/003_down.sql"'),
         ("manifest", handles["manifest"], cs.events.encode_json(LONG))}
-    note = str(render.messages(got.context, "chat", needed=needed)[0]["content"])
+    note = str(got.as_messages("chat")[0]["content"])
+    assert note == str(render.messages(got.context, "chat", needed=needed)[0]["content"])
     assert f'- finish-migration needs rollback = "migrations/003_down.sql" ({handles["rollback"]})' in note
     assert f"call the {render.RECALL_TOOL} tool with {handles['manifest']}" in note
     assert cs.events.encode_json(LONG) not in note
     s.fulfil("finish-migration")
-    assert recall.needed(s, s.context()) == []  # nothing open needs them any more
+    assert s.context().needed == []  # nothing open needs them any more

@@ -123,13 +123,13 @@ def test_every_context_of_a_random_session_renders_as_input_every_provider_accep
         s = store.session("random")
         strategies.play(s, script, policy)
         got = s.context()
-        needed = recall.needed(s, got)
+        needed = got.needed
         event(f"context {got.mode}, {'with' if needed else 'without'} needed literals")
         check_rendered(list(got.context), needed)
         marker = s.latest_marker()
         if marker is not None:
             again = s.resume(marker)
-            check_rendered(list(again.context), recall.needed(s, again))
+            check_rendered(list(again.context), again.needed)
 
 
 def test_a_result_whose_call_was_redacted_is_left_out_and_named_by_position() -> None:

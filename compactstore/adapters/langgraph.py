@@ -247,7 +247,7 @@ class CompactStoreSaver(StoreUser, BaseCheckpointSaver[str]):
                    if any(raw[message_id(m)] < len(message_events(m)) for m in unit) for m in unit]
         gone = {message_id(m) for m in missing}
         entries = [x for x in entries if not (isinstance(x, RawItem) and _message_of(x.event) in gone)]
-        rendered = convert_to_messages(render.messages(entries, "chat", needed=recall.needed(session, got)))
+        rendered = convert_to_messages(render.messages(entries, "chat", needed=got.needed))
         lead = 0
         while lead < len(rendered) and isinstance(rendered[lead], SystemMessage):
             lead += 1

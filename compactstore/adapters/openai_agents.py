@@ -433,7 +433,7 @@ class CompactStoreSession(StoreUser):
         hidden = self._items.hidden
         # The context holds each raw event after the cover once; what pop_item withdrew is left out.
         entries = [x for x in got.context if not (isinstance(x, RawItem) and x.pos in hidden)]
-        return [dict(m) for m in render.messages(entries, "openai-responses", needed=recall.needed(self.log, got))]
+        return [dict(m) for m in render.messages(entries, "openai-responses", needed=got.needed)]
 
     def recall_tool(self) -> FunctionTool:
         """Return the recall tool as an Agents SDK function tool: :func:`compactstore.recall.recall` on this session.
