@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
 
 import compactstore as cs
 from compactstore import events as ev
@@ -228,3 +230,76 @@ def test_a_tool_result_outside_the_cover_comes_with_its_summarized_call(target: 
             calls = [m for m in chat if m.get("tool_calls")]
             assert calls and calls[-1]["tool_calls"][0]["id"] == "c1"  # type: ignore[index]
             assert chat[chat.index(calls[-1]) + 1] == {"role": "tool", "tool_call_id": "c1", "content": "deployed"}
+
+
+def _note_bound(limit: int) -> int:
+    """Return the most characters one summary node adds to the fed context, its summary at most ``limit`` long.
+
+    The renderer's caps, each with room for its line's framing and JSON escaping.
+    """
+    r = cs.render
+    per_node = (
+        400 + min(limit, r.SUMMARY_EXCERPT)
+        + r.FACTS_IN_FULL * (r.FACT_EXCERPT + 60) + r.EARLIER_GROUPS * (r.GROUP_EXCERPT + 120) + 600
+        + 3 * (r.ITEMS_LISTED * (r.NAME_EXCERPT + 80) + 200)
+        + r.SPILLS_LISTED * (2 * r.NAME_EXCERPT + 120) + r.CONTRACT_EXCERPT + 200
+    )
+    return 2 * per_node  # every character may be escaped once in JSON
+
+
+def _shared_bound() -> int:
+    """Return the most characters the fed context's note gives besides its nodes: logged raw events and needed literals."""
+    r = cs.render
+    return 2 * (r.LOGGED_LINES * (r.TEXT_EXCERPT + r.VALUE_EXCERPT + 100) + r.NEEDED_LINES * (r.VALUE_EXCERPT + 2 * r.NAME_EXCERPT + 100) + 1000)
+
+
+turn_shapes = st.lists(st.sampled_from(["say", "call", "fail", "reject", "bind", "oblige", "fulfil", "open"]), min_size=1, max_size=6)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(turns=st.lists(turn_shapes, min_size=40, max_size=160), every=st.integers(2, 25), up=st.integers(1, 4),
+       limit=st.sampled_from([1, 300, 1500]))
+def test_the_fed_context_is_at_most_the_raw_window_plus_a_constant_times_the_summary_bound(
+        turns: list[list[str]], every: int, up: int, limit: int) -> None:
+    """For any session and any summarizer bounded by B: fed <= the raw events after the cover + (nodes) x (B + the caps), nodes <= roll_up_every + 1."""
+    policy = cs.CompactionPolicy(every=every, roll_up_every=up, summary_limit=limit,
+                                 summarizer=lambda records: ("s" * limit)[:limit])
+    with cs.open(":memory:") as store:
+        s = store.session("bound")
+        opened: list[str] = []
+        for t, shapes in enumerate(turns):
+            events: list[ev.Event] = []
+            for i, shape in enumerate(shapes):
+                cid = f"c{t}-{i}"
+                if shape == "say":
+                    events.append(cs.Turn("user", f"turn {t}: " + "words " * (i + 1)))
+                elif shape in ("call", "fail"):
+                    events += [cs.ToolCall(cid, "run", {"t": t}), cs.ToolResult(cid, f"ERROR {t}" if shape == "fail" else "ok",
+                               ok=shape == "call", status="failed" if shape == "fail" else None)]  # fmt: skip
+                elif shape == "reject":
+                    events.append(cs.Turn("user", f"No, not plan {t}.", status="rejected"))
+                elif shape == "bind":
+                    events.append(cs.Binding(key=f"k{t % 3}", value=f"value {t}"))
+                elif shape == "oblige" and t % 3 == 0:
+                    events.append(cs.Obligation(name=f"o{t}", needs=[f"k{t % 3}"]))
+                    opened.append(f"o{t}")
+                elif shape == "fulfil" and opened:
+                    events.append(cs.Fulfilment(name=opened.pop(0)))
+                elif shape == "open":
+                    events.append(cs.ToolCall(cid, "wait", {"t": t}))  # left open
+            if any(isinstance(e, cs.Obligation) for e in events) and not any(
+                    isinstance(e, cs.Binding) for e in events) and s.size == 0:
+                events = [cs.Binding(key=f"k{t % 3}", value="first")] + events
+            try:
+                s.extend(events)
+            except cs.InvalidArgument:
+                continue  # an obligation on a key never bound: the script's own slip, nothing written
+            s.maintain(policy)
+        got = s.context()
+        nodes = [i for i in got.context if isinstance(i, SummaryItem)]
+        event(f"{got.mode}, {len(nodes)} nodes fed")
+        assert len(nodes) <= up + 1
+        stop = max((n.stop for n in nodes), default=0)
+        tail = [i for i in got.context if isinstance(i, RawItem) and i.pos >= stop]
+        raw_chars = len(json.dumps(cs.render.messages(tail, "chat"), ensure_ascii=False)) if tail else 0
+        assert fed(got) <= raw_chars + len(nodes) * _note_bound(limit) + _shared_bound()
