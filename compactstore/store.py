@@ -171,6 +171,13 @@ class _Pass:
         self.leaves = [r.leaf for r in records] + list(leaves)
         self.s = build(())
 
+    def erase(self, positions: Iterable[int], by: int) -> None:
+        """Take in a redaction of the batch (at ``by``): the events after it see ``positions`` erased."""
+        for p in positions:
+            if 0 <= p < len(self.events):
+                self.events[p] = ev.Redacted(by=by)
+        self.s = build(())
+
     def facts(self, size: int) -> FullFacts:
         """Return the facts of the first ``size`` events (the structure advances; it is rebuilt only to go back)."""
         if self.s.size > size:
@@ -623,12 +630,16 @@ class Session:
             return events[pos - first] if first <= pos < first + len(events) else reader(pos)
 
         passed: _Pass | None = None
+        erased: list[tuple[list[int], int]] = []  # the batch's redactions so far, for the events after them
         for j, event in enumerate(events):
             if not isinstance(event, _ADMITTED):
                 continue
             pos = first + j
             if isinstance(event, ev.Redaction):
                 self._admit_redaction(event, first, events[:j])
+                erased.append((list(event.positions), pos))
+                if passed is not None:
+                    passed.erase(*erased[-1])
                 continue
             needs = event.size if isinstance(event, ev.RecoveryMarker) else pos
             # Spills give no structural facts: the index at ``first`` still answers after them.
@@ -642,6 +653,8 @@ class Session:
             else:
                 if passed is None:
                     passed = _Pass(self, first, events, leaves)
+                    for positions, by in erased:
+                        passed.erase(positions, by)
                 f = passed.facts(needs)
             try:
                 self._admit_one(f, event, pos, first, rows, settled=self._settled())
@@ -1817,7 +1830,8 @@ class Session:
                         refused.append(f"marker at node {step.node}: {exc}")
                     flags["mark"] = False  # one marker a run, refused or not
                     continue
-                said = msgspec.json.encode(step)
+                # Kept per redaction count: a summary of a span redacted since may quote what it erased.
+                said = msgspec.json.encode(step) + str(len(self.store.backend.redactions(self._require_sid()))).encode()
                 if said not in texts:
                     texts[said] = yield policies.inputs(self, step)
                 text = texts[said]
