@@ -214,7 +214,7 @@ class Store:
         #: where the store lives (a path or URL), so worker processes can open it too
         self.target = ""
         self.clock: ev.Clock = ev.as_callable("clock", clock) if clock is not None else ev.system_clock
-        self.mac_key = derive_key(key) if key is not None else None
+        self._mac_key = derive_key(key) if key is not None else None
         self._frontiers: dict[int, merkle.Frontier] = {}
         #: summary nodes read so far per session: ``sid -> (read up to, [(pos, node)])``
         self._nodes: dict[int, tuple[int, list[tuple[int, ev.Summary]]]] = {}
@@ -244,9 +244,9 @@ class Store:
 
     def _check_meta(self) -> None:
         # Only a new store takes this identity: init_meta writes into an empty table alone.
-        wanted = {"hash": HASH, "keyed": "1" if self.mac_key else "0", "store_id": store_id(os.urandom(16))}
-        if self.mac_key:
-            wanted["key_check"] = key_check(self.mac_key)
+        wanted = {"hash": HASH, "keyed": "1" if self._mac_key else "0", "store_id": store_id(os.urandom(16))}
+        if self._mac_key:
+            wanted["key_check"] = key_check(self._mac_key)
         meta = self.backend.init_meta(wanted, create=self._create)
         if meta.get("schema_version") != SCHEMA_VERSION:
             raise CompactStoreError(
@@ -262,9 +262,9 @@ class Store:
             raise IntegrityError(f"meta table: the store's identity is missing or does not check: {meta.get('store_id')!r}")
         #: this store's identity, bound into every artifact it makes
         self.store_id = str(meta["store_id"])
-        if self.mac_key and not self.keyed:
+        if self._mac_key and not self.keyed:
             raise IntegrityError("the store was created without a key", hint="open it without key=")
-        if self.mac_key and meta.get("key_check") != wanted["key_check"]:
+        if self._mac_key and meta.get("key_check") != wanted["key_check"]:
             raise IntegrityError("wrong key for this store")
 
     def __enter__(self) -> Store:
@@ -332,10 +332,25 @@ class Store:
         return (head.size, head.root) if head else (0, b"")
 
     def _prove(self, name: str, old_size: int, new_size: int) -> list[bytes]:
-        return self.session(name).consistency_proof(old_size, new_size)
+        return self.session(name)._consistency(old_size, new_size)
 
     def _witness_mac(self, name: str, size: int, root: bytes) -> bytes | None:
-        return head_mac(self.mac_key, name, size, root) if self.mac_key else None
+        return self.head_mac(name, size, root)
+
+    @property
+    def has_key(self) -> bool:
+        """Return whether this handle was opened with the store's key (so it can seal, MAC and certify)."""
+        return self._mac_key is not None
+
+    def same_key(self, other: Store) -> bool:
+        """Return whether ``other`` was opened with the same key as this handle (both without one counts)."""
+        if not isinstance(other, Store):
+            raise InvalidArgument("other", f"want a Store, got {type(other).__name__}")
+        return self._mac_key == other._mac_key
+
+    def head_mac(self, session: str, size: int, root: bytes) -> bytes | None:
+        """Return the MAC a tree head of ``session`` at ``size`` and ``root`` carries under this handle's key (None without one)."""
+        return head_mac(self._mac_key, session, size, root) if self._mac_key is not None else None
 
     def check_head(self, head: TreeHead) -> bool:
         """Return whether ``head`` carries a valid MAC under this store's key.
@@ -345,9 +360,9 @@ class Store:
         """
         if not isinstance(head, TreeHead):
             raise InvalidArgument("head", f"want a TreeHead, got {type(head).__name__}")
-        if self.mac_key is None:
+        if self._mac_key is None:
             raise CompactStoreError("no key: open the store with its key to check head MACs")
-        return head.mac is not None and head.mac == head_mac(self.mac_key, head.session, head.size, head.root)
+        return head.mac is not None and head.mac == head_mac(self._mac_key, head.session, head.size, head.root)
 
     def seal_head(self, session: str, size: int, root: bytes, prev: int, seqs: bytes) -> bytes:
         """Return the seal a stored head of ``session`` must carry (a keyed MAC when the store has a key).
@@ -361,7 +376,7 @@ class Store:
             field = "session" if not isinstance(session, str) else "root" if not isinstance(root, bytes) else "seqs"
             raise InvalidArgument(field, f"want a str session, bytes root and seqs, got {type(session).__name__}, "
                                   f"{type(root).__name__}, {type(seqs).__name__}")
-        return seal(self.mac_key, session, size, root, prev, seqs)
+        return seal(self._mac_key, session, size, root, prev, seqs)
 
 
 class Session:
@@ -468,7 +483,7 @@ class Session:
         lock with the insert; if another writer appended meanwhile, nothing is written
         and the append is built again under the lock.
         """
-        if self.store.keyed and self.store.mac_key is None:
+        if self.store.keyed and not self.store.has_key:
             raise KeyRequired("append", session=self.name)
         if speculate:
             try:
@@ -482,6 +497,7 @@ class Session:
         with backend.writer(self.name, speculate=speculate) as w:
             sid = w.session_id
             head = w.head()
+            self._not_behind(sid, head)
             frontier = self._frontier(sid, head, w.hashes)
             prepared = build(frontier.size)
             # Retries of idempotent appends replay their first record and write nothing.
@@ -545,7 +561,7 @@ class Session:
                 runs = seq_runs(seqs)
                 # seal() itself: seal_head's checks are for heads read back, these values are ours.
                 new_head = _new_tuple(HeadRow, (frontier.size, root, prev,
-                                                seal(store.mac_key, self.name, frontier.size, root, prev, runs), runs))
+                                                seal(store._mac_key, self.name, frontier.size, root, prev, runs), runs))
                 # The index first: an insert may be the transaction's last statement (it
                 # commits in the same message on PostgreSQL).
                 structure_index.extend(w, sid, prev, events)
@@ -566,6 +582,32 @@ class Session:
             return new
         made = iter(new)
         return [replays[i] if i in replays else next(made) for i in range(len(prepared))]
+
+    def _not_behind(self, sid: int, head: HeadRow | None) -> None:
+        """Refuse to write on a head behind what this handle proved, or that the witness does not hold.
+
+        A store copied back from an older backup under an open handle would otherwise take
+        positions past its end, or a second history at the same size.
+
+        Raises:
+            IntegrityError: the stored head is smaller than the size this handle proved, or
+                of that size with another root; nothing is written.
+            WitnessMismatch: the stored head does not extend the head the witness holds.
+        """
+        store = self.store
+        if store.watch is not None:
+            store.watch.check(self.name)
+        with store._cache_lock:
+            prefix = store._verified.get(sid)
+            known = (prefix.size, prefix.root) if prefix is not None and prefix.name == self.name else None
+        size, root = (head.size, head.root) if head is not None else (0, _EMPTY_ROOT)
+        if known is not None and (size < known[0] or (size == known[0] and root != known[1])):
+            raise IntegrityError(
+                f"the store holds session {self.name!r} at size {size}, where this handle proved size {known[0]}"
+                + ("" if size < known[0] else " with another root")
+                + ": it was replaced by another copy; nothing was written",
+                session=self.name, pos=size,
+            )
 
     def _proven_to(self, sid: int, head: HeadRow | None, frontier: merkle.Frontier) -> _Prefix | None:
         """Return the handle's proven prefix when every leaf under ``head`` is in it and ``frontier`` gives its root.
@@ -1248,8 +1290,6 @@ class Session:
         if ref is not None:
             resolver.same_session(name, "node", ref)
         pos = _position("node", node if ref is None else ref.pos)
-        if ref is not None and store.watch is not None:
-            store.watch.check(name)  # as the verified read of a Node's position does
         # The node is read again from the log, once: a Node passed in is only a position
         # and a leaf here, and the leaf is proven in the sealed head below.
         sid = self._sid()
@@ -1274,11 +1314,9 @@ class Session:
             raise InvalidArgument("node", f"pos {pos} is not a summary node") from None
         if merkle.leaf_hash(row.body) != row.leaf:  # type: ignore[arg-type]
             raise IntegrityError(f"node at pos {pos} does not match its leaf", session=name, pos=pos)
-        if store.keyed and store.mac_key is None:
+        if store.keyed and not store.has_key:
             raise KeyRequired("certify a restoration", session=name)
-        head = backend.head(sid)
-        if head is None or head.seal != store.seal_head(name, head.size, head.root, head.prev, head.seqs):
-            raise IntegrityError("the latest tree head's seal does not verify", session=name)
+        head = self.sealed_head()  # its seal, and the witness where one is configured
         if not 0 <= n.start < n.stop <= pos < head.size:
             raise IntegrityError(f"node at pos {pos} covers [{n.start}, {n.stop}), not a span before it", session=name, pos=pos)
         proof = merkle.serve(merkle.inclusion_spans(pos, head.size), lambda c: backend.hashes(sid, c))
@@ -1400,7 +1438,11 @@ class Session:
         return IndexedFacts(self._index(), size, reader or self.reader(size), self.span_root, self._nodes_before)
 
     def read_span(self, start: int, stop: int, *, records: bool = False) -> SpanRead:
-        """Read ``[start, stop)`` once: each body checked against its leaf, its content digest and span root.
+        """Read ``[start, stop)`` once, as :meth:`scan` reads it: its content digest and its span root from its leaves.
+
+        Each body is checked against its leaf and each leaf against the latest sealed head
+        (and the witness), so what a compaction or an admission builds on is what a plain
+        read would serve.
 
         ``records``: also return the records. Memory stays flat however long the span
         when they are not asked for. The digest is None when a body of the span was
@@ -1416,8 +1458,10 @@ class Session:
             raise InvalidArgument("start", f"must be in [0, {stop}), got {shown(start)}")
         backend = self.store.backend
         out: list[Record] = []
+        leaves: list[bytes] = []
         redacted = False
         erasures = _Erasures(self, sid)
+        check = self._check()
 
         def bodies(chunk: list[Row]) -> list[bytes]:
             nonlocal redacted
@@ -1429,6 +1473,8 @@ class Session:
             for r, leaf in zip(chunk, merkle.leaf_hashes(got)):
                 if r.body is not None and leaf != r.leaf:
                     raise IntegrityError(f"the body at pos {r.pos} does not match its leaf", session=self.name, pos=r.pos)
+            check.run(chunk)  # each leaf is the one the latest sealed head holds, as a plain read holds it
+            leaves.extend(r.leaf for r in chunk)
             if records:
                 out.extend(self._record(r, erasures) for r in chunk)
             return got
@@ -1449,7 +1495,8 @@ class Session:
                 raise IntegrityError(f"position {pos} is missing", session=self.name, pos=pos)
 
         digest = content_digest_of(stream())
-        got = SpanRead(out, None if redacted else digest, self.span_root(start, stop))
+        # The span's root from the leaves just proven, not from stored subtree roots.
+        got = SpanRead(out, None if redacted else digest, merkle.span_root_of_leaves(leaves, start, stop, first=start))
         with self.store._cache_lock:
             spans = self.store._spans
             if len(spans) >= _SPANS_KEPT:
@@ -1553,8 +1600,6 @@ class Session:
         """
         _position("pos", pos)
         ev.as_flag("verify", verify)
-        if self.store.watch is not None:
-            self.store.watch.check(self.name)
         # A row committed after the head was read is past it, and run() reads the head again.
         check = self._check() if verify else None
         sid = check.sid if check is not None else self._sid()
@@ -1586,8 +1631,6 @@ class Session:
         if stop is not None:
             _position("stop", stop)
         ev.as_flag("verify", verify)
-        if self.store.watch is not None:
-            self.store.watch.check(self.name)
         check = self._check() if verify else None
         sid = check.sid if check is not None else self._sid()
         if sid is None:
@@ -1629,6 +1672,11 @@ class Session:
                 raise IntegrityError(f"position {pos} is missing under the sealed head of size {check.size}",
                                      session=self.name, pos=pos)
 
+    def _witnessed(self) -> None:
+        """Refuse the session unless its stored head extends the one the witness holds (when one is configured)."""
+        if self.store.watch is not None:
+            self.store.watch.check(self.name)
+
     def _bounded(self, name: str, value: int | None, lo: int) -> tuple[int, int | None]:
         """Return ``(value or size, session id)`` after checking ``lo <= value <= size``.
 
@@ -1663,7 +1711,7 @@ class Session:
             IntegrityError: as :meth:`sealed_head`.
         """
         store = self.store
-        if not ev.as_flag("verify", verify) or (store.keyed and store.mac_key is None):
+        if not ev.as_flag("verify", verify) or (store.keyed and not store.has_key):
             size, sid = self._bounded("size", size, 0)
             (root,) = self._roots([(0, size)], sid)
             return TreeHead(self.name, size, root, None)
@@ -1671,9 +1719,10 @@ class Session:
             sid = self._sid()
             row = store.backend.head(sid) if sid is not None else None
             if sid is not None and row is not None:
+                self._witnessed()
                 return self._sealed_at(sid, row, size)
         size, _ = self._bounded("size", size, 0)  # an empty tree (size 0, or a session without events)
-        return TreeHead(self.name, size, _EMPTY_ROOT, head_mac(store.mac_key, self.name, size, _EMPTY_ROOT) if store.mac_key else None)
+        return TreeHead(self.name, size, _EMPTY_ROOT, store.head_mac(self.name, size, _EMPTY_ROOT))
 
     @property
     def store_id(self) -> str:
@@ -1694,8 +1743,9 @@ class Session:
             InvalidArgument: the session is empty, or ``size`` is not in [0, latest size].
         """
         store = self.store
-        if store.keyed and store.mac_key is None:
+        if store.keyed and not store.has_key:
             raise KeyRequired("certify", session=self.name)
+        self._witnessed()
         sid = self._require_sid()
         return self._sealed_at(sid, store.backend.head(sid), size)
 
@@ -1712,7 +1762,7 @@ class Session:
             root, *proof = self._roots([(0, size), *merkle.consistency_spans(size, row.size)], sid)
             if not merkle.verify_consistency(size, row.size, root, row.root, proof, HASH):
                 raise IntegrityError(f"the stored tree at size {size} is not a prefix of the sealed head", session=name, pos=size)
-        return TreeHead(name, size, root, head_mac(store.mac_key, name, size, root) if store.mac_key else None)
+        return TreeHead(name, size, root, store.head_mac(name, size, root))
 
     def proven(self, pos: int) -> Record:
         """Return the record at ``pos``, its body checked against its leaf and the leaf proven in the sealed head.
@@ -1751,6 +1801,7 @@ class Session:
 
         Check it with :func:`compactstore.merkle.verify_inclusion`.
         """
+        self._witnessed()
         size, sid = self._bounded("size", size, 1)
         if not 0 <= _position("pos", pos) < size:
             raise InvalidArgument("pos", f"must be in [0, {size - 1}], got {shown(pos)}")
@@ -1761,6 +1812,11 @@ class Session:
 
         Check it with :func:`compactstore.merkle.verify_consistency`.
         """
+        self._witnessed()
+        return self._consistency(old_size, new_size)
+
+    def _consistency(self, old_size: int, new_size: int | None) -> list[bytes]:
+        """Return :meth:`consistency_proof` from the stored roots, unwitnessed (what the witness's own check reads)."""
         new_size, sid = self._bounded("new_size", new_size, 0)
         if not 0 <= _position("old_size", old_size) <= new_size:
             raise InvalidArgument("old_size", f"must be in [0, {new_size}], got {shown(old_size)}")
@@ -2008,6 +2064,8 @@ class _ReadCheck:
         self.reads = 0
         if sid is not None:
             self._head(sid)
+        elif session.store.watch is not None:  # a session deleted under the witness has no id left
+            session.store.watch.check(session.name)
 
     def renew(self) -> None:
         """Read the latest sealed head again (checked as on creation), for a read that reaches past this one."""
@@ -2018,9 +2076,14 @@ class _ReadCheck:
         return IntegrityError(message, session=self.session.name, pos=pos)
 
     def _head(self, sid: int) -> None:
-        """Read the latest sealed head, check its seal and carry the handle's proven prefix to it."""
+        """Read the latest sealed head, check its seal and carry the handle's proven prefix to it.
+
+        Where a witness is configured, the stored head must extend the one it holds first.
+        """
         session = self.session
         store = session.store
+        if store.watch is not None:
+            store.watch.check(session.name)
         self.reads += 1
         row = store.backend.head(sid)
         if row is None:
@@ -2061,7 +2124,7 @@ class _ReadCheck:
     def _sealed(self, sid: int, row: HeadRow) -> HeadRow:
         """Return ``row``, the latest stored head, its seal checked."""
         store, name = self.session.store, self.session.name
-        if store.keyed and store.mac_key is None:
+        if store.keyed and not store.has_key:
             return row
         with store._cache_lock:
             prefix = store._verified.get(sid)

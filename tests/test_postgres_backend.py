@@ -49,7 +49,8 @@ def test_schema_is_created_with_its_version_and_triggers(pg_url: str, owner: psy
     assert tables == {*LOG_TABLES, INDEX_TABLE}
     assert owner.execute("SELECT value FROM meta WHERE name = 'schema_version'").fetchone() == (SCHEMA_VERSION,)
     triggers = {r[0] for r in owner.execute("SELECT tgname FROM pg_trigger WHERE NOT tgisinternal")}
-    assert triggers == {f"{t}_no_{op}" for t in (*LOG_TABLES, INDEX_TABLE) for op in ("update", "delete", "truncate")}
+    assert triggers == {f"{t}_no_{op}" for t in (*LOG_TABLES, INDEX_TABLE) for op in ("update", "delete", "truncate")} | {
+        "heads_follow"}
     types = dict(
         owner.execute(
             "SELECT table_name || '.' || column_name, data_type FROM information_schema.columns "
