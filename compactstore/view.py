@@ -9,7 +9,7 @@ only writer.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import NamedTuple, Protocol
 
 from . import events as ev
@@ -102,5 +102,13 @@ class SessionView(Protocol):
         ...
 
     def read_span(self, start: int, stop: int, *, records: bool = False) -> SpanRead:
-        """Read ``[start, stop)`` once: its content digest, each body checked against its leaf."""
+        """Read ``[start, stop)`` once, as a plain read reads it: its content digest and span root from its leaves."""
+        ...
+
+    def bodies(self, start: int, stop: int, sink: Callable[[list[bytes]], object] | None = None) -> list[bytes | None]:
+        """Return the stored bodies of ``[start, stop)`` unchecked, for a caller that holds them to a digest it trusts."""
+        ...
+
+    def erased_by(self, pos: int) -> int:
+        """Return the position of the logged redaction that erased the body at ``pos`` (IntegrityError if none did)."""
         ...

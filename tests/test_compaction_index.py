@@ -175,7 +175,7 @@ def test_compaction_from_the_index_writes_what_the_full_pass_writes(
             want = _run(full, steps)
         assert got == want
         assert _log(indexed) == _log(full)
-        assert isinstance(indexed.facts(indexed.size), IndexedFacts)
+        assert isinstance(indexed.view.facts(indexed.size), IndexedFacts)
 
 
 def _answers(f: Facts, start: int, stop: int, probe: list[object]) -> dict[str, object]:
@@ -222,7 +222,7 @@ def test_the_indexed_facts_equal_the_full_pass(
         start = data.draw(st.integers(0, size - 1))
         stop = data.draw(st.integers(start + 1, size))
         probe = data.draw(st.lists(st.integers(-1, size + 1) | st.sampled_from([True, 2**70]), max_size=6))
-        index = s.facts(size)
+        index = s.view.facts(size)
         assert isinstance(index, IndexedFacts)
         assert _answers(index, start, stop, probe) == _answers(_full(s, size), start, stop, probe)
 
@@ -232,7 +232,7 @@ def test_a_session_with_redactions_compacts_by_the_full_pass(store: cs.Store) ->
     s = store.session("m")
     migration(s)
     s.redact([3], "personal data")
-    assert isinstance(s.facts(s.size), FullFacts)
+    assert isinstance(s.view.facts(s.size), FullFacts)
     with pytest.raises(cs.CompactionInvariantError, match="finish-migration"):
         s.compact(0, 8)
     node = s.compact(0, 8, on_risk="spill")

@@ -49,7 +49,7 @@ def test_a_compaction_over_a_forged_body_is_refused_and_writes_nothing(target: s
     _forge(target, "m", 0, cs.Turn("user", "Backfill in place.", status="rejected"))
     with cs.open(target, key=KEY, clock=ev.tick_clock()) as store:
         s = store.session("m")
-        for what, call in [("read", lambda: s.read(0)), ("read_span", lambda: s.read_span(0, size)),
+        for what, call in [("read", lambda: s.read(0)), ("read_span", lambda: s.view.read_span(0, size)),
                            ("compact", lambda: s.compact(0, size))]:  # fmt: skip
             with pytest.raises(cs.IntegrityError):
                 call()
@@ -75,8 +75,8 @@ SIBLINGS: dict[str, Callable[[cs.Session, cs.Node, cs.Marker], object]] = {
     "restore_span": lambda s, n, m: s.restore_span(n.pos),
     "sealed_head": lambda s, n, m: s.sealed_head(),
     "head": lambda s, n, m: s.head(),
-    "proven": lambda s, n, m: s.proven(0),
-    "read_span": lambda s, n, m: s.read_span(0, 4),
+    "proven": lambda s, n, m: s.view.proven(0),
+    "read_span": lambda s, n, m: s.view.read_span(0, 4),
     "resume": lambda s, n, m: s.resume(m),
     "artifact": lambda s, n, m: s.artifact(n.pos),
     "inclusion_proof": lambda s, n, m: s.inclusion_proof(0),
