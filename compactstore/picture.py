@@ -3,15 +3,16 @@
 The picture is bounded however long the session. The last :data:`TAIL` positions are
 drawn one by one (kind, text, structural role); the positions before them are counted
 in at most :data:`BINS` ranges from the structural index (negative facts, and those a
-node of the cover dropped, items still open, non-regenerable bindings, nodes,
-markers). The newest summary nodes and the cover are drawn one by one, the older nodes
-counted per tier; the newest :data:`MARKERS` markers are drawn one by one, the older
-ones counted. Every list a node or a reason carries is cut to its newest entries.
+node of the cover dropped, items still open, non-regenerable bindings, derived events,
+markers). The newest summary nodes are drawn one by one, back to where the cover holds
+every older one; the derived events before them are counted. The newest :data:`MARKERS`
+markers are drawn one by one, the older ones counted. Every list a node or a reason
+carries is cut to its newest entries.
 
-What it reads: the head, the index's negative, binding and open rows, the summary
-nodes, the marker positions, the tail's events, the spans of the nodes drawn one by
-one (up to :data:`READ_SPAN` positions each), and the context a resumed agent loads
-now (:meth:`Session.context`) with why each newer marker does not give it. The audit
+What it reads: the head, the index's negative, binding and open rows, the positions of
+derived events and of markers, the tail's events, the nodes drawn one by one and their
+spans (up to :data:`READ_SPAN` positions each), and the context a resumed agent loads
+now (:meth:`Session.context`), with why each newer marker does not give it. The audit
 and the raw log's size in characters read every event, and are reported for a session
 of at most :data:`WHOLE` events. Renderers only draw the picture.
 """
@@ -46,7 +47,7 @@ MarkerState = Literal["certified", "fallback", "broken"]
 TAIL = 200
 #: Counted ranges the positions before the tail are drawn in, at most.
 BINS = 400
-#: Summary nodes drawn one by one: the newest ones, and as many of the cover's newest.
+#: Summary nodes drawn one by one at least, the newest ones (more when the cover needs them, up to four times as many).
 NODES = 8
 #: Markers drawn one by one, the newest ones.
 MARKERS = 6
@@ -102,7 +103,7 @@ class Bin(msgspec.Struct, frozen=True):
         dropped: those of them in the span of a node of the cover that does not retain them.
         open: items opened among them and still open at the end.
         bindings: non-regenerable bindings among them.
-        nodes, markers: summary nodes and markers among them.
+        derived: summary nodes, spills and attempts among them; markers: markers among them.
         redacted: positions whose bodies a redaction erased.
     """
 
@@ -112,7 +113,7 @@ class Bin(msgspec.Struct, frozen=True):
     dropped: int = 0
     open: int = 0
     bindings: int = 0
-    nodes: int = 0
+    derived: int = 0
     markers: int = 0
     redacted: int = 0
 
@@ -160,21 +161,19 @@ class Bar(msgspec.Struct, frozen=True):
 
 
 class NodeRange(msgspec.Struct, frozen=True):
-    """The summary nodes of one tier not drawn one by one, counted: at ``first`` to ``last``, within ``[start, stop)``.
+    """The derived events before the nodes drawn one by one, markers apart: summary nodes and their spills, counted.
 
     Attributes:
-        losses: how many of them have each loss class.
-        rolled_up: how many of them a digest rolls up (the rest are in the cover).
+        count: how many, from the positions of derived events (nodes, spills and attempts alike).
+        first, last: the positions of the first and the last of them.
+        rolled_up: every node among them is rolled up: the spans of the nodes of the cover
+            drawn one by one hold every position before the first of those.
     """
 
-    tier: int
     count: int
     first: int
     last: int
-    start: int
-    stop: int
-    losses: dict[str, int]
-    rolled_up: int
+    rolled_up: bool
 
 
 class Pin(msgspec.Struct, frozen=True):
@@ -211,7 +210,7 @@ class Pin(msgspec.Struct, frozen=True):
 
 
 class MarkerRange(msgspec.Struct, frozen=True):
-    """The markers older than those drawn one by one, counted: positions ``first`` to ``last``; none was resumed."""
+    """The markers older than those drawn one by one, counted: positions ``first`` to ``last``; the picture resumes none."""
 
     count: int
     first: int
@@ -278,11 +277,6 @@ class Picture(msgspec.Struct, frozen=True):
     open_total: int = 0
     negatives: int = 0
     context_error: str | None = None
-
-    @property
-    def node_total(self) -> int:
-        """Return how many summary nodes the session holds."""
-        return len(self.nodes) + sum(r.count for r in self.node_ranges)
 
     @property
     def marker_total(self) -> int:
@@ -377,17 +371,23 @@ def _dropped(negative: dict[int, IndexRow], cover: Sequence[ev.Summary]) -> list
     return out
 
 
-def _bar(f: Facts, session: Session, pos: int, n: ev.Summary, rolled_up_by: int | None) -> Bar:
-    """Return the node ``n`` at ``pos`` drawn one by one: its verdict and loss manifest read when its span is short."""
+def _bar(f: Facts | str, session: Session, pos: int, n: ev.Summary, rolled_up_by: int | None) -> Bar:
+    """Return the node ``n`` at ``pos`` drawn one by one: its verdict and loss manifest read when its span is short.
+
+    ``f``: the session's facts now, or why they do not read.
+    """
     try:
         anchored = n.stop <= pos and session.span_root(n.start, n.stop).hex() == n.span_root
     except CompactStoreError:
         anchored = False
     violations: list[str] | None = None
     manifest: list[ev.Lost] | None = None
-    if n.stop - n.start <= READ_SPAN:
+    if isinstance(f, str):
+        violations = [f]
+    elif n.stop - n.start <= READ_SPAN:
         try:
             violations = capped([str(v) for v in check_marker(f, pos)[0]])
+            f.read(range(n.start, min(n.stop, pos)))  # the manifest reads every event of the span: one query
             manifest = lost(f, n, pos)
         except IntegrityError as exc:
             violations = [f"the log does not read: {exc}"]
@@ -400,20 +400,50 @@ def _bar(f: Facts, session: Session, pos: int, n: ev.Summary, rolled_up_by: int 
     )
 
 
-def _ranges(nodes: Sequence[tuple[int, ev.Summary]], rolled: dict[int, int]) -> list[NodeRange]:
-    """Return the nodes of each tier counted together, lowest tier first."""
-    out = []
-    for tier in sorted({n.tier for _, n in nodes}):
-        these = [(p, n) for p, n in nodes if n.tier == tier]
-        out.append(NodeRange(
-            tier, len(these), min(p for p, _ in these), max(p for p, _ in these), min(n.start for _, n in these),
-            max(n.stop for _, n in these), dict(Counter(n.loss.value for _, n in these)),
-            sum(1 for p, _ in these if p in rolled),
-        ))
-    return out
+def _covered(nodes: Sequence[tuple[int, ev.Summary]]) -> int:
+    """Return how far from position 0 the spans of ``nodes`` that no other of them rolls up reach without a gap."""
+    rolled = {c for _, n in nodes if n.tier >= 2 for c in n.children}
+    reach = 0
+    for start, stop in sorted((n.start, n.stop) for p, n in nodes if p not in rolled):
+        if start > reach:
+            break
+        reach = max(reach, stop)
+    return reach
 
 
-def _pin(session: Session, f: Facts, nodes: dict[int, ev.Summary], pos: int, now: Resolution | None) -> Pin:
+def _newest_nodes(session: Session, candidates: Sequence[int]) -> tuple[list[tuple[int, ev.Summary]], int]:
+    """Return the newest summary nodes among the derived positions ``candidates``, by position, and how many were read.
+
+    Read newest first: at least :data:`NODES` nodes, and on until the spans of those no
+    later one rolls up reach, from 0, the position of the last read. Every node before it
+    then lies in those spans, and admission keeps the spans of unrolled nodes apart: it
+    is rolled up. Stops after ``4 * NODES`` nodes or ``16 * NODES`` reads whatever the
+    reach (a log with a raw stretch before its first node never reaches).
+    """
+    got: list[tuple[int, ev.Summary]] = []
+    read = 0
+    for pos in reversed(candidates):
+        event = session.read(pos, verify=False).event
+        read += 1
+        if isinstance(event, ev.Summary):
+            got.append((pos, event))
+            if len(got) >= 4 * NODES or len(got) >= NODES and _covered(got) >= pos:
+                break
+        if read >= 16 * NODES:
+            break
+    return sorted(got, key=lambda pn: pn[0]), read
+
+
+def _stale(session: Session, f: Facts, cover: Sequence[int]) -> list[str]:
+    """Return what an obligation open now needs of the nodes at ``cover`` that they neither keep nor spill."""
+    try:
+        nodes = [e for c in cover if isinstance(e := session.read(c, verify=False).event, ev.Summary)]
+        return capped([f"since its checkpoint, {v}" for v in cover_gate(f, nodes)])
+    except CompactStoreError as exc:
+        return [f"the log does not read: {exc}"]
+
+
+def _pin(session: Session, f: Facts | str, pos: int, now: Resolution | None) -> Pin:
     """Return the marker at ``pos``: resumed unless a newer marker gives the context ``now``, and why it does not give it."""
     try:
         m = Marker.from_record(session.read(pos, verify=False))
@@ -433,11 +463,7 @@ def _pin(session: Session, f: Facts, nodes: dict[int, ev.Summary], pos: int, now
     if res.mode == "certified" and now is not None:
         # Certified at its checkpoint, passed over now: Session.context() holds its cover to
         # what every obligation opened since needs, and so does the picture, to say what.
-        top = [nodes[c] for c in (cover or ([m.node] if m.node is not None else [])) if c in nodes]
-        try:
-            stale = capped([f"since its checkpoint, {v}" for v in cover_gate(f, top)])
-        except IntegrityError as exc:
-            stale = [f"the log does not read: {exc}"]
+        stale = [f] if isinstance(f, str) else _stale(session, f, cover or ([m.node] if m.node is not None else []))
     return Pin(pos, m.node, m.size, m.root.hex(), m.conditions, res.mode, capped(res.reasons), res.digest.hex(),
                cover, stale=stale)
 
@@ -459,7 +485,8 @@ def picture(session: Session) -> Picture:
     index = Index(backend, sid)
     erased = backend.redactions(sid)
     records = list(session.scan(tail, size, verify=False))
-    negative = {r.pos: r for r in index.negatives(0, size) if r.pos not in erased}
+    # Every negative row of the log: those of positions in [0, size), whatever made them negative.
+    negative = {r.pos: r for r in backend.index_rows(sid, ("negative",), 0, size) if r.pos not in erased}
     opened = index.open_at(size)
     marker_positions = sorted(backend.latest_markers(sid, size, size))
     try:
@@ -467,18 +494,22 @@ def picture(session: Session) -> Picture:
         context_error = None
     except IntegrityError as exc:
         now, context_error = None, str(exc)
-    f = session.facts(size)
-    all_nodes = f.nodes()
-    by_pos = dict(all_nodes)
-    rolled = {c: p for p, n in all_nodes if n.tier >= 2 for c in n.children}
-    cover = [p for p, _ in all_nodes if p not in rolled]
-    drawn_nodes = sorted({p for p, _ in all_nodes[-NODES:]} | set(cover[-NODES:]))
-    bars = [_bar(f, session, p, by_pos[p], rolled.get(p)) for p in drawn_nodes]
+    try:
+        f: Facts | str = session.facts(size)
+    except IntegrityError as exc:  # a session with redactions reads its facts off every event
+        f = f"the log does not read: {exc}"
+    markers_at = set(marker_positions)
+    derived = [p for p in backend.derived_positions(sid, 0, size) if p not in markers_at]
+    nodes, read = _newest_nodes(session, derived)
+    by_pos = dict(nodes)
+    rolled = {c: p for p, n in nodes if n.tier >= 2 for c in n.children}
+    cover = [p for p, _ in nodes if p not in rolled]
+    bars = [_bar(f, session, p, n, rolled.get(p)) for p, n in nodes]
     drawn_markers = marker_positions[-MARKERS:]
-    pins = [_pin(session, f, by_pos, p, now) for p in drawn_markers]
+    pins = [_pin(session, f, p, now) for p in drawn_markers]
 
     dropped = _dropped(negative, [by_pos[p] for p in cover])
-    holders = [(p, by_pos[p], {x.pos for x in by_pos[p].negative_facts}) for p in drawn_nodes]
+    holders = [(p, n, {x.pos for x in n.negative_facts}) for p, n in nodes]
     cells = []
     for r in records:
         e = r.event
@@ -500,15 +531,15 @@ def picture(session: Session) -> Picture:
     counts.add("dropped", dropped)
     counts.add("open", opened)
     counts.add("bindings", (r.pos for r in index.bindings_in(0, tail) if not r.num))
-    counts.add("nodes", (p for p, _ in all_nodes))
+    counts.add("derived", derived)
     counts.add("markers", marker_positions)
     counts.add("redacted", erased)
-    older = [m for m in marker_positions if m not in set(drawn_markers)]
+    unresumed = marker_positions[: max(len(marker_positions) - MARKERS, 0)]
     open_items = [_item(p, name) for p, name in sorted(opened.items())]
+    older = derived[: len(derived) - read]
     now_loaded = None
     if now is not None:
-        derived = len(backend.derived_positions(sid, 0, size)) + len(set(erased.values()))
-        now_loaded = loaded(session, now, size - derived)
+        now_loaded = loaded(session, now, size - len(derived) - len(marker_positions) - len(set(erased.values())))
     findings: list[Finding] | None = None
     if size <= WHOLE:
         try:
@@ -517,8 +548,9 @@ def picture(session: Session) -> Picture:
             findings = []  # an audit of a log that does not verify would rest on what it cannot vouch for
     return Picture(
         session.name, size, head.root.hex(), cells, bars, pins, findings, open_items[-OPEN:], now_loaded, tail,
-        counts.bins(), _ranges([(p, n) for p, n in all_nodes if p not in set(drawn_nodes)], rolled),
-        [MarkerRange(len(older), older[0], older[-1])] if older else [], len(open_items), len(negative),
+        counts.bins(), [NodeRange(len(older), older[0], older[-1], _covered(nodes) >= derived[len(older)])]
+        if older else [],
+        [MarkerRange(len(unresumed), unresumed[0], unresumed[-1])] if unresumed else [], len(open_items), len(negative),
         context_error,
     )
 
@@ -567,7 +599,7 @@ def rank(cell: Cell) -> int:
 def merged(bins: Sequence[Bin]) -> Bin:
     """Return ``bins`` (consecutive) counted as one."""
     return Bin(bins[0].start, bins[-1].stop, *(sum(getattr(b, k) for b in bins) for k in
-                                                ("negative", "dropped", "open", "bindings", "nodes", "markers",
+                                                ("negative", "dropped", "open", "bindings", "derived", "markers",
                                                  "redacted")))
 
 

@@ -147,13 +147,17 @@ def test_a_long_session_is_drawn_bounded_and_counted(long_store: str) -> None:
     assert got.negatives == len(negatives) and sum(b.dropped for b in got.bins) == 0
     nodes = [r.pos for r in records if r.kind == "node"]
     markers = [r.pos for r in records if r.kind == "marker"]
-    assert got.node_total == len(nodes) > NODES and got.marker_total == len(markers) > MARKERS
-    assert sum(b.nodes for b in got.bins) == sum(1 for p in nodes if p < got.tail)
+    derived = [r.pos for r in records if r.kind in ("node", "spill", "attempt")]
+    assert len(nodes) > NODES and got.marker_total == len(markers) > MARKERS
+    assert sum(b.derived for b in got.bins) == sum(1 for p in derived if p < got.tail)
     assert sum(b.markers for b in got.bins) == sum(1 for p in markers if p < got.tail)
-    assert set(cover) <= {b.pos for b in got.nodes} and set(nodes[-NODES:]) <= {b.pos for b in got.nodes}
+    drawn = [b.pos for b in got.nodes]
+    assert set(cover) <= set(drawn) and set(nodes[-NODES:]) <= set(drawn) and len(drawn) <= 4 * NODES
     assert [m.pos for m in got.markers] == markers[-MARKERS:]
     assert got.marker_ranges == [MarkerRange(len(markers) - MARKERS, markers[0], markers[-MARKERS - 1])]
-    assert sum(r.count for r in got.node_ranges) == len(nodes) - len(got.nodes)
+    (older,) = got.node_ranges
+    assert older.rolled_up and older.first == derived[0] and older.last < min(drawn)
+    assert older.count == sum(1 for p in derived if p <= older.last)
     # The newest marker gives the context; the older ones drawn are not resumed, as nothing depends on them now.
     assert context.marker == markers[-1] and got.markers[-1].gives and got.markers[-1].state == "certified"
     assert all(m.state is None and not m.gives for m in got.markers[:-1])

@@ -115,7 +115,7 @@ class _Geometry:
         self.ranges = columns(p, MAX_COLUMNS)
         self.starts = [a for a, _ in self.ranges]
         self.cw = (RIGHT - LEFT) / max(len(self.ranges), 1)
-        self.tiers = sorted({b.tier for b in p.nodes} | {r.tier for r in p.node_ranges}, reverse=True)
+        self.tiers = sorted({b.tier for b in p.nodes} | ({1} if p.node_ranges else set()), reverse=True)
         self.pins_y = 34
         self.lane_top = 78
         self.lane_h = 34
@@ -163,15 +163,14 @@ def _bar(b: Bar, g: _Geometry) -> list[str]:
     return out
 
 
-def _counted_bar(r: NodeRange, g: _Geometry) -> list[str]:
-    """Return the L1 nodes not drawn one by one, as one hatched bar over the spans they cover."""
-    x0, x1 = g.x(r.start) + 1.5, max(g.x(r.stop) - 1.5, g.x(r.start) + 3)
-    y = g.lane_y(r.tier)
-    title = (f"{_n(r.count, f'L{r.tier} node')} at pos {r.first}–{r.last} over [{r.start}, {r.stop}): "
-             f"{', '.join(f'{n:,} {loss}' for loss, n in sorted(r.losses.items()))}; {r.rolled_up:,} rolled up")
+def _counted_bar(r: NodeRange, stop: int, g: _Geometry) -> list[str]:
+    """Return the derived events before the nodes drawn one by one, rolled up, as one hatched bar over ``[0, stop)``."""
+    x0, x1 = g.x(0) + 1.5, max(g.x(stop) - 1.5, g.x(0) + 3)
+    y = g.lane_y(1)
+    title = f"{r.count:,} older nodes and spills at pos {r.first}–{r.last}, counted; every node among them is rolled up"
     out = [f'<g><title>{_e(title)}</title><rect x="{x0:.1f}" y="{y:.1f}" width="{x1 - x0:.1f}" height="{g.lane_h}" '
            f'rx="8" fill="url(#counted)" stroke="#adb5bd"/>']
-    for label in (f"{_n(r.count, f'L{r.tier} node')}, rolled up", f"{r.count:,} L{r.tier}", f"{r.count:,}"):
+    for label in (f"{r.count:,} older nodes and spills, rolled up", f"{r.count:,} older", f"{r.count:,}"):
         if len(label) * 7.4 + 12 <= x1 - x0:
             out.append(f'<text x="{(x0 + x1) / 2:.1f}" y="{y + 22:.1f}" text-anchor="middle" class="cl">{_e(label)}</text>')
             break
@@ -219,7 +218,7 @@ def _bins_column(x: Bin, most: int, g: _Geometry, out: list[str]) -> None:
         parts.append(f"{x.dropped:,} dropped by a node of the cover")
     parts += [_n(x.open, "item") + " still open"] if x.open else []
     parts += [_n(x.bindings, "non-regenerable binding")] if x.bindings else []
-    parts += [_n(x.nodes, "node"), _n(x.markers, "marker")]
+    parts += [f"{x.derived:,} nodes and spills", _n(x.markers, "marker")]
     parts += [f"{x.redacted:,} redacted"] if x.redacted else []
     title = f"pos {x.start}–{x.stop - 1}: " + ", ".join(parts)
     red = h * x.negative / most if most else 0.0
@@ -369,9 +368,10 @@ def timeline(p: Picture) -> str:
     labels += [("raw", g.strip_y + g.strip_h / 2 + 4)]
     for text, y in labels:
         parts.append(f'<text x="{LEFT - 14}" y="{y:.1f}" text-anchor="end" class="lane">{text}</text>')
+    reach = min((b.start for b in p.nodes), default=0)
     for r in p.node_ranges:
-        if r.tier == 1:
-            parts += _counted_bar(r, g)
+        if r.rolled_up and reach > 0:
+            parts += _counted_bar(r, reach, g)
     for b in sorted(_lane_bars(p), key=lambda b: -b.tier):
         parts += _bar(b, g)
     parts += _strip(p, g)
@@ -457,11 +457,10 @@ def _node_card(b: Bar) -> str:
 
 
 def _range_card(r: NodeRange) -> str:
-    losses = ", ".join(f"{n:,} {_e(loss)}" for loss, n in sorted(r.losses.items()))
-    where = f"{r.rolled_up:,} rolled up" + (f", {r.count - r.rolled_up:,} in the cover" if r.count > r.rolled_up else "")
-    return (f'<div class="node counted"><div class="row"><b>{_n(r.count, f"older L{r.tier} node")}</b>'
-            f'<span class="small">#{r.first} … #{r.last} · spans within [{r.start}, {r.stop})</span></div>'
-            f'<div class="small">{losses}; {where}; counted, not drawn one by one</div></div>')
+    rolled = "; every node among them is rolled up" if r.rolled_up else ""
+    return (f'<div class="node counted"><div class="row"><b>{r.count:,} older nodes and spills</b>'
+            f'<span class="small">#{r.first} … #{r.last}</span></div>'
+            f'<div class="small">counted, not drawn one by one{rolled}</div></div>')
 
 
 def _claim(m: Pin) -> str:
@@ -543,10 +542,9 @@ def _events(p: Picture) -> str:
 def _chips(p: Picture) -> str:
     chips = []
     by_tier = Counter(b.tier for b in p.nodes)
-    for r in p.node_ranges:
-        by_tier[r.tier] += r.count
     tiers = ", ".join(f"{by_tier[t]:,} L{t}" for t in sorted(by_tier))
-    chips.append(f'<span class="chip"><b>{p.node_total:,}</b> summary nodes{f" ({tiers})" if tiers else ""}</span>')
+    older = "".join(f" and {r.count:,} older nodes and spills" for r in p.node_ranges)
+    chips.append(f'<span class="chip"><b>{len(p.nodes):,}</b> summary nodes{f" ({tiers})" if tiers else ""}{older}</span>')
     for state, word, cls in (("certified", "certified", "ok"), ("fallback", "falls back", "bad"),
                              ("broken", "does not verify", "bad")):
         n = sum(1 for m in p.markers if m.state == state)

@@ -15,7 +15,7 @@ from rich.text import Text
 
 from ..events import Lost
 from ..picture import (
-    NEGATIVE, Bar, Bin, Cell, Loaded, NodeRange, Picture, Pin, column, columns, lost_name, passed_over, picture, why_not,
+    NEGATIVE, Bar, Bin, Cell, Loaded, Picture, Pin, column, columns, lost_name, passed_over, picture, why_not,
 )
 from .app import EXIT_REFUSED, Failure, display, emit, main, opened, pick_session, reporting, store_options
 from .verify import SHOWN
@@ -108,9 +108,11 @@ def _stretches(p: Picture, tier: int) -> list[Stretch]:
         style = LOSS_STYLE.get(b.loss, "white on red3") + ("" if b.anchored else " strike")
         out.append((b.start, b.stop, (f"#{b.pos} {b.loss}", f"#{b.pos} {SHORT_LOSS.get(b.loss, '?')}", f"#{b.pos}"),
                     style))
+    reach = min((b.start for b in p.nodes), default=0)
     for r in p.node_ranges:
-        if r.tier == tier == 1:
-            out.append((r.start, r.stop, (f"{r.count:,} L1 nodes", f"{r.count:,} L1", f"{r.count:,}"), COUNTED_STYLE))
+        if tier == 1 and r.rolled_up and reach > 0:
+            out.append((0, reach, (f"{r.count:,} older nodes and spills", f"{r.count:,} older", f"{r.count:,}"),
+                        COUNTED_STYLE))
     return sorted(out, key=lambda s: s[0])
 
 
@@ -180,7 +182,7 @@ def timeline(p: Picture, width: int) -> Table:
     grid = Table.grid(padding=(0, 1))
     grid.add_column(style="bold", min_width=5, no_wrap=True, justify="right")
     grid.add_column(no_wrap=True, overflow="crop")
-    tiers = {b.tier for b in p.nodes} | {r.tier for r in p.node_ranges}
+    tiers = {b.tier for b in p.nodes} | ({1} if p.node_ranges else set())
     for tier in sorted(tiers, reverse=True):
         grid.add_row(f"L{tier}", _lane(_stretches(p, tier), scale))
     grid.add_row("raw", _strip(p, scale))
@@ -243,11 +245,6 @@ def retains(b: Bar) -> str:
     return " · ".join(out)
 
 
-def losses(r: NodeRange) -> str:
-    """Return how many nodes of a counted range have each loss class."""
-    return ", ".join(f"{n:,} {SHORT_LOSS.get(loss, loss)}" for loss, n in sorted(r.losses.items()))
-
-
 def _nodes_table(p: Picture) -> Table:
     t = Table(title="summary nodes, newest first", title_justify="left", title_style="bold", box=box.SIMPLE_HEAD,
               show_edge=False, pad_edge=False)
@@ -256,10 +253,10 @@ def _nodes_table(p: Picture) -> Table:
     for b in sorted(p.nodes, key=lambda b: -b.pos):
         t.add_row(str(b.pos), f"L{b.tier}", f"[{b.start}, {b.stop})", Text(b.loss, style=LOSS_STYLE.get(b.loss, "")),
                   retains(b), _verdict(b))
-    for r in sorted(p.node_ranges, key=lambda r: -r.last):
-        where = f"{r.rolled_up:,} rolled up" + (f", {r.count - r.rolled_up:,} in the cover" if r.count > r.rolled_up else "")
-        t.add_row(f"{r.first}…{r.last}", f"{r.count:,} × L{r.tier}", f"[{r.start}, {r.stop})", losses(r),
-                  Text(f"counted, not drawn one by one; {where}", style="grey50"), "")
+    for r in p.node_ranges:
+        t.add_row(f"{r.first}…{r.last}", "older", "", "", Text(
+            f"{r.count:,} nodes and spills, counted" + (", every node rolled up" if r.rolled_up else ""), style="grey50"),
+            "")
     return t
 
 
@@ -446,8 +443,9 @@ def show_command(target: str, key_env: str | None, session_name: str | None, as_
         with open(html_path, "w", encoding="utf-8") as out:
             out.write(page(pic))
         emit(as_json, {"ok": True, "verified": verify, "html": html_path, "session": pic.session, "size": pic.size},
-             f"wrote {html_path}: session {pic.session!r}, {pic.size} events, {pic.node_total} nodes, "
-             f"{pic.marker_total} markers")
+             f"wrote {html_path}: session {pic.session!r}, {pic.size} events, {len(pic.nodes)} nodes"
+             + "".join(f" (and {r.count:,} older nodes and spills)" for r in pic.node_ranges)
+             + f", {pic.marker_total} markers")
         return
     if as_json:
         click.echo(json.dumps({"ok": True, "verified": verify, **msgspec.to_builtins(pic)}))
