@@ -473,14 +473,20 @@ def picture(session: Session) -> Picture:
 
     Drawn even when the log does not verify (``show --no-verify``): every body read is
     held to its own leaf, each marker's resume says whether its checkpoint holds, and
-    what the index says of the positions before the tail is drawn as it is.
+    what the index says of the positions before the tail is drawn as it is. Every read
+    sees one state of the store.
     """
-    head = session.head(verify=False)
-    size = head.size
     backend = session.store.backend
-    sid = backend.session_id(session.name)
-    if sid is None or size == 0:
-        return Picture(session.name, size, head.root.hex(), [], [], [], [], [])
+    with backend.snapshot(), session.reading():
+        head = session.head(verify=False)
+        sid = backend.session_id(session.name)
+        if sid is None or head.size == 0:
+            return Picture(session.name, head.size, head.root.hex(), [], [], [], [], [])
+        return _picture(session, head, sid)
+
+
+def _picture(session: Session, head: ev.TreeHead, sid: int) -> Picture:
+    size, backend = head.size, session.store.backend
     tail = max(0, size - TAIL)
     index = Index(backend, sid)
     erased = backend.redactions(sid)
@@ -553,6 +559,28 @@ def picture(session: Session) -> Picture:
         [MarkerRange(len(unresumed), unresumed[0], unresumed[-1])] if unresumed else [], len(open_items), len(negative),
         context_error,
     )
+
+
+def lanes(p: Picture) -> dict[int, tuple[list[Bar], int]]:
+    """Return, per tier, the nodes its lane draws and where the stretch of counted nodes before them ends (0: none).
+
+    A digest rolled up by a later one lies under it and is not drawn. An L1 node rolled
+    up over counted positions is drawn with the counted ones, as one stretch up to the
+    first L1 node drawn; so are the derived events before the nodes drawn one by one,
+    when every node among them is rolled up.
+    """
+    out: dict[int, tuple[list[Bar], int]] = {}
+    for tier in sorted({b.tier for b in p.nodes} | ({1} if p.node_ranges else set())):
+        these = [b for b in p.nodes if b.tier == tier]
+        if tier > 1:
+            out[tier] = ([b for b in these if b.rolled_up_by is None], 0)
+            continue
+        folded = [b for b in these if b.rolled_up_by is not None and b.start < p.tail]
+        drawn = [b for b in these if b not in folded]
+        counted = folded or any(r.rolled_up for r in p.node_ranges)
+        stop = min((b.start for b in drawn), default=max((b.stop for b in folded), default=0)) if counted else 0
+        out[tier] = (drawn, stop)
+    return out
 
 
 def passed_over(p: Picture) -> list[Pin]:

@@ -7,7 +7,7 @@ from collections import Counter
 from html import escape
 
 from ..picture import (
-    NEGATIVE, Bar, Bin, Cell, NodeRange, Picture, Pin, column, columns, lost_name, passed_over, rank, why_not,
+    NEGATIVE, Bar, Bin, Cell, NodeRange, Picture, Pin, column, columns, lanes, lost_name, passed_over, rank, why_not,
 )
 
 LOSS_COLOR = {"LOSSLESS": "#2f9e44", "LOSSY_GIST": "#e8a317", "LOSSY_LITERAL": "#d9480f"}
@@ -115,7 +115,7 @@ class _Geometry:
         self.ranges = columns(p, MAX_COLUMNS)
         self.starts = [a for a, _ in self.ranges]
         self.cw = (RIGHT - LEFT) / max(len(self.ranges), 1)
-        self.tiers = sorted({b.tier for b in p.nodes} | ({1} if p.node_ranges else set()), reverse=True)
+        self.tiers = sorted(lanes(p), reverse=True)
         self.pins_y = 34
         self.lane_top = 78
         self.lane_h = 34
@@ -137,8 +137,8 @@ class _Geometry:
 
 
 def _lane_bars(p: Picture) -> list[Bar]:
-    """Return the nodes drawn in the lanes: every L1 node drawn one by one, and the digests no later one rolls up."""
-    return [b for b in p.nodes if b.tier == 1 or b.rolled_up_by is None]
+    """Return the nodes the lanes draw one by one."""
+    return [b for bars, _ in lanes(p).values() for b in bars]
 
 
 def _bar(b: Bar, g: _Geometry) -> list[str]:
@@ -163,14 +163,15 @@ def _bar(b: Bar, g: _Geometry) -> list[str]:
     return out
 
 
-def _counted_bar(r: NodeRange, stop: int, g: _Geometry) -> list[str]:
-    """Return the derived events before the nodes drawn one by one, rolled up, as one hatched bar over ``[0, stop)``."""
+def _counted_bar(p: Picture, stop: int, g: _Geometry) -> list[str]:
+    """Return the nodes counted before those the L1 lane draws, all rolled up, as one hatched bar over ``[0, stop)``."""
     x0, x1 = g.x(0) + 1.5, max(g.x(stop) - 1.5, g.x(0) + 3)
     y = g.lane_y(1)
-    title = f"{r.count:,} older nodes and spills at pos {r.first}–{r.last}, counted; every node among them is rolled up"
+    older = sum(r.count for r in p.node_ranges)
+    title = f"older nodes over [0, {stop}), rolled up" + (f"; {older:,} older nodes and spills counted" if older else "")
     out = [f'<g><title>{_e(title)}</title><rect x="{x0:.1f}" y="{y:.1f}" width="{x1 - x0:.1f}" height="{g.lane_h}" '
            f'rx="8" fill="url(#counted)" stroke="#adb5bd"/>']
-    for label in (f"{r.count:,} older nodes and spills, rolled up", f"{r.count:,} older", f"{r.count:,}"):
+    for label in ("older L1 nodes, rolled up", "older", ""):
         if len(label) * 7.4 + 12 <= x1 - x0:
             out.append(f'<text x="{(x0 + x1) / 2:.1f}" y="{y + 22:.1f}" text-anchor="middle" class="cl">{_e(label)}</text>')
             break
@@ -368,10 +369,9 @@ def timeline(p: Picture) -> str:
     labels += [("raw", g.strip_y + g.strip_h / 2 + 4)]
     for text, y in labels:
         parts.append(f'<text x="{LEFT - 14}" y="{y:.1f}" text-anchor="end" class="lane">{text}</text>')
-    reach = min((b.start for b in p.nodes), default=0)
-    for r in p.node_ranges:
-        if r.rolled_up and reach > 0:
-            parts += _counted_bar(r, reach, g)
+    counted = lanes(p).get(1, ([], 0))[1]
+    if counted:
+        parts += _counted_bar(p, counted, g)
     for b in sorted(_lane_bars(p), key=lambda b: -b.tier):
         parts += _bar(b, g)
     parts += _strip(p, g)

@@ -15,7 +15,8 @@ from rich.text import Text
 
 from ..events import Lost
 from ..picture import (
-    NEGATIVE, Bar, Bin, Cell, Loaded, Picture, Pin, column, columns, lost_name, passed_over, picture, why_not,
+    NEGATIVE, Bar, Bin, Cell, Loaded, Picture, Pin, column, columns, lanes, lost_name, passed_over, picture,
+    why_not,
 )
 from .app import EXIT_REFUSED, Failure, display, emit, main, opened, pick_session, reporting, store_options
 from .verify import SHOWN
@@ -96,23 +97,15 @@ def _strip(p: Picture, scale: Scale) -> Text:
 Stretch = tuple[int, int, Sequence[str], str]
 
 
-def _stretches(p: Picture, tier: int) -> list[Stretch]:
-    """Return what a lane of ``tier`` draws: its nodes drawn one by one, and its counted ones as one stretch.
-
-    A digest rolled up by a later one lies under it, so only L1 nodes are drawn rolled up.
-    """
+def _stretches(p: Picture, bars: Sequence[Bar], counted: int) -> list[Stretch]:
+    """Return what a lane draws: its nodes drawn one by one, and the counted ones before them as one stretch."""
     out: list[Stretch] = []
-    for b in p.nodes:
-        if b.tier != tier or (tier > 1 and b.rolled_up_by is not None):
-            continue
+    for b in bars:
         style = LOSS_STYLE.get(b.loss, "white on red3") + ("" if b.anchored else " strike")
         out.append((b.start, b.stop, (f"#{b.pos} {b.loss}", f"#{b.pos} {SHORT_LOSS.get(b.loss, '?')}", f"#{b.pos}"),
                     style))
-    reach = min((b.start for b in p.nodes), default=0)
-    for r in p.node_ranges:
-        if tier == 1 and r.rolled_up and reach > 0:
-            out.append((0, reach, (f"{r.count:,} older nodes and spills", f"{r.count:,} older", f"{r.count:,}"),
-                        COUNTED_STYLE))
+    if counted:
+        out.append((0, counted, ("older nodes, rolled up", "older", ""), COUNTED_STYLE))
     return sorted(out, key=lambda s: s[0])
 
 
@@ -141,7 +134,7 @@ def _pins(p: Picture, scale: Scale) -> Text:
     for (a, b), start in zip(scale.ranges, scale.starts):
         x = column(p, a, b)
         if isinstance(x, Bin) and x.markers:
-            line[scale.col(start)] = ("⚑", "grey50")
+            line[scale.col(start)] = ("·", "grey50")
     for m in sorted(p.markers, key=lambda m: -m.pos):
         col = min(scale.col(m.pos), scale.width - 1)
         style = STATE_STYLE.get(m.state or "", "grey70")
@@ -182,9 +175,8 @@ def timeline(p: Picture, width: int) -> Table:
     grid = Table.grid(padding=(0, 1))
     grid.add_column(style="bold", min_width=5, no_wrap=True, justify="right")
     grid.add_column(no_wrap=True, overflow="crop")
-    tiers = {b.tier for b in p.nodes} | ({1} if p.node_ranges else set())
-    for tier in sorted(tiers, reverse=True):
-        grid.add_row(f"L{tier}", _lane(_stretches(p, tier), scale))
+    for tier, (bars, counted) in sorted(lanes(p).items(), reverse=True):
+        grid.add_row(f"L{tier}", _lane(_stretches(p, bars, counted), scale))
     grid.add_row("raw", _strip(p, scale))
     grid.add_row("", _axis(p, scale))
     if p.markers:
@@ -201,7 +193,7 @@ LEGEND = (
 )
 COUNTED_LEGEND = (
     ("▁▄█", "red3 on grey15", "negative facts, counted"), ("✗", "bold white on red3", "one dropped by the cover"),
-    ("░", "grey50 on grey15", "none"),
+    ("░", "grey50 on grey15", "none"), ("·", "grey50", "markers, counted"),
 )
 
 
