@@ -2,6 +2,7 @@
 """The picture at scale: how long do ``compactstore show`` and ``show --html`` take, and how much do they write?
 
     python benchmarks/picture.py [--events 100000] [--every 100] [--roll-up-every 5] [--repeat 3] [--store PATH]
+                                 [--skip-verify]
 
 One session of ``--events`` events is played through the public API with memory_loop.py's
 agent turns (a user turn, a tool call and its result, every 7th failing, an assistant
@@ -11,13 +12,15 @@ every turn with memory_loop's bounded deterministic summarizer: many L1 nodes, a
 that grows, and a marker after every compaction. ``--store PATH`` keeps the store there
 and reuses it on the next run when it already holds the session at that size.
 
-Then ``compactstore show`` (verifying the store first, as by default, and with
-``--no-verify``) and ``show --html`` are run as subprocesses, interleaved, ``--repeat``
-rounds after a warm-up; each is timed whole (interpreter start included) and its output
-measured: the bytes the terminal picture prints (piped, ``COLUMNS=160``) and the bytes
-of the page. ``compactstore verify`` alone is timed beside them, as the part of ``show``
-that is the store's check rather than the picture. Goals: ``show`` at most 2 s and
-100 KB; ``show --html`` at most 3 s and 2 MB.
+Then ``compactstore show --no-verify`` and ``show --html --no-verify`` are run as
+subprocesses, interleaved, ``--repeat`` rounds after a warm-up, each timed whole
+(interpreter start included) with its output measured: the bytes the terminal picture
+prints (piped, ``COLUMNS=160``) and the bytes of the page. Beside them, in the same
+rounds, a process that only opens the store and calls ``Session.context()``: the part
+of the picture that is the resolver's. ``show`` and ``show --html`` as run by default
+verify the whole store first; they are timed once each afterwards, with ``compactstore
+verify`` alone beside them (``--skip-verify`` leaves the three out). Goals: ``show`` at
+most 2 s and 100 KB; ``show --html`` at most 3 s and 2 MB.
 
 Writes benchmarks/results/picture.json.
 """
@@ -45,6 +48,8 @@ from compactstore import events as ev  # noqa: E402
 SESSION = "picture"
 #: The terminal width the picture is drawn at (piped output has no terminal to ask).
 COLUMNS = 160
+#: A process that opens the store and resolves the context a resumed agent loads now, and nothing else.
+CONTEXT = "import sys, compactstore as cs\nwith cs.open(sys.argv[1], create=False) as s: s.session(sys.argv[2]).context()"
 
 
 def build(path: str, events: int, every: int, roll_up_every: int | None) -> dict[str, int]:
@@ -94,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--roll-up-every", type=int, default=5, help="grow the digest every N L1 nodes; 0: never")
     parser.add_argument("--repeat", type=int, default=3, help="timed rounds per command (default 3)")
     parser.add_argument("--store", help="keep the store at PATH and reuse it when it holds the session already")
+    parser.add_argument("--skip-verify", action="store_true", help="time show only with --no-verify, and not verify")
     args = parser.parse_args(argv)
     info = harness.machine()
     harness.print_machine(info, args.repeat)
@@ -125,34 +131,46 @@ def main(argv: list[str] | None = None) -> int:
             out[name] = Path(written).stat().st_size if written else len(got.stdout)
 
         store_args = ["-s", path, "--session", SESSION]
+        context = [sys.executable, "-c", CONTEXT, path, SESSION]
         methods: list[tuple[str, harness.Method]] = [
-            ("show", lambda: run("show", command("show", *store_args))),
             ("show --no-verify", lambda: run("show --no-verify", command("show", "--no-verify", *store_args))),
-            ("show --html", lambda: run("show --html", command("show", "--html", page, *store_args), page)),
             ("show --html --no-verify",
              lambda: run("show --html --no-verify", command("show", "--html", page, "--no-verify", *store_args), page)),
-            ("verify", lambda: run("verify", command("verify", "-s", path))),
+            ("Session.context() alone", lambda: run("Session.context() alone", context)),
         ]
         got = harness.interleaved(methods, args.repeat)
+        if not args.skip_verify:
+            once: list[tuple[str, harness.Method]] = [
+                ("show", lambda: run("show", command("show", *store_args))),
+                ("show --html", lambda: run("show --html", command("show", "--html", page, *store_args), page)),
+                ("verify", lambda: run("verify", command("verify", "-s", path))),
+            ]
+            for name, method in once:
+                started = time.perf_counter()
+                method()
+                got[name] = [time.perf_counter() - started]
+            methods += once
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     section = Section(f"compactstore show at {size:,} events (subprocess, interpreter start included)",
-                      ("command", "output", "min", "median", "max"))
+                      ("command", "output", "rounds", "min", "median", "max"))
     for name, _ in methods:
         st = Stat.of(got[name])
-        written = f"{out[name]:,} B" if name != "verify" else "-"
-        section.rows.append((name, written, seconds(st.min), seconds(st.median), seconds(st.max)))
+        written = f"{out[name]:,} B" if name.startswith("show") else "-"
+        section.rows.append((name, written, str(st.n), seconds(st.min), seconds(st.median), seconds(st.max)))
         section.data.append({"command": name, "output_bytes": out[name], **st.as_dict()})
     median = {name: Stat.of(got[name]).median for name, _ in methods}
-    section.notes.append("show verifies the store first (compactstore verify, timed alone in the last row); "
+    section.notes.append("show and show --html verify the whole store first (compactstore verify, timed alone); "
                          "--no-verify draws without it")
+    section.notes.append(f"Session.context() alone (open, resolve, exit): {seconds(median['Session.context() alone'])} "
+                         f"of show --no-verify's {seconds(median['show --no-verify'])}")
+    for name, target in (("show", 2.0), ("show --html", 3.0)):
+        for variant in (name, f"{name} --no-verify"):
+            if variant in median:
+                section.goals.append(Goal(f"{variant} (s)", median[variant], target, higher_is_better=False))
     section.goals += [
-        Goal("show (s)", median["show"], 2.0, higher_is_better=False),
-        Goal("show --no-verify (s)", median["show --no-verify"], 2.0, higher_is_better=False),
-        Goal("show output (KB)", out["show"] / 1000, 100, higher_is_better=False),
-        Goal("show --html (s)", median["show --html"], 3.0, higher_is_better=False),
-        Goal("show --html --no-verify (s)", median["show --html --no-verify"], 3.0, higher_is_better=False),
-        Goal("show --html page (MB)", out["show --html"] / 1e6, 2.0, higher_is_better=False),
+        Goal("show output (KB)", out["show --no-verify"] / 1000, 100, higher_is_better=False),
+        Goal("show --html page (MB)", out["show --html --no-verify"] / 1e6, 2.0, higher_is_better=False),
     ]
     section.print()
     result = harness.write_json("picture", info, [section], params=vars(args), events=size)

@@ -23,7 +23,7 @@ import json
 from bisect import bisect_left, bisect_right
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, TypeVar
 
 import msgspec
 
@@ -371,6 +371,14 @@ def _dropped(negative: dict[int, IndexRow], cover: Sequence[ev.Summary]) -> list
     return out
 
 
+_Positioned = TypeVar("_Positioned", ev.Fact, ev.Item, ev.Excerpt)
+
+
+def _newest(entries: Sequence[_Positioned]) -> list[_Positioned]:
+    """Return the :data:`LISTED` entries of a node's list at the latest positions, by position."""
+    return sorted(entries, key=lambda x: x.pos)[-LISTED:]
+
+
 def _bar(f: Facts | str, session: Session, pos: int, n: ev.Summary, rolled_up_by: int | None) -> Bar:
     """Return the node ``n`` at ``pos`` drawn one by one: its verdict and loss manifest read when its span is short.
 
@@ -394,9 +402,9 @@ def _bar(f: Facts | str, session: Session, pos: int, n: ev.Summary, rolled_up_by
     summary = n.summary if len(n.summary) <= SUMMARY else n.summary[: SUMMARY - 1] + "…"
     totals = Totals(len(n.negative_facts), len(n.unresolved), len(n.resolved), len(n.kept), len(n.spills))
     return Bar(
-        pos, n.tier, n.start, n.stop, n.loss.value, summary, list(n.children), n.negative_facts[-LISTED:],
-        n.unresolved[-LISTED:], n.kept[-LISTED:], n.spills[-LISTED:], n.contract, anchored, violations,
-        n.resolved[-LISTED:], manifest, rolled_up_by, totals,
+        pos, n.tier, n.start, n.stop, n.loss.value, summary, list(n.children), _newest(n.negative_facts),
+        _newest(n.unresolved), _newest(n.kept), sorted(n.spills, key=lambda r: r.source)[-LISTED:], n.contract,
+        anchored, violations, _newest(n.resolved), manifest, rolled_up_by, totals,
     )
 
 
