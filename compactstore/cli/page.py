@@ -22,6 +22,8 @@ DERIVED_GLYPH = {"node": "▤", "marker": "⚑", "spill": "⇣", "redaction": "�
 WIDTH = 1100
 LEFT, RIGHT = 78, 1080
 MAX_COLUMNS = 600
+#: The share of the timeline's width the positions drawn one by one take when earlier ones are counted.
+TAIL_SHARE = 0.6
 #: A marker's mark: certified at its checkpoint now, not resumed; any other state is ✗.
 MARK: dict[str | None, str] = {"certified": "✓", None: "·"}
 #: Lost literals listed on a node's card; the others are counted.
@@ -114,7 +116,16 @@ class _Geometry:
         self.size = max(p.size, 1)
         self.ranges = columns(p, MAX_COLUMNS)
         self.starts = [a for a, _ in self.ranges]
-        self.cw = (RIGHT - LEFT) / max(len(self.ranges), 1)
+        # The positions drawn one by one take TAIL_SHARE of the width when some are counted.
+        counted = sum(1 for a, _ in self.ranges if a < p.tail)
+        own = len(self.ranges) - counted
+        span = RIGHT - LEFT
+        if counted and own:
+            widths = [span * (1 - TAIL_SHARE) / counted] * counted + [span * TAIL_SHARE / own] * own
+        else:
+            widths = [span / max(len(self.ranges), 1)] * len(self.ranges)
+        self.widths = widths
+        self.lefts = _cumulative(widths)
         self.tiers = sorted(lanes(p), reverse=True)
         self.pins_y = 34
         self.lane_top = 78
@@ -130,10 +141,19 @@ class _Geometry:
             return RIGHT
         col = max(bisect_right(self.starts, pos) - 1, 0)
         a, b = self.ranges[col]
-        return LEFT + (col + (pos - a) / max(b - a, 1)) * self.cw
+        return self.lefts[col] + (pos - a) / max(b - a, 1) * self.widths[col]
 
     def lane_y(self, tier: int) -> float:
         return self.lane_top + self.tiers.index(tier) * (self.lane_h + self.lane_gap)
+
+
+def _cumulative(widths: list[float]) -> list[float]:
+    """Return the left edge of each column of ``widths``, from LEFT."""
+    out, at = [], float(LEFT)
+    for w in widths:
+        out.append(at)
+        at += w
+    return out
 
 
 def _lane_bars(p: Picture) -> list[Bar]:
