@@ -548,12 +548,12 @@ def _picture(session: Session, head: ev.TreeHead, sid: int) -> Picture:
     counts.add("derived", derived)
     counts.add("markers", marker_positions)
     counts.add("redacted", erased)
-    unresumed = marker_positions[: max(len(marker_positions) - MARKERS, 0)]
-    open_items = [_item(p, name) for p, name in sorted(opened.items())]
     older = derived[: len(derived) - read]
-    now_loaded = None
-    if now is not None:
-        now_loaded = loaded(session, now, size - len(derived) - len(marker_positions) - len(set(erased.values())))
+    node_ranges = [NodeRange(len(older), older[0], older[-1], _covered(nodes) >= derived[len(older)])] if older else []
+    unresumed = marker_positions[: max(len(marker_positions) - MARKERS, 0)]
+    marker_ranges = [MarkerRange(len(unresumed), unresumed[0], unresumed[-1])] if unresumed else []
+    open_items = [_item(p, name) for p, name in sorted(opened.items())]
+    raw_items = size - len(derived) - len(marker_positions) - len(set(erased.values()))
     findings: list[Finding] | None = None
     if size <= WHOLE:
         try:
@@ -561,11 +561,9 @@ def _picture(session: Session, head: ev.TreeHead, sid: int) -> Picture:
         except IntegrityError:
             findings = []  # an audit of a log that does not verify would rest on what it cannot vouch for
     return Picture(
-        session.name, size, head.root.hex(), cells, bars, pins, findings, open_items[-OPEN:], now_loaded, tail,
-        counts.bins(), [NodeRange(len(older), older[0], older[-1], _covered(nodes) >= derived[len(older)])]
-        if older else [],
-        [MarkerRange(len(unresumed), unresumed[0], unresumed[-1])] if unresumed else [], len(open_items), len(negative),
-        context_error,
+        session.name, size, head.root.hex(), cells, bars, pins, findings, open_items[-OPEN:],
+        loaded(session, now, raw_items) if now is not None else None, tail, counts.bins(), node_ranges, marker_ranges,
+        len(open_items), len(negative), context_error,
     )
 
 

@@ -174,6 +174,8 @@ def test_the_terminal_picture_of_a_long_session_fits_its_width(long_store: str) 
     text = console.export_text()
     assert all(len(line.rstrip()) <= 120 for line in text.splitlines())
     assert f"positions before {got.tail:,} counted, the last {TAIL} drawn one by one" in text
+    l1 = next(line for line in text.splitlines() if line.strip().startswith("L1"))
+    assert "older nodes, rolled up" in l1 and "[[" not in l1
     older = got.marker_ranges[0]
     assert f"{older.first}…{older.last}" in text and f"{older.count:,} older" in text
     assert "not resumed: marker" in text and "gives the context now" in text
