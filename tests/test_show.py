@@ -56,7 +56,7 @@ def test_the_picture_holds_nodes_markers_facts_and_findings(pic: Picture) -> Non
     assert [c.pos for c in pic.cells if c.negative] == [6, 7, 8, 20, 22, 36]
     assert [c.pos for c in pic.cells if c.open] == [16, 17, 27, 39]
     assert pic.cells[14].binding == "non-regenerable" and pic.cells[4].binding == "regenerable"
-    assert [(f.key, f.node, f.needed_at) for f in pic.findings] == [("snapshot", 30, 39)]
+    assert [(f.key, f.node, f.needed_at) for f in pic.findings or []] == [("snapshot", 30, 39)]
     assert pic.nodes[3].violations == [
         "negative_facts at pos 36: rejected item dropped: user: Do not drop anything until the rollback "
         "window closes on Friday."]
@@ -295,3 +295,19 @@ def test_a_node_lists_the_earlier_items_its_span_closes(tmp_path: Path) -> None:
     console = Console(width=120, record=True, color_system=None)
     console.print(render(got, 120))
     assert "1 closed" in console.export_text()
+
+
+def test_the_demo_says_why_its_certified_marker_does_not_give_the_context(pic: Picture) -> None:
+    """Marker 33 certifies at its checkpoint, yet the context falls back: both views give the obligation opened since."""
+    pin = next(m for m in pic.markers if m.pos == 33)
+    assert pin.state == "certified" and not pin.gives and pin.stale[0].startswith(
+        "since its checkpoint, anchoring at pos 15: live value of binding 'snapshot'")
+    console = Console(width=160, record=True, color_system=None)
+    console.print(render(pic, 160))
+    text = console.export_text()
+    assert "context now (no marker certifies, fallback)" in text
+    assert "because marker at pos 33: since its checkpoint, anchoring at pos 15" in text
+    html = page(pic)
+    assert "certified at emission and again at its checkpoint now" in html
+    assert "does not give the context now: an obligation opened since its checkpoint" in html
+    assert "marker at pos 33: since its checkpoint, anchoring at pos 15" in html
