@@ -22,8 +22,7 @@ verify the whole store first: with ``--verify`` they are timed once each afterwa
 with ``compactstore verify`` alone beside them. Goals: ``show`` at most 2 s and 100 KB;
 ``show --html`` at most 3 s and 2 MB.
 
-Building the session takes most of the run (about half an hour for 100,000 events on
-2 shared cores): pass ``--store`` to keep it for the next run.
+Building the session takes most of a run: pass ``--store`` to keep it for the next one.
 
 Writes benchmarks/results/picture.json.
 """
