@@ -117,7 +117,7 @@ def _lane(stretches: Sequence[Stretch], scale: Scale) -> Text:
         text.append(" " * (a - at))
         inner = max(b - a - 2, 0)
         label = next((x for x in labels if len(x) <= inner), "")
-        text.append(("[" + label.center(inner, "─") + "]")[: b - a], style=style)
+        text.append("│" if b - a == 1 else "[" + label.center(inner, "─") + "]", style=style)
         at = b
     return text
 
@@ -163,8 +163,8 @@ def _axis(p: Picture, scale: Scale) -> Text:
         first = -(-start // step) * step
         for pos in [start, *range(first, stop + 1, step)]:
             label = f"{pos:,}"
-            c = scale.col(pos)
-            if all(ch == " " for ch in line[max(c - 1, 0): c + len(label) + 1]):
+            c = min(scale.col(pos), scale.width - len(label))  # the last label ends at the strip's end
+            if c >= 0 and all(ch == " " for ch in line[max(c - 1, 0): c + len(label) + 1]):
                 line[c: c + len(label)] = label
     return Text("".join(line).rstrip(), style="grey50")
 
