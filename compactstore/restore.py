@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from typing import Literal
 
-from . import merkle
+from . import merkle, rules
 from .compaction import Node
 from .content import digester, unhex
-from .errors import IntegrityError, InvalidArgument, ReconstructionUnsoundError
-from .events import Redacted, Summary
+from .errors import IntegrityError, InvalidArgument, ReconstructionUnsoundError, shown
+from .events import JSON, Redacted, Spill, Summary
 from .resolver import RestoredSpan, position_of
 from .view import SessionView
 
@@ -85,3 +85,26 @@ def restore_span(view: SessionView, node: Node | int) -> RestoredSpan:
 def _counted(got: list[bytes | None], start: int, stop: int, name: str) -> None:
     if len(got) != stop - start:
         raise IntegrityError(f"[{start}, {stop}) holds {len(got)} events, want {stop - start}", session=name, pos=start)
+
+
+def spilled(view: SessionView, handle: str) -> JSON:
+    """Return the exact value spilled under ``handle``; see :meth:`compactstore.store.Session.spilled`.
+
+    Raises:
+        InvalidArgument: ``handle`` names no spill.
+        IntegrityError: the spill does not match its leaf, the sealed head or its digest.
+        KeyRequired: the store is keyed and was opened without its key.
+        ReconstructionUnsoundError: the spill was redacted.
+    """
+    pos = rules.spill_position(handle) if isinstance(handle, str) else None
+    if pos is None:
+        raise InvalidArgument("handle", f"want 'spill:<pos>', got {shown(handle)}")
+    record = view.proven(pos)
+    spill = record.event
+    if isinstance(spill, Redacted):
+        raise ReconstructionUnsoundError(f"{handle} was redacted by the event at pos {spill.by}: its value is gone")
+    if not isinstance(spill, Spill):
+        raise InvalidArgument("handle", f"{handle} names a {record.kind!r} event, not a spill")
+    if rules.value_digest(spill.value) != spill.digest:
+        raise IntegrityError(f"spill {handle}: value does not match its digest", session=view.name, pos=pos)
+    return spill.value

@@ -25,19 +25,15 @@ from . import witness as witnesses
 from .backends import SCHEMA_VERSION, Backend, open_backend
 from .compaction import AUTO, Auto, Finding, Node, OnRisk
 from .errors import (
-    CompactionInvariantError,
     CompactStoreError,
-    ConflictError,
     IntegrityError,
     InvalidArgument,
-    MarkerInvalid,
-    ReconstructionUnsoundError,
-    SessionMoved,
     shown,
 )
 from .events import LossClass, Record as Record, TreeHead as TreeHead
 from .log.caches import Caches
-from .log.commit import RETRIES, Writer
+from .log.commit import Writer
+from .log.maintainer import run
 from .log.heads import HASH
 from .log.reader import Reader
 from .markers import Marker
@@ -215,19 +211,15 @@ class Store:
     def verify(
         self, *, progress: Callable[[int, int], None] | None = None, workers: int | None = None
     ) -> VerifyReport:
-        """Re-hash every body, rebuild every tree and check every stored node, head and seal.
+        """Re-hash every body, rebuild every tree and check every stored node, head, seal and rule.
 
-        Also re-derives the structural index and each node's content digest from the
-        bodies, and holds every stored summary node, spill and marker to the rules
-        (:meth:`Session.rule_problems`), so a row written behind the library's back that
-        admission would have refused is a problem too. Streams: memory stays flat however long
-        the log and however large its bodies. ``progress(done, total)`` is called as events
-        are checked. ``workers`` processes (default: one per usable CPU from
-        ``verify.PARALLEL_FROM`` events or a database file of ``verify.PARALLEL_BYTES`` on,
-        else none) check 4,096-position chunks, each summarised by its subtree root and its
-        part of every head, and this process joins the summaries in order; the report is
-        the same either way. A process with other threads checks a SQLite store alone: a
-        worker forked while another thread is in a call into SQLite could wait for ever.
+        Re-derives the structural index and each node's content digest from the bodies,
+        and holds every stored derived event to the rules (:meth:`Session.rule_problems`),
+        so a row written behind the library's back that admission would have refused is a
+        problem too. Streams: memory stays flat however long the log. ``progress(done,
+        total)`` is called as events are checked. ``workers`` processes (default: one per
+        usable CPU on large stores) check chunks side by side; the report is the same
+        either way. A process with other threads checks a SQLite store alone.
         """
         if progress is not None:
             ev.as_callable("progress", progress)
@@ -305,8 +297,7 @@ class Store:
 class Session:
     """One named, append-only log with its Merkle tree. Obtain with :meth:`Store.session`.
 
-    A facade over the session's parts: reads go through :attr:`view`, the verifying reader
-    (which the builders read through too), and every write through the one commit.
+    A facade: reads go through :attr:`view`, the verifying reader (the builders' too), writes through the one commit.
 
     Attributes:
         store: the store it lives in.
@@ -332,16 +323,10 @@ class Session:
     # --- writing ---------------------------------------------------------------
 
     def append(self, event: ev.Event, *, idempotency_key: str | None = None) -> Record:
-        """Append one event and return its record.
-
-        With ``idempotency_key``, a retry of the same event returns the first record and
-        writes nothing (a timestamp the store stamped is not compared).
+        """Append one event and return its record (see :meth:`extend`); a retry under ``idempotency_key`` writes nothing.
 
         Raises:
-            InvalidEvent: naming the bad field; nothing is written.
-            ConflictError: the key was already used for a different event.
-            IntegrityError: the store holds less of the session than this handle proved
-                (it was put back from an older copy); nothing is written.
+            InvalidEvent, ConflictError, IntegrityError: as :meth:`extend`.
         """
         return self._writer.append(event, idempotency_key=idempotency_key)
 
@@ -354,15 +339,10 @@ class Session:
     ) -> list[Record]:
         """Append events in one transaction; all are written or none.
 
-        This is the one commit of the store: every other write (``append``, ``compact``,
-        ``mark``, the adapters) goes through it. It applies the rules to every derived
-        event, whichever way it arrives.
-
-        Args:
-            idempotency_keys: one key (or None) per event; a retried event with the same
-                key returns its first record and writes nothing.
-            expect_size: compare-and-append: write only if the session holds exactly this
-                many events when the write transaction has its lock.
+        The one commit: every other write goes through it, and it holds every derived
+        event to the rules, whichever way it arrives. ``idempotency_keys``: one key (or
+        None) per event; a retried event with its key returns its first record.
+        ``expect_size``: write only if the session holds exactly this many events.
 
         Raises:
             InvalidEvent: naming the event's index and field; nothing is written.
@@ -373,16 +353,11 @@ class Session:
         return self._writer.extend(events, idempotency_keys=idempotency_keys, expect_size=expect_size)
 
     def redact(self, positions: Sequence[int], reason: str) -> Record:
-        """Erase the bodies at ``positions`` and every derived copy of them, recording a redaction event that says why.
+        """Erase the bodies at ``positions`` and every derived copy of them, logging a redaction that says why.
 
-        A derived event (summary node, spill, attempt) is a copy, and is erased with
-        them, when it quotes one of them (:func:`compactstore.rules.quotes`). The
-        redaction event lists every position it erases, copies included; a redaction
-        appended by other means must list them too. The leaves stay, so the tree, its
-        heads and proofs still verify and ``verify()`` reports the positions as redacted,
-        not tampered. A redacted position is unknown to the rules, not empty: a marker
-        over a span holding one resumes as ``fallback``, a node over one cannot be
-        LOSSLESS, and a span holding one cannot be restored.
+        Copies are found by :func:`compactstore.rules.copies`. The leaves stay, so the tree
+        still verifies; a redacted position is unknown to the rules, not empty: no marker
+        over it certifies, no node over it is LOSSLESS, no span holding it is restored.
 
         Raises:
             InvalidEvent: a position is out of range or already redacted; nothing is written.
@@ -391,31 +366,26 @@ class Session:
 
     def rule_problems(self) -> list[tuple[int, str]]:
         """Return ``(position, why)`` for each stored derived event that breaks a rule of its log (what ``verify`` reports)."""
-        return self._writer.rule_problems()
+        return self._writer.admission.rule_problems()
 
     # --- reading ---------------------------------------------------------------
 
     def read(self, pos: int, *, verify: bool = True) -> Record:
         """Return the record at ``pos``, its body checked against its leaf and the leaf against the latest sealed head.
 
-        ``verify=False`` skips the second check (the body is still checked against its
-        leaf): one query fewer, but a body rewritten with its leaf is then returned as it is.
+        ``verify=False`` checks the body against its own leaf only (a body rewritten with
+        its leaf then passes).
 
         Raises:
             InvalidArgument: no event at ``pos``.
-            IntegrityError: naming the position: the body does not match its leaf, the
-                leaf is not in the tree of the latest sealed head, the head's seal does not
-                verify, or the position is missing under the head.
+            IntegrityError: naming the position: the body, its leaf, the head's seal, or a
+                position missing under the head.
             WitnessMismatch: the stored head does not extend the witness's.
         """
         return self.view.read(pos, verify=verify)
 
     def scan(self, start: int = 0, stop: int | None = None, *, verify: bool = True) -> Iterator[Record]:
-        """Yield the records at positions ``[start, stop)`` in order, streaming, each checked as :meth:`read` checks it.
-
-        Each chunk of rows is held against the latest sealed head at once; leaves proven
-        once are kept per store handle, so reading them again costs a comparison. A scan
-        starting at or past the latest sealed head reads no rows.
+        """Yield the records of ``[start, stop)`` in order, streaming, each checked as :meth:`read` checks it.
 
         Raises:
             IntegrityError: as :meth:`read`; also when a position under the head is missing.
@@ -427,11 +397,10 @@ class Session:
         return self.view.reading()
 
     def head(self, size: int | None = None, *, verify: bool = True) -> TreeHead:
-        """Return the tree head at ``size`` (default: now), with a MAC when the store is keyed.
+        """Return the tree head at ``size`` (default: now) as :meth:`sealed_head` vouches for it, with a MAC when keyed.
 
-        The root is the one the latest sealed head vouches for, as :meth:`sealed_head`
-        gives it. ``verify=False`` gives the root the stored roots fold to, unchecked and
-        so with no MAC; so does a keyed store opened without its key.
+        ``verify=False`` (or a keyed store opened without its key) gives the root the
+        stored roots fold to, unchecked and without a MAC.
 
         Raises:
             InvalidArgument: ``size`` is not in [0, latest size].
@@ -447,10 +416,9 @@ class Session:
     def sealed_head(self, size: int | None = None) -> TreeHead:
         """Return the tree head at ``size`` (default: the latest) as the latest sealed head vouches for it.
 
-        The latest stored head's seal is checked (a keyed MAC in a keyed store), a head at
-        an earlier size is proven a prefix of it by a consistency proof, and the witness,
-        where one is configured, must hold a head the store extends. Every certification
-        and restoration rests on this head, in O(log n).
+        Its seal is checked (a keyed MAC in a keyed store), an earlier size is proven a
+        prefix of it, and a witness must hold a head it extends. Every certification and
+        restoration rests on this head.
 
         Raises:
             KeyRequired: the store is keyed and was opened without its key.
@@ -544,27 +512,19 @@ class Session:
         on_risk: OnRisk = "refuse",
         resolved: Iterable[ev.Item | str] | Auto = AUTO,
     ) -> Node:
-        """Append a compaction: an L1 summary node over raw positions ``[start, stop)``.
+        """Append a compaction: an L1 summary node over raw positions ``[start, stop)``; see :func:`compactstore.compaction.compaction`.
 
-        The node records the span root (from the tree, O(log n)), the content digest of
-        the span's bodies (see :meth:`restore_span`), the summary (given,
-        or made by ``summarizer`` from the span's records; the extractive one by
-        default), its loss class, the negative facts it retains, the items it lists
-        as unresolved and those opened before the span and closed in it it lists as
-        resolved (all filled from the log's structure unless given), and the bindings
-        in ``keep`` (keys, each kept by its latest value before ``stop``, or
-        ``(pos, field path)``) verbatim; ``keep=AUTO`` keeps every literal of the span
-        (:func:`compactstore.rules.span_literals`). ``loss=AUTO`` picks the honest class:
-        LOSSLESS when every literal, negative fact and item of the span is kept, else
-        LOSSY_LITERAL.
-
-        Before a lossy compaction the gate runs: an open obligation that needs a
-        non-regenerable binding bound in the span makes it refuse (``on_risk="refuse"``),
-        keep the binding verbatim (``"preserve"``) or spill it to the store (``"spill"``).
+        The node records the span root, the content digest of the span's bodies, the
+        summary (given, or ``summarizer``'s over the span's raw events; the extractive one
+        by default), its loss class, and what it retains: negative facts, unresolved and
+        resolved items (from the log's structure unless given), and ``keep`` verbatim
+        (binding keys or ``(pos, path)``; ``AUTO``: every literal). ``loss=AUTO`` picks
+        LOSSLESS when everything is kept, else LOSSY_LITERAL. Before a lossy compaction
+        the gate runs: an open obligation's non-regenerable binding in the span makes it
+        refuse (``on_risk="refuse"``), keep it (``"preserve"``) or spill it (``"spill"``).
 
         Raises:
-            CompactionInvariantError: the gate refused, or LOSSLESS was claimed for a node
-                that does not keep every literal and fact of its span.
+            CompactionInvariantError: the gate refused, or a LOSSLESS claim does not hold.
             InvalidEvent: a given negative fact or item is not the log's (naming the field).
             InvalidArgument: the span is empty, out of range, or overlaps an L1 node.
         """
@@ -584,21 +544,19 @@ class Session:
         unresolved: Iterable[ev.Item | str] | Auto = AUTO,
         resolved: Iterable[ev.Item | str] | Auto = AUTO,
     ) -> Node:
-        """Append an L2 node over contiguous L1 ``nodes``, carrying their retained facts forward.
+        """Append an L2 node over contiguous L1 ``nodes``; see :func:`compactstore.compaction.roll_up`.
 
-        To grow the session digest, pass the current digest (an L2 node) followed by
-        the L1 nodes after it: the new L2 covers their union and supersedes it (a
-        digest already rolled up is refused; grow the newer one). Its negative facts,
-        open items, kept literals and spills are carried over, held to the log again.
-        ``resolved`` (filled from the log's structure unless given) lists the items opened
-        before its span and closed anywhere in it. Its loss class defaults to the weakest
-        of its children's (LOSSY_LITERAL when that is LOSSLESS and the node itself does
-        not keep every literal, fact and item of its span), and cannot be stronger.
+        To grow the session digest, pass the current digest followed by the L1 nodes after
+        it: the new L2 covers their union and supersedes it. It retains its children's
+        negative facts (listing what an L1 child dropped and the newest of theirs), lists
+        the items open at its stop and those resolved in its span, and carries the kept and
+        spilled values still live. Its loss class is at best its weakest child's.
 
         Raises:
             InvalidArgument: the nodes are not contiguous L1 nodes (after at most one
                 digest), overlap an L2 node, or the digest was already rolled up.
-            CompactionInvariantError: ``loss`` claims more than the children give.
+            CompactionInvariantError: ``loss`` claims more than the children give, or a
+                given ``negative_facts`` leaves out one a child dropped.
         """
         return self._node_of(self._writer.built(lambda size: compaction.roll_up(
             self.view, size, nodes, summary=summary, summarizer=summarizer, loss=loss,
@@ -628,18 +586,7 @@ class Session:
             KeyRequired: the store is keyed and was opened without its key.
             ReconstructionUnsoundError: the spill was redacted.
         """
-        pos = rules.spill_position(handle) if isinstance(handle, str) else None
-        if pos is None:
-            raise InvalidArgument("handle", f"want 'spill:<pos>', got {shown(handle)}")
-        record = self.view.proven(pos)
-        spill = record.event
-        if isinstance(spill, ev.Redacted):
-            raise ReconstructionUnsoundError(f"{handle} was redacted by the event at pos {spill.by}: its value is gone")
-        if not isinstance(spill, ev.Spill):
-            raise InvalidArgument("handle", f"{handle} names a {record.kind!r} event, not a spill")
-        if rules.value_digest(spill.value) != spill.digest:
-            raise IntegrityError(f"spill {handle}: value does not match its digest", session=self.name, pos=pos)
-        return spill.value
+        return restore.spilled(self.view, handle)
 
     def node(self, pos: int) -> Node:
         """Return the summary node at ``pos``, with its loss manifest (``Node.lost``) read from the log."""
@@ -661,12 +608,7 @@ class Session:
         return msgspec.structs.replace(node, lost=rules.lost(self.view.facts(pos, reader=reader), summary, pos))
 
     def cover(self, size: int | None = None) -> list[Node]:
-        """Return the nodes a marker at ``size`` (default: now) resolves to: the newest digest, the L1 nodes after it.
-
-        Every node before ``size`` that no later node rolls up, in span order (see
-        :func:`compactstore.rules.cover`); a resumed context holds them and the raw
-        events outside their spans.
-        """
+        """Return the nodes a marker at ``size`` (default: now) resolves to, in span order: the newest digest, the L1 nodes after it."""
         size, _ = self.view.bounded("size", size, 0)
         return [Node.from_record(self.read(p)) for p in rules.cover(self.view.facts(size))]
 
@@ -677,17 +619,14 @@ class Session:
     # --- markers, resume and reconstruction -----------------------------------------
 
     def mark(self, node: Node | int | None = None) -> Marker:
-        """Emit a recovery marker pointing at ``node``, or at the session's cover, at the current raw checkpoint.
+        """Emit a recovery marker pointing at ``node``, or at the session's cover (:meth:`cover`), at the current checkpoint.
 
-        Without ``node`` the marker points at the cover (:meth:`cover`): the newest
-        session digest and the L1 nodes after it, and a resume gives those nodes and
-        the raw events outside their spans. Checks closure, negative-fact retention and
-        anchoring first, over every node of the cover (see
-        :func:`compactstore.rules.check_cover`), and records them as certified.
+        Closure, negative-fact retention and anchoring are checked first over every node of
+        the cover (:func:`compactstore.rules.check_cover`), and recorded as certified.
 
         Raises:
-            MarkerInvalid: a condition fails; ``violations`` names each condition,
-                position and item. Nothing is written; ``mark_raw`` is the safe fallback.
+            MarkerInvalid: a condition fails; ``violations`` names each. Nothing is written;
+                :meth:`mark_raw` is the safe fallback.
             InvalidArgument: no ``node`` given and the session has no summary node.
         """
         if node is None:
@@ -709,20 +648,13 @@ class Session:
     def resume(self, marker: Marker | int, *, rehash: bool = False) -> Resolution:
         """Resume from ``marker``: certified summary tier, or exactly the raw events up to its checkpoint.
 
-        The marker is trusted wholesale or not at all: every emission check is re-run
-        and any failure gives ``fallback`` with the reasons. The same marker always
-        gives a byte-identical ``digest``.
-
-        What is re-hashed: by default, a certified resume costs O(log n) in the length
-        of the session. It reads and re-hashes every body it looks at or returns (the
-        marker, the nodes on the path, their excerpts' and spills' sources, the events
-        behind the negative facts the node retains, the raw events of the context) and
-        holds them against the checkpoint root the marker names; the structural facts
-        of the span come from the structural index, and the bodies it does not read are
-        vouched for by the stored tree (:meth:`Store.verify` re-hashes every one). A
-        fallback, whose context is every raw event, re-hashes them all. With
-        ``rehash=True`` every body up to the marker is re-hashed and the checks run over
-        the events themselves: a changed byte anywhere under the checkpoint is found.
+        The marker is trusted wholesale or not at all: every emission check is re-run and
+        any failure gives ``fallback`` with the reasons; the same marker always gives a
+        byte-identical ``digest``. A certified resume costs O(log n): it re-hashes every
+        body it reads or returns and holds them to the checkpoint root; the structural
+        facts come from the index and an earlier digest is trusted as admitted (both
+        re-checked by :meth:`Store.verify`). ``rehash=True`` re-hashes every body up to the
+        marker and runs the checks over the events themselves, a digest's whole chain too.
 
         Raises:
             IntegrityError: a body read does not match its leaf, or the bodies read do
@@ -734,22 +666,19 @@ class Session:
     def context(self) -> Resolution:
         """Return what a resumed agent loads now: the latest certifying marker's cover and the raw events since.
 
-        The session's markers are found latest first through the backend (a scan down
-        the positions that stops at the markers it meets, not a read of the log). The
-        first that certifies at its checkpoint (:meth:`resume`, on the same checks) and
-        whose cover still keeps what every obligation open now needs gives the context:
-        its cover, then the raw events after its checkpoint, derived events left out,
-        each body re-hashed and held against the sealed head. ``size`` and ``root`` are
-        the sealed head's. When no marker certifies, the mode is ``fallback``, the
-        context is the raw log, ``marker`` is -1 and ``reasons`` say why each marker
-        failed. The same log gives a byte-identical digest, on every backend.
+        The first marker, latest first, that certifies at its checkpoint (as :meth:`resume`)
+        and whose cover still keeps what every obligation open now needs gives the context:
+        its cover, then the raw events after its checkpoint (derived ones left out), each
+        held against the sealed head, and the literals open obligations need that the cover
+        spilled (``needed``). When none does, the mode is ``fallback``, the context the raw
+        log, ``marker`` -1, and ``reasons`` say why each marker failed. Byte-identical on
+        every backend.
 
         Raises:
             KeyRequired: the store is keyed and was opened without its key.
             IntegrityError: a body read does not match its leaf or the sealed head.
         """
-        if self.store.watch is not None:
-            self.store.watch.check(self.name)
+        self.view.witnessed()
         sid = self.view.sid()
         if sid is None:
             return resolver.empty_context(self.name)
@@ -776,10 +705,8 @@ class Session:
     def artifact(self, node: Node | int) -> Artifact:
         """Return the artifact a later instance expands from ``node``: loss class, payload, digest.
 
-        The node is read again from the log and proven in the sealed head (of a ``Node``
-        passed in, only its position is taken, once its session and leaf match). The
-        digest binds the payload, loss class, node position, span root, the tree head
-        (size and root), the session's name and the store's identity.
+        The node is read again from the log and proven in the sealed head; the digest binds
+        the payload, loss class, node, span root, tree head, session and store.
 
         Raises:
             KeyRequired: the store is keyed and was opened without its key.
@@ -811,11 +738,9 @@ class Session:
     ) -> dict[str, ev.JSON]:
         """Run :func:`compactstore.reconstruct` against this log, guarding retries.
 
-        With ``attempt`` (an idempotency key), the literals acted on are recorded in the
-        log as an attempt, admitted only if every earlier attempt under the same key used
-        the same value for each literal they share (read in the write transaction, so of
-        two racing retries with different literals one is refused). ``retry_idempotent``
-        needs ``attempt``.
+        With ``attempt`` (an idempotency key) the literals acted on are logged as an attempt,
+        admitted only if every earlier attempt under that key used the same values (decided
+        in the write transaction). ``retry_idempotent`` needs ``attempt``.
 
         Raises:
             ReconstructionUnsoundError: naming the literal and why.
@@ -829,17 +754,7 @@ class Session:
         return payload
 
     def restore_span(self, node: Node | int) -> RestoredSpan:
-        """Return the raw events ``node`` replaced, exactly as logged, certified against the tree.
-
-        What is trusted: the latest tree head, by its seal (a keyed MAC in a keyed
-        store). The node is read from the log, its body re-hashed and its leaf proven in
-        that head, in O(log n), so the node is the one the store appended, and the store
-        refused it at append unless its content digest and span root were those of the
-        span's stored bodies and leaves. The span's bodies are then read in one query
-        and certified by one BLAKE3 over them against the node's content digest (a node
-        over a redacted body cannot be restored). Bodies are not decoded until
-        :meth:`RestoredSpan.events` is called. Any loss class: the raw log, not the
-        summary, is the source.
+        """Return the raw events ``node`` replaced, exactly as logged, certified against the tree (see :mod:`compactstore.restore`).
 
         Raises:
             IntegrityError: a body, the node or the tree does not match: nothing is returned.
@@ -853,95 +768,29 @@ class Session:
     def maintain(self, policy: CompactionPolicy, *, progress: Callable[[Step], None] | None = None) -> Maintenance:
         """Do what ``policy`` says is due: compact the raw tail, grow the session digest, emit a marker.
 
-        Every step is one commit through the gate, decided from the log as it stands
-        (:func:`compactstore.policy.due`), so running it again after a crash partway
-        finishes the work and writes nothing twice. A refused compaction or marker is
-        reported in ``refused`` and tried again by the next call. ``progress(step)`` is
-        called before each step. One maintainer per session: two racing ones may see
-        ``InvalidArgument`` (overlapping nodes) and can simply run again.
+        Each step is one commit through the gate, decided from the log as it stands, so a
+        maintenance stopped partway is finished by running it again and nothing is written
+        twice; racing maintainers each do the work or find it done
+        (:mod:`compactstore.log.maintainer`). A refused step is reported in ``refused`` and
+        tried again next time. ``progress(step)`` is called before each step.
 
         Raises:
             InvalidArgument: ``policy`` is not a CompactionPolicy, or its summarizer is
                 async or returns anything but text (``field`` is ``summarizer``).
+            SummaryTooLongError: a summary is longer than ``policy.summary_limit``.
         """
-        return policies.drive(self._maintenance(policy, progress), policy)
+        return policies.drive(run(self.view, self._writer, policy, progress), policy)
 
     async def amaintain(self, policy: CompactionPolicy, *, progress: Callable[[Step], None] | None = None) -> Maintenance:
         """Run :meth:`maintain` with a summarizer that may be ``async def`` (a language-model call).
 
         The store's work runs in a worker thread; the summarizer is awaited on the loop.
         """
-        run = self._maintenance(policy, progress)
+        steps = run(self.view, self._writer, policy, progress)
         text: str | None = None
         while True:
-            records, done = await asyncio.to_thread(policies.advance, run, text)
+            records, done = await asyncio.to_thread(policies.advance, steps, text)
             if done is not None or records is None:
                 assert done is not None
                 return done
             text = await policies.summary(policy, records)
-
-    def _maintenance(self, policy: CompactionPolicy, progress: Callable[[Step], None] | None) -> policies.Run:
-        """Do the due steps, yielding what each needs summarized; return what was done.
-
-        Each step is decided at a size and appended only at that size: a step that lost a
-        race with another writer (:class:`~compactstore.errors.SessionMoved`) is decided
-        again from the log as it then stands, so two maintainers each do the work or find
-        it done. The text of a step summarized and then lost is kept for the same step.
-        """
-        if not isinstance(policy, CompactionPolicy):
-            raise InvalidArgument("policy", f"want a CompactionPolicy, got {type(policy).__name__}")
-        compacted: list[int] = []
-        rolled_up: list[int] = []
-        refused: list[str] = []
-        marker: int | None = None
-        flags = {"compact": True, "roll_up": True, "mark": True}
-        texts: dict[bytes, str] = {}
-        lost = 0
-        while True:
-            size = self.size
-            step = policies.due(self.view, policy, size=size, plan=self._plan(), **flags)
-            if step is None:
-                break
-            if progress is not None:
-                progress(step)
-            try:
-                if isinstance(step, policies.Mark):
-                    try:
-                        marker = self._step(size, [markers.cover_marker(self.view, size)])
-                    except MarkerInvalid as exc:
-                        refused.append(f"marker at node {step.node}: {exc}")
-                    flags["mark"] = False  # one marker a run, refused or not
-                    continue
-                # Kept per redaction count: a summary of a span redacted since may quote what it erased.
-                said = msgspec.json.encode(step) + str(len(self.store.backend.redactions(self.view.require_sid()))).encode()
-                if said not in texts:
-                    texts[said] = yield policies.inputs(self.view, step)
-                text = texts[said]
-                if isinstance(step, policies.RollUp):
-                    rolled_up.append(self._step(size, compaction.roll_up(self.view, size, step.nodes, summary=text)))
-                    continue
-                try:
-                    compacted.append(self._step(size, compaction.compaction(
-                        self.view, size, step.start, step.stop, summary=text, on_risk=policy.on_risk)))
-                except CompactionInvariantError as exc:
-                    flags["compact"] = False  # the tail stays raw until the gate lets it go
-                    refused.append(f"compaction [{step.start}, {step.stop}): {exc}")
-            except SessionMoved:
-                lost += 1
-                if lost > RETRIES:
-                    raise ConflictError(
-                        f"session {self.name!r} kept moving while its maintenance was decided", session=self.name
-                    ) from None
-        return Maintenance(compacted, rolled_up, marker, refused)
-
-    def _plan(self) -> policies.Plan | None:
-        """Return the session's maintenance plan kept by this handle (a new one after a redaction)."""
-        sid = self.view.sid()
-        if sid is None:
-            return None
-        redactions = len(self.store.backend.redactions(sid))
-        return self.store.caches.kept("plans", sid, redactions, policies.Plan)
-
-    def _step(self, size: int, events: list[ev.Event]) -> int:
-        """Append what a maintenance step built at ``size``, only at that size; return the last position."""
-        return self.extend(events, expect_size=size)[-1].pos

@@ -18,7 +18,7 @@ REJECTION = Fact(4, "rejected", "user: No. Do not backfill in place.")
 def _planted_marker(s: cs.Session, node: int) -> int:
     """Plant a marker that certifies ``node`` without the emission checks; return its position."""
     with unchecked():
-        return s.append(markers.marker(s, s.size, node)).pos
+        return s.append(markers.marker(s.view, s.size, node)).pos
 
 
 def _falls_back(s: cs.Session, marker: int) -> None:
@@ -29,7 +29,7 @@ def _falls_back(s: cs.Session, marker: int) -> None:
 
 def _built(s: cs.Session, start: int, stop: int, **kwargs: object) -> ev.Summary:
     """Return the L1 node ``compact`` would append over ``[start, stop)`` now, without appending it."""
-    node = compaction.compaction(s, s.size, start, stop, **kwargs)[-1]  # type: ignore[arg-type]
+    node = compaction.compaction(s.view, s.size, start, stop, **kwargs)[-1]  # type: ignore[arg-type]
     assert isinstance(node, ev.Summary)
     return node
 

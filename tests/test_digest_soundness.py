@@ -75,13 +75,13 @@ def test_a_digest_grown_over_a_forged_digest_that_drops_a_failure_does_not_certi
     with cs.open(target, clock=ev.tick_clock()) as store:
         s = store.session("s")
         _failing_turn(s, 0)  # pos 2: failed
-        l1a = compaction.compaction(s, s.size, 0, s.size, summary="a")[-1]
+        l1a = compaction.compaction(s.view, s.size, 0, s.size, summary="a")[-1]
         assert isinstance(l1a, ev.Summary) and [x.pos for x in l1a.negative_facts] == [2]
         with unchecked():  # a writer skipping admission (the key and the database): L1 a drops the failure
             a = s.extend([msgspec.structs.replace(l1a, negative_facts=[])])[-1]
         _failing_turn(s, 1)
         b = s.compact(a.event.stop, s.size, summary="b")  # type: ignore[attr-defined]
-        digest = compaction.roll_up(s, s.size, [a.pos, b.pos], summary="d")[-1]
+        digest = compaction.roll_up(s.view, s.size, [a.pos, b.pos], summary="d")[-1]
         assert isinstance(digest, ev.Summary) and 2 in [x.pos for x in digest.negative_facts]
         with unchecked():  # ... and so does the digest over it
             d = s.extend([msgspec.structs.replace(digest, negative_facts=[])])[-1]
@@ -156,7 +156,7 @@ def test_a_marker_appended_after_a_redaction_in_one_batch_is_not_certified(store
     s.extend([cs.Turn("user", "plan"), cs.ToolCall("c1", "run", {}),
               cs.ToolResult("c1", "boom", ok=False, status="failed"), cs.Turn("user", "go on")])
     s.compact(0, 4, summary="s")
-    marker = markers.cover_marker(s, s.size)
+    marker = markers.cover_marker(s.view, s.size)
     try:
         got = s.extend([cs.Redaction(positions=[1], reason="pii"), marker])
     except (cs.MarkerInvalid, cs.InvalidEvent):
