@@ -220,7 +220,9 @@ def _resume_certified(view: SessionView, record: ev.Record, m: Marker) -> Resolu
     """
     pos, size = m.pos, m.size
     cover = _cover(m)
-    reader = view.reader(size)
+    # Every leaf read is proven at once against the checkpoint root below (_prove_read),
+    # before anything read decides the outcome; a violation proves them first too.
+    reader = view.reader(size, deferred=True)
     f = view.facts(size, reader=reader)
     if not isinstance(f, IndexedFacts):
         return None

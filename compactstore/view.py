@@ -97,8 +97,12 @@ class SessionView(Protocol):
         """Return the structural facts of the session at checkpoint ``size``."""
         ...
 
-    def reader(self, size: int) -> EventReader:
-        """Return a reader of the events before ``size`` that checks each body against its leaf."""
+    def reader(self, size: int, *, deferred: bool = False) -> EventReader:
+        """Return a reader of the events before ``size`` that checks each body against its leaf.
+
+        ``deferred``: its leaves are not held to the sealed head as they are read; the
+        caller proves them all in one multi-proof before acting on what it read.
+        """
         ...
 
     def read_span(self, start: int, stop: int, *, records: bool = False) -> SpanRead:

@@ -65,13 +65,14 @@ class Reader(Heads):
         sid = self.require_sid()
         return self.host.caches.nodes(sid, size, Index(self.host.backend, sid).nodes)
 
-    def reader(self, size: int) -> EventReader:
-        """Return a reader of the events before ``size`` that checks each body against its leaf.
+    def reader(self, size: int, *, deferred: bool = False) -> EventReader:
+        """Return a reader of the events before ``size`` that checks each body against its leaf (:class:`CheckedEvents`).
 
         It keeps the leaves it checked (``leaves``), so that they can be held against a
-        tree head with :meth:`root_with`.
+        tree head with :meth:`root_with`. ``deferred``: the caller proves them itself, in
+        one multi-proof, before acting on what it read.
         """
-        return CheckedEvents(self, position("size", size))
+        return CheckedEvents(self, position("size", size), deferred=ev.as_flag("deferred", deferred))
 
     def facts(self, size: int | None = None, *, reader: EventReader | None = None) -> Facts:
         """Return the structural facts of the session at checkpoint ``size`` (default: now).
@@ -369,11 +370,14 @@ class CheckedEvents:
     """Reads events of a session before a checkpoint, each once, checking each body against its leaf.
 
     The leaves checked are kept in ``leaves``, so that the caller can hold them against
-    a tree head (:meth:`Reader.root_with`).
+    a tree head (:meth:`Reader.root_with`). Each read also holds its leaves to the latest
+    sealed head, as a plain read does, unless ``deferred``: the caller then proves every
+    leaf read in one multi-proof before it acts on what it read (a resume does, against
+    the checkpoint root its marker names).
     """
 
-    def __init__(self, session: Reader, size: int) -> None:
-        self.session, self.size = session, size
+    def __init__(self, session: Reader, size: int, *, deferred: bool = False) -> None:
+        self.session, self.size, self.deferred = session, size, deferred
         self.events: dict[int, ev.Event] = {}
         self.leaves: dict[int, bytes] = {}
 
@@ -382,7 +386,7 @@ class CheckedEvents:
         if not 0 <= pos < self.size:
             return None
         if pos not in self.events:
-            self.add(self.session.read(pos))
+            self.add(self.session.read(pos, verify=not self.deferred))
         return self.events[pos]
 
     def prefetch(self, positions: Iterable[int]) -> None:
@@ -397,13 +401,13 @@ class CheckedEvents:
         wanted = sorted({p for p in positions if 0 <= p < self.size and p not in self.events})
         if not wanted:
             return
-        check = session.check()
-        sid = check.sid
+        check = None if self.deferred else session.check()
+        sid = session.sid() if check is None else check.sid
         if sid is None:
             return
         erasures = Erasures(session, sid)
         rows = sorted(session.host.backend.rows_at(sid, wanted), key=lambda r: r.pos)
-        if rows:  # scattered positions: held to the head by one multi-proof, not one per run
+        if rows and check is not None:  # scattered positions: held to the head by one multi-proof, not one per run
             check.scattered(rows)
         for row in rows:
             self.add(session.record(row, erasures))
