@@ -322,9 +322,25 @@ def _literal_sources(s: cs.Session, nodes: list[NodeLike], raw: list[tuple[int, 
     return {k: v for k, (p, v) in found.items() if p not in superseded}
 
 
-def _rejections(nodes: list[NodeLike], raw: list[tuple[int, cs.Event]]) -> set[str]:
-    """Return the approaches a context shows rejected: raw rejections and those the nodes retain."""
+def _recalled(s: cs.Session, res: cs.Resolution, nodes: list[NodeLike]) -> list[cs.events.Fact]:
+    """Return the facts an agent fetches with the recall tool where a digest's note names earlier ones (``facts:A-B``)."""
+    f = s.view.facts(res.size)
+    out = []
+    for n in nodes:
+        first = min((x.pos for x in n.negative_facts), default=n.stop)
+        if n.tier == 2 and n.start < first:
+            found = f.negatives_at(list(range(n.start, first)))
+            out += [x for p in range(n.start, first) if (x := found(p)) is not None]
+    return out
+
+
+def _rejections(nodes: list[NodeLike], raw: list[tuple[int, cs.Event]], facts: Sequence[cs.events.Fact] = ()) -> set[str]:
+    """Return the approaches a context shows rejected: raw rejections, those the nodes retain, and ``facts`` recalled."""
     out = set()
+    for f in facts:
+        m = APPROACH.search(f.text)
+        if f.status == "rejected" and m:
+            out.add(m.group(1))
     for _, e in raw:
         if e.status == "rejected" and e.meta and "approach" in e.meta:
             out.add(e.meta["approach"])
@@ -425,7 +441,7 @@ def act(agent: Agent, res: cs.Resolution, size: int) -> Outcome:
             literals.append((key, value))
         except cs.ReconstructionUnsoundError:
             refused += 1
-    rejected = _rejections(nodes, raw)
+    rejected = _rejections(nodes, raw) | _rejections([], [], _recalled(s, res, nodes))
     allowed = tuple(a for a in t.candidates(size) if a not in rejected)
     return Outcome((tuple(literals), allowed, _open_items(nodes, raw)), res.mode, refused, res.digest)
 
@@ -619,13 +635,14 @@ def naive_context(agent: Agent, size: int, nonce: random.Random) -> Plan:
     return tuple(literals), tuple(a for a in t.candidates(size) if a not in rejected), open_items
 
 
-def simulate_rolling(drop: float, sessions: int, steps: int, every: int, seed: int, *, turn: int = 3,
+def simulate_rolling(drop: float | None, sessions: int, steps: int, every: int, seed: int, *, turn: int = 3,
                      roll_up_every: int = 5, path: str | None = None) -> tuple[Tally, Tally, dict[str, Any]]:
     """Run ``sessions`` seeded sessions compacted by ``Session.maintain``; return the naive and compactstore tallies.
 
     Each session is maintained after every ``turn`` steps (an agent's turn: three steps
     are about four events) under ``CompactionPolicy(every=every, roll_up_every=roll_up_every)``
-    with a :class:`DroppingSummarizer` at ``drop``. Some steps after each compaction the
+    with a :class:`DroppingSummarizer` at ``drop``; ``drop`` None: ``CompactionPolicy()``
+    as a user first meets it, no argument and the extractive summarizer. Some steps after each compaction the
     agent is resumed, twice by each resumer: naive from the cover's texts, compactstore
     from ``Session.context()``. ``path``: a folder for the stores (default: a temporary
     one, removed after).
@@ -636,8 +653,10 @@ def simulate_rolling(drop: float, sessions: int, steps: int, every: int, seed: i
     try:
         for k in range(sessions):
             rng = random.Random(f"{seed}/rolling/{k}")  # the same sessions at every drop rate: only the texts differ
-            policy = cs.CompactionPolicy(every=every, roll_up_every=roll_up_every,
-                                         summarizer=DroppingSummarizer(drop, f"{seed}/{k}"))
+            # The dropping summarizer states every fact it keeps, one a line: its text is as long as its span.
+            policy = cs.CompactionPolicy() if drop is None else cs.CompactionPolicy(
+                every=every, roll_up_every=roll_up_every, summarizer=DroppingSummarizer(drop, f"{seed}/{k}"),
+                summary_limit=1_000_000)
             with cs.open(f"{tmp}/rolling-{k}.db", clock=cs.events.tick_clock()) as store:
                 agent = Agent(store.session(f"run-{k}"), rng, drop, every)
                 crash_at = None
@@ -692,7 +711,7 @@ def _tally(tally: Tally, plans: list[Plan], truth: Plan, outcomes: list[Outcome]
     tally.wrong += wrong
 
 
-def rolling_rows(drops: list[float], sessions: int, steps: int, every: int, seed: int, turn: int = 3) -> Section:
+def rolling_rows(drops: list[float | None], sessions: int, steps: int, every: int, seed: int, turn: int = 3) -> Section:
     """Run the rolling simulation at every drop rate and tabulate both resumers."""
     section = Section(
         "Rolling compaction: naive resumer vs Session.maintain + Session.context",
@@ -770,8 +789,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="fixed: compact and mark by hand; rolling: CompactionPolicy + maintain + context(); "
                              "both (default)")
     parser.add_argument("--rolling-sessions", type=int, default=6, help="sessions per drop rate, rolling (default 6)")
-    parser.add_argument("--rolling-drops", default="0,0.01,0.02,0.05,0.15,0.3",
-                        help="summarizer drop rates, rolling (default 0,0.01,0.02,0.05,0.15,0.3)")
+    parser.add_argument("--rolling-drops", default="defaults,0,0.01,0.02,0.05,0.15,0.3",
+                        help="summarizer drop rates, rolling; defaults: CompactionPolicy() with no argument "
+                             "(default defaults,0,0.01,0.02,0.05,0.15,0.3)")
     parser.add_argument("--turn", type=int, default=3, help="rolling: maintain every N steps (default 3)")
     args = parser.parse_args(argv)
     drops = [None if x == "auto" else float(x) for x in args.drops.split(",")]
@@ -787,7 +807,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"rolling:  {args.rolling_sessions} sessions x {args.steps} steps per drop rate, maintained every "
               f"{args.turn} steps by CompactionPolicy(every={args.every}, roll_up_every=5), seed {args.seed}; "
               f"each resume point resumed twice by each resumer")
-        sections.append(rolling_rows([float(x) for x in args.rolling_drops.split(",")], args.rolling_sessions,
+        sections.append(rolling_rows([None if x == "defaults" else float(x) for x in args.rolling_drops.split(",")],
+                                     args.rolling_sessions,
                                      args.steps, args.every, args.seed, args.turn))
         sections[-1].print()
     path = harness.write_json("resume_sim", info, sections, params=vars(args))

@@ -393,7 +393,20 @@ def roll_up(
     node = msgspec.structs.replace(node, negative_facts=facts)
     text = summary if summary is not None else _summary_text((summarizer or extractive)(records))
     if not literal:
-        return [_sealed(node, text, view.span_root(start, stop), None)]
+        # What an obligation open now needs of the span and no child kept (an obligation
+        # opened after its binding was compacted away) is spilled here, from the raw log.
+        refs: list[SpillRef] = []
+        new: list[ev.Event] = []
+        for i, (k, p) in enumerate(sorted({(r.key, r.binding_pos) for r in rules.risks(f, start, stop, rules.kept_positions(node))})):
+            value = f.binding(p).value
+            d = rules.value_digest(value)
+            new.append(ev.Spill(key=k, value=value, source=p, digest=d))
+            refs.append(SpillRef(f"spill:{size + i}", k, p, d))
+        if refs:
+            node = msgspec.structs.replace(node, spills=sorted({*node.spills, *refs}, key=lambda r: r.handle),
+                                           contract=f"spilled again for the obligations open at pos {size}: "
+                                                    f"{[r.key for r in refs]}" + (f"; {node.contract}" if node.contract else ""))
+        return [*new, _sealed(node, text, view.span_root(start, stop), None)]
     got = view.read_span(start, stop, records=True)
     for r in got.records:
         reader.add(r)

@@ -233,8 +233,23 @@ class Plan:
         elif r.kind not in ev.DERIVED_KINDS and r.pos >= self.tail and (not self.raw or r.pos > self.raw[-1].pos):
             self.raw.append(r)
 
-    def due(self, policy: CompactionPolicy, *, compact: bool = True, roll_up: bool = True, mark: bool = True) -> Step | None:
-        """Return the next step ``policy`` wants at this plan's size, or None."""
+    def due(self, policy: CompactionPolicy, *, compact: bool = True, roll_up: bool = True, mark: bool = True,
+            repair: bool = False) -> Step | None:
+        """Return the next step ``policy`` wants at this plan's size, or None.
+
+        ``repair``: a marker was just refused because its cover lost what an obligation
+        opened since needs: compact the raw tail whatever its length, then grow the digest
+        over the L1 nodes after it whatever their number (a roll-up spills what is needed).
+        """
+        if repair:
+            if self.raw:
+                return Compact(self.tail, self.raw[-1].pos + 1)
+            at = self.digest[2] if self.digest is not None else (min(self.l1) if self.l1 else None)
+            nodes: list[int] = []
+            while at is not None and at in self.l1:
+                p, at = self.l1[at]
+                nodes.append(p)
+            return RollUp(([self.digest[0]] if self.digest is not None else []) + nodes) if nodes else None
         if compact and self.raw:
             step = self._compaction(policy)
             if step is not None:
@@ -268,11 +283,12 @@ class Plan:
 
 def due(
     view: SessionView, policy: CompactionPolicy, *, size: int | None = None, plan: Plan | None = None,
-    compact: bool = True, roll_up: bool = True, mark: bool = True,
+    compact: bool = True, roll_up: bool = True, mark: bool = True, repair: bool = False,
 ) -> Step | None:
     """Return the next step ``policy`` wants on the session at ``size`` (default: now), or None when nothing is due.
 
-    The flags leave a kind of step out (after it was refused in this run). ``plan``: the
+    The flags leave a kind of step out (after it was refused in this run); ``repair``: see
+    :meth:`Plan.due`. ``plan``: the
     session's plan kept from an earlier call at a size not past ``size`` (it is brought up
     to date); without one, a new plan reads the summary nodes and the raw tail after the
     last L1 node. Bodies are read against their own leaves only: what is due is a plan,
@@ -284,7 +300,7 @@ def due(
         plan = Plan()
     with plan._lock:
         plan.advance(view, size)
-        return plan.due(policy, compact=compact, roll_up=roll_up, mark=mark)
+        return plan.due(policy, compact=compact, roll_up=roll_up, mark=mark, repair=repair)
 
 
 def inputs(view: SessionView, step: Compact | RollUp) -> list[Record]:

@@ -51,18 +51,20 @@ def _rebound_then_needed(s: cs.Session) -> tuple[cs.Node, cs.Node]:
 
 
 def test_an_l2_inheriting_a_stale_excerpt_does_not_certify(store: cs.Store) -> None:
-    """An L2 over a node keeping v1 and one that re-bound the key to v2 keeps nothing the obligation can use."""
+    """An L2 over a node keeping v1 and one that re-bound the key to v2 does not carry v1; it spills v2 from the log."""
     s = store.session("m")
     a, b = _rebound_then_needed(s)
-    with pytest.raises(cs.MarkerInvalid):
+    with pytest.raises(cs.MarkerInvalid) as info:
         s.mark(b)
+    assert ("anchoring", 4) in [(v.condition, v.pos) for v in info.value.violations]  # type: ignore[attr-defined]
+    _falls_back(s, _planted_marker(s, b.pos))
     top = s.roll_up([a, b])
     assert Excerpt(1, "value", "migrations/003_down.sql") in a.kept
     assert top.kept == []  # a digest carries only the values still live at its stop
-    with pytest.raises(cs.MarkerInvalid) as info:
-        s.mark(top)
-    assert ("anchoring", 4) in [(v.condition, v.pos) for v in info.value.violations]  # type: ignore[attr-defined]
-    _falls_back(s, _planted_marker(s, top.pos))
+    (spill,) = top.spills  # what the obligation opened since needs, spilled again from the raw log
+    assert spill.source == 4 and s.spilled(spill.handle) == "migrations/004_down.sql"
+    got = s.resume(s.mark(top))
+    assert got.mode == "certified" and [(n.key, n.value) for n in got.needed] == [("rollback", "migrations/004_down.sql")]
     (finding,) = s.audit()
     assert (finding.node, finding.key, finding.binding_pos, finding.needed_at) == (b.pos, "rollback", 4, 7)
 

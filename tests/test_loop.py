@@ -218,7 +218,7 @@ def test_node_lost_lists_exactly_the_dropped_literals(store: cs.Store) -> None:
 
 
 def test_a_lossless_node_loses_nothing_and_a_redacted_position_is_listed(store: cs.Store) -> None:
-    """A node that keeps every literal lists none; a redacted position of a span is listed as unknown."""
+    """A node that keeps every literal lists none; a node over a redacted position lists it as unknown."""
     s = store.session("loop")
     s.append(cs.Turn("user", "approve the plan"))
     s.bind("key", "k-1")
@@ -229,7 +229,9 @@ def test_a_lossless_node_loses_nothing_and_a_redacted_position_is_listed(store: 
     later = s.compact(3, 5, summary="a token was given")
     assert [x.path for x in later.lost] == ["content"]
     s.redact([3], "secret")
-    assert s.node(later.pos).lost == [ev.Lost(3, "", "redacted")]
+    assert s.read(later.pos).kind == "redacted"  # built from the erased turn: erased with it
+    again = s.compact(3, 5, summary="a turn was erased")
+    assert again.lost == [ev.Lost(3, "", "redacted")]
 
 
 def test_show_and_page_draw_the_loss_manifest(store: cs.Store) -> None:

@@ -12,9 +12,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 import resume_sim  # noqa: E402
 
 
-@pytest.mark.parametrize("drop", [0.05, 0.3])
-def test_rolling_compaction_resumes_never_diverge(drop: float, tmp_path: Path) -> None:
-    """Sessions maintained by CompactionPolicy and resumed by Session.context() act on nothing the log contradicts."""
+@pytest.mark.parametrize("drop", [None, 0.05, 0.3], ids=["defaults", "drop-5%", "drop-30%"])
+def test_rolling_compaction_resumes_never_diverge(drop: float | None, tmp_path: Path) -> None:
+    """Sessions maintained by CompactionPolicy (with no argument too) and resumed by Session.context() act on nothing the log contradicts."""
     naive, ours, extra = resume_sim.simulate_rolling(drop, 2, 240, 40, 3, path=str(tmp_path))
     assert extra["l1"] >= 8 and extra["l2"] >= 1 and extra["markers"] >= 1, extra  # the loop ran: nodes, digests, markers
     assert ours.resumes == naive.resumes >= 8

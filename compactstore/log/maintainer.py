@@ -36,12 +36,16 @@ def run(view: Reader, writer: Writer, policy: CompactionPolicy, progress: Callab
     rolled_up: list[int] = []
     refused: list[str] = []
     marker: int | None = None
-    flags = {"compact": True, "roll_up": True, "mark": True}
+    flags = {"compact": True, "roll_up": True, "mark": True, "repair": False}
+    repaired = False
     texts: dict[bytes, str] = {}
     lost = 0
     while True:
         size = view.size
         step = policies.due(view, policy, size=size, plan=_plan(view), **flags)
+        if step is None and flags["repair"]:
+            flags["repair"] = False  # nothing left to repair with: mark again
+            continue
         if step is None:
             break
         if progress is not None:
@@ -50,9 +54,15 @@ def run(view: Reader, writer: Writer, policy: CompactionPolicy, progress: Callab
             if isinstance(step, policies.Mark):
                 try:
                     marker = _step(writer, size, [markers.cover_marker(view, size)])
+                    flags["mark"] = False  # one marker a run
                 except MarkerInvalid as exc:
                     refused.append(f"marker at node {step.node}: {exc}")
-                flags["mark"] = False  # one marker a run, refused or not
+                    # A cover that lost what an obligation opened since needs is written anew
+                    # once a run: the tail compacted, the digest grown, the value spilled again.
+                    stale = any(getattr(v, "condition", None) == "anchoring" for v in exc.violations)
+                    flags["mark"] = stale and not repaired
+                    flags["repair"] = flags["mark"]
+                    repaired = True
                 continue
             # Kept per redaction count: a summary of a span redacted since may quote what it erased.
             said = msgspec.json.encode(step) + str(len(view.host.backend.redactions(view.require_sid()))).encode()
@@ -61,6 +71,7 @@ def run(view: Reader, writer: Writer, policy: CompactionPolicy, progress: Callab
             text = texts[said]
             if isinstance(step, policies.RollUp):
                 rolled_up.append(_step(writer, size, compaction.roll_up(view, size, step.nodes, summary=text)))
+                flags["repair"] = False
                 continue
             try:
                 compacted.append(_step(writer, size, compaction.compaction(
