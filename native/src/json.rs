@@ -516,11 +516,16 @@ fn needs_escape(b: u8) -> bool {
 
 /// The length of the longest prefix of `s` that needs no escaping.
 pub fn clean_prefix(s: &[u8]) -> usize {
-    // Blocks without a branch per byte, which the compiler turns into SIMD compares.
-    const BLOCK: usize = 32;
+    // Whole blocks are checked without a branch per byte, which the compiler turns into SIMD
+    // compares; the block that holds a byte to escape is searched byte by byte.
+    const BLOCK: usize = 64;
     let mut i = 0;
     for block in s.chunks_exact(BLOCK) {
-        if block.iter().fold(false, |hit, &b| hit | needs_escape(b)) {
+        let hit = block
+            .iter()
+            .map(|&b| u8::from(b < 0x20) | u8::from(b == b'"') | u8::from(b == b'\\'))
+            .fold(0, |seen, b| seen | b);
+        if hit != 0 {
             break;
         }
         i += BLOCK;
