@@ -550,7 +550,7 @@ def test_leaf_hash_one_at_a_time_and_large(lengths: list[int], seed: bytes) -> N
 
 
 def test_parallel_paths_equal_reference() -> None:
-    """Batches above the parallel cuts (leaves 512 KiB, tree 128 KiB, 2048 nodes) equal the reference."""
+    """Batches above the parallel cuts (of leaves, trees and node levels) equal the reference."""
     entries = [bytes([i % 251]) * (100 + i % 1500) for i in range(3000)]
     leaves = P.leaf_hashes(entries)
     assert M.leaf_hashes(entries) == leaves

@@ -24,9 +24,23 @@ pub const NODE_PREFIX: u8 = 0x01;
 /// entry by a byte, so only a copy lets the crate take the entry's chunks together.
 const COPIED: usize = 16 * CHUNK_LEN;
 
-/// From this many bytes, a single leaf's subtrees are hashed on two threads at a time.
-/// Starting a thread costs about as much as hashing a few KiB.
-const SPLIT: usize = 128 * 1024;
+/// From this many bytes, a single leaf's subtrees are hashed on two threads at a time: a
+/// thread started for less would cost more than the half it takes off the caller.
+const SPLIT: usize = 512 * 1024;
+
+const BLOCK_LEN: usize = 64;
+
+/// Return about how many block compressions on one SIMD lane hashing a leaf of `len` bytes
+/// takes (a node takes two): a message shorter than two chunks is compressed block after
+/// block, a longer one mostly several chunks side by side.
+pub fn leaf_cost(len: usize) -> usize {
+    let blocks = len / BLOCK_LEN + 1;
+    if len < 2 * CHUNK_LEN {
+        blocks
+    } else {
+        CHUNK_LEN / BLOCK_LEN + blocks / 4
+    }
+}
 
 /// Return `BLAKE3("")`, the root of the empty tree.
 pub fn empty() -> Hash {

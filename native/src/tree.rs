@@ -11,23 +11,24 @@ use crate::par;
 /// A complete aligned subtree: `(level, index)`.
 pub type Coord = (u32, u64);
 
-/// From this many bytes of entries, leaves are hashed on every core: below it, starting
-/// a thread costs more than the half of the work it would take.
-const PAR_BYTES: usize = 128 * 1024;
-/// From this many node hashes at one level, they are hashed on every core.
-const PAR_NODES: usize = 2048;
-/// Bytes of entries (or node hashes) per task: small enough that a core that starts late
-/// takes fewer tasks, large enough that claiming one costs nothing.
-const TASK_BYTES: usize = 64 * 1024;
-const TASK_NODES: usize = 1024;
-/// The fewest entries in a task, so that a task of short entries is a subtree of some height.
+/// From this much work (block compressions, `hash::leaf_cost`; a node is two), hashing is
+/// spread over every core: for less, starting a thread costs more than the share of the
+/// work it takes off the caller.
+const PAR_WORK: usize = 2048;
+const PAR_NODES: usize = PAR_WORK / 2;
+/// Work per task: small enough that a core that starts late takes fewer tasks, large
+/// enough that claiming one costs nothing. A power of two of nodes, so that tasks over
+/// leaf hashes are aligned subtrees.
+const TASK_WORK: usize = 1024;
+const TASK_NODES: usize = TASK_WORK / 2;
+/// The fewest entries in a task, so that a task of long entries is a subtree of some height.
 const TASK_MIN: usize = 16;
 
 /// Return the leaf hash of each entry, in order.
 pub fn leaves(entries: &[&[u8]]) -> Vec<Hash> {
     let mut out = vec![[0u8; 32]; entries.len()];
-    let total: usize = entries.iter().map(|e| e.len()).sum();
-    if total < PAR_BYTES || entries.len() < 2 {
+    let total = work(entries);
+    if total < PAR_WORK || entries.len() < 2 {
         hash::leaves_into(entries, &mut out);
     } else {
         let per = task_len(entries.len(), total);
@@ -38,11 +39,16 @@ pub fn leaves(entries: &[&[u8]]) -> Vec<Hash> {
     out
 }
 
-/// Return how many entries one task takes: about [`TASK_BYTES`], at least [`TASK_MIN`],
+/// Return the work of hashing `entries` as leaves, in block compressions.
+fn work(entries: &[&[u8]]) -> usize {
+    entries.iter().map(|e| hash::leaf_cost(e.len())).sum()
+}
+
+/// Return how many entries one task takes: about [`TASK_WORK`], at least [`TASK_MIN`],
 /// and a power of two (so that tasks are aligned subtrees).
 fn task_len(count: usize, total: usize) -> usize {
     let average = total / count.max(1);
-    (TASK_BYTES / average.max(1)).max(TASK_MIN).next_power_of_two()
+    (TASK_WORK / average.max(1)).max(TASK_MIN).next_power_of_two()
 }
 
 /// Return the next level up: neighbours paired, an odd last hash dropped.
@@ -100,8 +106,8 @@ pub fn root_of_leaves(leaves: &[Hash]) -> Hash {
 
 /// Return the RFC 9162 Merkle Tree Hash of `entries`.
 pub fn tree_root(entries: &[&[u8]]) -> Hash {
-    let total: usize = entries.iter().map(|e| e.len()).sum();
-    if total < PAR_BYTES || entries.len() < 2 {
+    let total = work(entries);
+    if total < PAR_WORK || entries.len() < 2 {
         return root_of_leaves(&leaves(entries));
     }
     // Each task hashes its entries and their subtree while they are in its cache.
