@@ -31,7 +31,9 @@ pub fn threads() -> usize {
 /// every task has run. A panic in a task reaches the caller once every thread has stopped.
 ///
 /// The calling thread works from the start, so a helper that waits for a core on a busy
-/// machine only takes fewer tasks. A helper the system refuses to start is done without.
+/// machine only takes fewer tasks; but the call returns only once every helper has stopped,
+/// so there it also waits for a helper the scheduler has not run yet to start and find
+/// nothing left. A helper the system refuses to start is done without.
 pub fn each(count: usize, task: impl Fn(usize) + Sync) {
     let next = AtomicUsize::new(0);
     let work = || loop {
