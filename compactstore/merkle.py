@@ -12,8 +12,8 @@ positions ``[index << level, (index + 1) << level)``; level 0 is a leaf.
 
 Two implementations give the same bytes: ``compactstore.merkle_pure``, the pure-Python
 reference, and ``compactstore.native``, a Rust extension that hashes BLAKE3 leaves and
-nodes many at a time (the SIMD lanes of a core shared across leaves, every core for large
-batches) with the GIL released. BLAKE3 runs natively when the extension is built, unless
+nodes through the blake3 crate's stable API (every core for large batches) with the GIL
+released. BLAKE3 runs natively when the extension is built, unless
 the environment sets ``COMPACTSTORE_PURE=1``; :data:`IMPLEMENTATION` says which. SHA-256,
 and hashes that are not 32 bytes where hashes are expected, always take the reference.
 
@@ -111,7 +111,7 @@ def leaf_hashes(entries: Iterable[bytes], algo: str = "blake3") -> list[bytes]:
     listed = _listed(entries)
     if algo == "blake3" and native is not None:
         try:
-            if len(listed) == 1:  # one append's leaf: hashed in place, no lanes set up nor GIL handed over
+            if len(listed) == 1:  # one append's leaf: hashed in place, the GIL kept for a short one
                 return [native.leaf_hash(listed[0])]
             return native.leaf_hashes(listed)
         except _DECLINED:

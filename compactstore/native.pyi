@@ -13,7 +13,7 @@ def leaf_hash(entry: bytes, /) -> bytes:
     """Return ``H(0x00 || entry)``."""
 
 def leaf_hashes(entries: Sequence[bytes], /) -> list[bytes]:
-    """Return ``H(0x00 || entry)`` of each entry, in order: many at a time, on every core when large."""
+    """Return ``H(0x00 || entry)`` of each entry, in order: on every core when the batch is large."""
 
 def node_hash(left: bytes, right: bytes, /) -> bytes:
     """Return ``H(0x01 || left || right)``."""

@@ -167,7 +167,7 @@ def test_native_and_pure_give_the_same_bytes_at_block_and_chunk_edges(
 @FEW
 @given(entries=sts.block_count_runs())
 def test_native_and_pure_give_the_same_bytes_for_runs_of_a_block_count(entries: list[bytes]) -> None:
-    """Entries hashed sixteen at a time, whole, one per lane, and the runs' leftovers: the reference's bytes."""
+    """Runs of entries of one block count, and entries of other counts among them: the reference's bytes."""
     native, pure = _native_and_pure()
     leaves = pure.leaf_hashes(entries)
     assert native.leaf_hashes(entries) == leaves == [naive.leaf(e) for e in entries]

@@ -2,10 +2,7 @@
 //! bodies back to back, each body's length and their number (8-byte big-endian).
 //!
 //! A restoration reads a span's bodies in batches and hashes each batch as it comes, so
-//! the bodies are hashed while they are still in cache. (Hashing the batches on a thread
-//! of the digest's own, overlapping the read, was measured and not kept: on a 2-core
-//! machine under load it took more CPU and more wall time than hashing in line; see
-//! benchmarks/README.md.)
+//! the bodies are hashed while they are still in cache, on the calling thread.
 
 use blake3::Hasher;
 

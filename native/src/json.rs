@@ -10,17 +10,22 @@
 //! it, nesting deeper than the limit, a lone surrogate, a body over the size limit. For
 //! those the caller takes msgspec's path, which encodes or refuses them; None is never a
 //! refusal of its own, so declining more than needed costs time and never bytes.
+//!
+//! It reads an event only through msgspec's and Python's public API (`msgspec.structs.astuple`,
+//! exact-type checks, `str` as UTF-8), never an interpreter's memory layout. It exists for the
+//! batched `extend` goal of `benchmarks/append.py`: the reference path checks each field in
+//! Python before msgspec encodes (`benchmarks/native.py` times both), and every test of the
+//! encoder compares its bytes with that path's.
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
-use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyInt, PyList, PyString, PyTuple, PyType};
 
-/// The checks of `compactstore.events._field_check`, by the same numbers.
 /// The deepest JSON an encoder takes (the store's own limit is 64): each level is a native
 /// stack frame, and a thread's stack may be small.
 const MAX_DEPTH: usize = 256;
 
+// The checks of `compactstore.events._field_check`, by the same numbers.
 const STR: u8 = 0;
 const INT: u8 = 1;
 const BOOL: u8 = 2;
@@ -37,10 +42,9 @@ const OMIT_EMPTY_LIST: u8 = 3; // a `list` factory: left out when empty
 const OMIT_EMPTY_DICT: u8 = 4; // a `dict` factory: left out when empty
 
 struct Field {
-    name: Py<PyString>,
-    /// Where the value lies in the struct, read as CPython's member descriptor reads it
-    /// (an attribute lookup per field cost more than the rest of the encoding); None: by name.
-    slot: Option<isize>,
+    /// Where the field's value lies in `msgspec.structs.astuple(event)`: the field's place
+    /// in its type's `__struct_fields__` (None when it has no such place: never taken).
+    index: Option<usize>,
     /// `"name":`, as it is written.
     key: Vec<u8>,
     check: u8,
@@ -75,6 +79,8 @@ struct Plan {
 #[pyclass(frozen, module = "compactstore.native")]
 pub struct Encoder {
     plans: Vec<Plan>,
+    /// `msgspec.structs.astuple`: an event's field values in one call, as msgspec reads them.
+    astuple: Py<PyAny>,
     /// Bodies longer than this are declined (the caller refuses them in its own words).
     limit: usize,
     /// JSON nested deeper than this is declined.
@@ -89,7 +95,7 @@ struct Decline;
 
 type Out = Result<(), Decline>;
 
-fn field_of(cls: &Bound<'_, PyType>, part: &Bound<'_, PyAny>) -> PyResult<Part> {
+fn field_of(fields: Option<&Bound<'_, PyTuple>>, part: &Bound<'_, PyAny>) -> PyResult<Part> {
     if let Ok(text) = part.cast::<PyBytes>() {
         return Ok(Part::Text(text.as_bytes().to_vec()));
     }
@@ -99,11 +105,10 @@ fn field_of(cls: &Bound<'_, PyType>, part: &Bound<'_, PyAny>) -> PyResult<Part> 
     }
     let values: Vec<String> = t.get_item(4)?.extract()?;
     let default = t.get_item(6)?;
-    // Interned: the attribute lookup's type cache holds interned names only.
-    let name = PyString::intern(part.py(), t.get_item(0)?.cast::<PyString>()?.to_str()?);
+    let name = t.get_item(0)?.cast_into::<PyString>()?;
+    let index = fields.and_then(|fields| fields.iter().position(|f| f.eq(&name).unwrap_or(false)));
     let field = Field {
-        slot: slot_of(cls, &cls.getattr(&name)?),
-        name: name.unbind(),
+        index,
         key: t.get_item(1)?.cast::<PyBytes>()?.as_bytes().to_vec(),
         check: t.get_item(2)?.extract()?,
         nullable: t.get_item(3)?.extract()?,
@@ -123,26 +128,6 @@ fn field_of(cls: &Bound<'_, PyType>, part: &Bound<'_, PyAny>) -> PyResult<Part> 
     Ok(Part::Field(field))
 }
 
-/// The offset of the object a struct's field holds, when `cls` gives the field as a member
-/// descriptor of an object (what msgspec makes of a field) defined on `cls` or a base of
-/// it, as CPython's own descriptor requires before it reads the offset; else None.
-fn slot_of(cls: &Bound<'_, PyType>, descr: &Bound<'_, PyAny>) -> Option<isize> {
-    // SAFETY: the descriptor's type is checked before it is read as a member descriptor,
-    // whose `d_member` is a `PyMemberDef` on every CPython this builds for; its offset
-    // is into instances of `d_type`, of which every instance of `cls` is one.
-    unsafe {
-        if ffi::Py_TYPE(descr.as_ptr()) != &raw mut ffi::PyMemberDescr_Type {
-            return None;
-        }
-        let descr = &*(descr.as_ptr() as *const ffi::PyMemberDescrObject);
-        if ffi::PyType_IsSubtype(cls.as_type_ptr(), descr.d_common.d_type) == 0 {
-            return None;
-        }
-        let member = &*(descr.d_member as *const ffi::PyMemberDef);
-        (member.type_code == ffi::Py_T_OBJECT_EX && member.flags & ffi::Py_READONLY == 0).then_some(member.offset)
-    }
-}
-
 #[pymethods]
 impl Encoder {
     /// `plans`: `(type, parts)` per event type, each part the kind tag's bytes or a field's
@@ -158,7 +143,15 @@ impl Encoder {
         let mut out = Vec::with_capacity(plans.len());
         for plan in plans.iter() {
             let (cls, parts): (Bound<'_, PyType>, Bound<'_, PyList>) = plan.extract()?;
-            let parts = parts.iter().map(|p| field_of(&cls, &p)).collect::<PyResult<Vec<_>>>()?;
+            // A type that is no msgspec Struct has no fields to read: its events are never taken.
+            let fields = cls
+                .getattr("__struct_fields__")
+                .ok()
+                .and_then(|f| f.cast_into_exact::<PyTuple>().ok());
+            let parts = parts
+                .iter()
+                .map(|p| field_of(fields.as_ref(), &p))
+                .collect::<PyResult<Vec<_>>>()?;
             out.push(Plan {
                 cls: cls.unbind(),
                 parts,
@@ -166,6 +159,7 @@ impl Encoder {
         }
         Ok(Encoder {
             plans: out,
+            astuple: plans.py().import("msgspec.structs")?.getattr("astuple")?.unbind(),
             limit,
             depth,
         })
@@ -242,6 +236,8 @@ impl Encoder {
     }
 
     fn event(&self, buf: &mut Vec<u8>, plan: &Plan, event: &Bound<'_, PyAny>, stamp: &Bound<'_, PyAny>) -> Out {
+        let values = self.astuple.bind(event.py()).call1((event,)).map_err(|_| Decline)?;
+        let values = values.cast_exact::<PyTuple>().map_err(|_| Decline)?;
         buf.push(b'{');
         let mut first = true;
         for part in &plan.parts {
@@ -254,7 +250,7 @@ impl Encoder {
                     buf.extend_from_slice(text);
                     true
                 }
-                Part::Field(f) => self.field(buf, f, event, stamp)?,
+                Part::Field(f) => self.field(buf, f, values, stamp)?,
             };
             if wrote {
                 first = false;
@@ -271,18 +267,10 @@ impl Encoder {
         &self,
         buf: &mut Vec<u8>,
         f: &Field,
-        event: &Bound<'_, PyAny>,
+        values: &Bound<'_, PyTuple>,
         stamp: &Bound<'_, PyAny>,
     ) -> Result<bool, Decline> {
-        let own = match f.slot {
-            // SAFETY: `event` is exactly of the plan's class (plan_of), an instance of the
-            // type whose member descriptor gave the offset (slot_of); an unset slot is NULL.
-            Some(offset) => unsafe {
-                let at = (event.as_ptr() as *const u8).offset(offset) as *const *mut ffi::PyObject;
-                Bound::from_borrowed_ptr_or_opt(event.py(), *at).ok_or(Decline)?
-            },
-            None => event.getattr(f.name.bind(event.py())).map_err(|_| Decline)?,
-        };
+        let own = values.get_item(f.index.ok_or(Decline)?).map_err(|_| Decline)?;
         if (f.stamped || f.absent) && !own.is_none() {
             return Err(Decline); // a stamp or a key of the caller's own: not this path's to write
         }
@@ -290,7 +278,7 @@ impl Encoder {
         match f.omit {
             OMIT_NONE if v.is_none() => return Ok(false),
             OMIT_OBJECT => {
-                let d = f.default.as_ref().ok_or(Decline)?.bind(event.py());
+                let d = f.default.as_ref().ok_or(Decline)?.bind(values.py());
                 if v.is(d) {
                     return Ok(false);
                 }
@@ -431,7 +419,7 @@ fn write_list(
 /// The UTF-8 of an exact `str` (a lone surrogate has none: declined).
 fn text<'a>(v: &'a Bound<'_, PyAny>) -> Result<&'a [u8], Decline> {
     let s = v.cast_exact::<PyString>().map_err(|_| Decline)?;
-    // SAFETY of the lifetime: the str is immutable and `v` keeps it alive.
+    // The UTF-8 is the str's own (immutable, kept alive by `v`), borrowed for `v`'s lifetime.
     match s.to_str() {
         Ok(s) => Ok(s.as_bytes()),
         Err(_) => Err(Decline),
@@ -471,10 +459,7 @@ fn int(v: &Bound<'_, PyAny>) -> Result<Int, Decline> {
     if !v.is_exact_instance_of::<PyInt>() {
         return Err(Decline); // a bool, an int subclass
     }
-    let mut overflow = 0;
-    // SAFETY: `v` is an int; no error is set but by overflow, and that is cleared below.
-    let n = unsafe { ffi::PyLong_AsLongLongAndOverflow(v.as_ptr(), &mut overflow) };
-    if overflow == 0 {
+    if let Ok(n) = v.extract::<i64>() {
         return Ok(Int::Signed(n));
     }
     v.extract::<u64>().map(Int::Unsigned).map_err(|_| Decline)
@@ -530,37 +515,22 @@ fn needs_escape(b: u8) -> bool {
 }
 
 /// The length of the longest prefix of `s` that needs no escaping.
-#[cfg(target_arch = "x86_64")]
 pub fn clean_prefix(s: &[u8]) -> usize {
-    use std::arch::x86_64::*;
+    // Whole blocks are checked without a branch per byte, which the compiler turns into SIMD
+    // compares; the block that holds a byte to escape is searched byte by byte.
+    const BLOCK: usize = 64;
     let mut i = 0;
-    // SAFETY: SSE2 is part of x86_64; each load reads 16 bytes inside `s`.
-    unsafe {
-        let quote = _mm_set1_epi8(b'"' as i8);
-        let backslash = _mm_set1_epi8(b'\\' as i8);
-        let below = _mm_set1_epi8(0x1f);
-        while i + 16 <= s.len() {
-            let x = _mm_loadu_si128(s.as_ptr().add(i) as *const __m128i);
-            // A byte is below 0x20 when the unsigned max of it and 0x1f is 0x1f.
-            let control = _mm_cmpeq_epi8(_mm_max_epu8(x, below), below);
-            let hit = _mm_or_si128(
-                _mm_or_si128(_mm_cmpeq_epi8(x, quote), _mm_cmpeq_epi8(x, backslash)),
-                control,
-            );
-            let mask = _mm_movemask_epi8(hit) as u32;
-            if mask != 0 {
-                return i + mask.trailing_zeros() as usize;
-            }
-            i += 16;
+    for block in s.chunks_exact(BLOCK) {
+        let hit = block
+            .iter()
+            .map(|&b| u8::from(b < 0x20) | u8::from(b == b'"') | u8::from(b == b'\\'))
+            .fold(0, |seen, b| seen | b);
+        if hit != 0 {
+            break;
         }
+        i += BLOCK;
     }
     i + s[i..].iter().position(|&b| needs_escape(b)).unwrap_or(s.len() - i)
-}
-
-/// The length of the longest prefix of `s` that needs no escaping.
-#[cfg(not(target_arch = "x86_64"))]
-pub fn clean_prefix(s: &[u8]) -> usize {
-    s.iter().position(|&b| needs_escape(b)).unwrap_or(s.len())
 }
 
 #[cfg(test)]

@@ -19,10 +19,8 @@ use pyo3::types::{PyBytes, PyList, PyTuple};
 pub mod content;
 pub mod hash;
 pub mod json;
-pub mod lanes;
-pub mod pool;
+pub mod par;
 pub mod tree;
-pub mod wide;
 
 use hash::Hash;
 
@@ -103,8 +101,8 @@ enum Entry<'py> {
 
 /// The entries of a list (or any iterable) of `bytes`-like objects.
 ///
-/// Faster than extracting a `Vec<PyBackedBytes>` (about 4% of a 4 MiB tree of 1 KiB
-/// entries): a list or tuple is read by index, and a `bytes` item is only checked and referenced.
+/// Cheaper than extracting a `Vec<PyBackedBytes>`: a list or tuple is read by index, and a
+/// `bytes` item is only checked and referenced.
 struct Entries<'py>(Vec<Entry<'py>>);
 
 impl<'py> FromPyObject<'_, 'py> for Entries<'py> {

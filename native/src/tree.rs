@@ -3,47 +3,52 @@
 //!
 //! The same algorithms, step for step, as `compactstore/merkle_pure.py`, which is the
 //! reference: a subtree `(level, index)` covers positions `[index << level, (index + 1) << level)`.
-//! Large inputs are split over the pool's threads; small ones stay on the caller's.
+//! Large inputs are split over every core (`par.rs`); small ones stay on the caller's thread.
 
-use crate::hash::{self, Hash, LANES};
-use crate::pool;
+use crate::hash::{self, Hash};
+use crate::par;
 
 /// A complete aligned subtree: `(level, index)`.
 pub type Coord = (u32, u64);
 
-/// From this many bytes of entries, a tree's leaves are hashed on every thread.
-const PAR_BYTES: usize = 128 * 1024;
-/// From this many bytes of entries, a batch of leaves alone (an append's) is hashed on
-/// every thread. Higher than [`PAR_BYTES`]: an append goes on in Python while the pool's
-/// threads wait for more work, and on two busy cores waking them for 100 entries of
-/// 1.5 KB cost more CPU (56-122 us against 45 us) and more wall time than hashing on one.
-const LEAF_PAR_BYTES: usize = 512 * 1024;
-/// From this many node hashes at one level, they are hashed on every thread.
-const PAR_NODES: usize = 2048;
-/// Bytes of entries (or node hashes, at ~70 ns each: about 1000) per parallel task.
-const TASK_BYTES: usize = 256 * 1024;
-const TASK_NODES: usize = 1024;
+/// From this much work (block compressions, `hash::leaf_cost`; a node is two), hashing is
+/// spread over every core: for less, starting a thread costs more than the share of the
+/// work it takes off the caller.
+const PAR_WORK: usize = 2048;
+const PAR_NODES: usize = PAR_WORK / 2;
+/// Work per task: small enough that a core that starts late takes fewer tasks, large
+/// enough that claiming one costs nothing. A power of two of nodes, so that tasks over
+/// leaf hashes are aligned subtrees.
+const TASK_WORK: usize = 1024;
+const TASK_NODES: usize = TASK_WORK / 2;
+/// The fewest entries in a task, so that a task of long entries is a subtree of some height.
+const TASK_MIN: usize = 16;
 
 /// Return the leaf hash of each entry, in order.
 pub fn leaves(entries: &[&[u8]]) -> Vec<Hash> {
     let mut out = vec![[0u8; 32]; entries.len()];
-    let total: usize = entries.iter().map(|e| e.len()).sum();
-    if total < LEAF_PAR_BYTES || entries.len() < 2 {
+    let total = work(entries);
+    if total < PAR_WORK || entries.len() < 2 {
         hash::leaves_into(entries, &mut out);
     } else {
         let per = task_len(entries.len(), total);
-        pool::share_chunks_mut(&mut out, per, |i, o| {
+        par::chunks_mut(&mut out, per, |i, o| {
             hash::leaves_into(&entries[i * per..][..o.len()], o)
         });
     }
     out
 }
 
-/// Return how many entries one task takes: about [`TASK_BYTES`], a multiple of [`LANES`]
+/// Return the work of hashing `entries` as leaves, in block compressions.
+fn work(entries: &[&[u8]]) -> usize {
+    entries.iter().map(|e| hash::leaf_cost(e.len())).sum()
+}
+
+/// Return how many entries one task takes: about [`TASK_WORK`], at least [`TASK_MIN`],
 /// and a power of two (so that tasks are aligned subtrees).
 fn task_len(count: usize, total: usize) -> usize {
     let average = total / count.max(1);
-    (TASK_BYTES / average.max(1)).max(LANES).next_power_of_two()
+    (TASK_WORK / average.max(1)).max(TASK_MIN).next_power_of_two()
 }
 
 /// Return the next level up: neighbours paired, an odd last hash dropped.
@@ -52,7 +57,7 @@ pub fn pairs(level: &[Hash]) -> Vec<Hash> {
     if out.len() < PAR_NODES {
         hash::pairs_into(level, &mut out);
     } else {
-        pool::share_chunks_mut(&mut out, TASK_NODES, |i, o| {
+        par::chunks_mut(&mut out, TASK_NODES, |i, o| {
             hash::pairs_into(&level[2 * TASK_NODES * i..][..2 * o.len()], o);
         });
     }
@@ -93,7 +98,7 @@ pub fn root_of_leaves(leaves: &[Hash]) -> Hash {
     }
     // Aligned blocks of a power of two are complete subtrees (the last one the root of
     // what is left), and the root over their roots is the root over all.
-    let roots = pool::share_map(leaves.len().div_ceil(TASK_NODES), |i| {
+    let roots = par::map(leaves.len().div_ceil(TASK_NODES), |i| {
         root_here(&leaves[i * TASK_NODES..leaves.len().min((i + 1) * TASK_NODES)])
     });
     root_here(&roots)
@@ -101,13 +106,13 @@ pub fn root_of_leaves(leaves: &[Hash]) -> Hash {
 
 /// Return the RFC 9162 Merkle Tree Hash of `entries`.
 pub fn tree_root(entries: &[&[u8]]) -> Hash {
-    let total: usize = entries.iter().map(|e| e.len()).sum();
-    if total < PAR_BYTES || entries.len() < 2 {
+    let total = work(entries);
+    if total < PAR_WORK || entries.len() < 2 {
         return root_of_leaves(&leaves(entries));
     }
     // Each task hashes its entries and their subtree while they are in its cache.
     let per = task_len(entries.len(), total);
-    let roots = pool::share_map(entries.len().div_ceil(per), |i| {
+    let roots = par::map(entries.len().div_ceil(per), |i| {
         let chunk = &entries[i * per..entries.len().min((i + 1) * per)];
         let mut own = vec![[0u8; 32]; chunk.len()];
         hash::leaves_into(chunk, &mut own);
