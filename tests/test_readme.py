@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import subprocess
 import sys
@@ -182,3 +183,17 @@ def test_every_link_in_the_docs_resolves() -> None:
                 if anchor not in slugs:
                     broken.append(f"{document.relative_to(ROOT)}: {target} (no such heading)")
     assert broken == []
+
+
+def test_the_benchmarks_page_is_one_run_written_by_run_all() -> None:
+    """benchmarks/README.md is what `make bench` writes: run_all's introduction, then one table of goals and commands."""
+    spec = importlib.util.spec_from_file_location("run_all", ROOT / "benchmarks" / "run_all.py")
+    assert spec is not None and spec.loader is not None
+    run_all = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(run_all)
+    text = (ROOT / "benchmarks" / "README.md").read_text(encoding="utf-8")
+    assert text.startswith(run_all.INTRO)
+    tables = re.findall(r"^\| --- ", text, re.M)
+    rows = re.findall(r"^\| (`python benchmarks/\w+\.py[^`]*`)? \| .+ \| .+ \| [<>]= .+ \| (met|\*\*missed\*\*) \|$", text, re.M)
+    assert len(tables) == 1 and len(rows) >= 20
+    assert "checkout" not in text
