@@ -103,10 +103,12 @@ PYTHON_BLOCKS = _python_blocks()
 
 @pytest.mark.parametrize(("document", "index", "block"), PYTHON_BLOCKS, ids=[f"{d}:{i}" for d, i, _ in PYTHON_BLOCKS])
 def test_every_python_block_runs(document: str, index: int, block: str, tmp_path: Path,
-                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each Python block of the README and docs/ runs in a fresh folder; a last line marked `# raises X` must raise X.
+                                 monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Each Python block of the README and docs/ runs in a fresh folder and prints what its comments say.
 
-    A block that imports the OpenAI client gets a stand-in with no network.
+    A last line marked `# raises X` must raise X. Each `print(...)  # text` prints a line
+    that starts with the text up to its first ": " or " (". A block that imports the
+    OpenAI client gets a stand-in with no network.
     """
     monkeypatch.chdir(tmp_path)
     if re.search(r"^from openai import .*OpenAI", block, re.M):
@@ -120,6 +122,9 @@ def test_every_python_block_runs(document: str, index: int, block: str, tmp_path
             exec(code, {"__name__": "__main__"})
     else:
         exec(code, {"__name__": "__main__"})
+    said = [re.split(r": | \(", c)[0] for c in re.findall(r"^\s*print\(.*\)\s+# (.*)$", block, re.M)]
+    printed = capsys.readouterr().out.splitlines()
+    assert len(printed) == len(said) and all(p.startswith(w) for p, w in zip(printed, said)), (printed, said)
 
 
 def _transcript(document: Path, after: str) -> str:
