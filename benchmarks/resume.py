@@ -231,7 +231,7 @@ class Log:
     def restore_parts(self) -> dict[str, Callable[[], None]]:
         """Return restore_span's steps, each callable alone, to split its time."""
         s, store = self.session, self.store
-        backend, sid, pos = store.backend, s._sid(), self.node.pos
+        backend, sid, pos = store.backend, s.view.sid(), self.node.pos
         assert sid is not None
         head = backend.head(sid)
         assert head is not None

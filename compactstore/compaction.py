@@ -382,8 +382,15 @@ def roll_up(
         kept=_dedupe(kept), spills=sorted(set(spills), key=lambda r: r.handle),
         contract=f"carries the kept and spilled values still live at pos {stop}: {carried}" if carried else None,
     )
-    # It retains its children's negative facts; it lists only what an L1 child dropped.
-    node = msgspec.structs.replace(node, negative_facts=_facts(negative_facts, rules.retention_gaps(f, node), f))
+    # It retains its children's negative facts: it lists what an L1 child dropped, and the
+    # newest of theirs, so that its own body shows a resumed agent the latest failures.
+    if negative_facts is AUTO:
+        listed = [x for c in children for x in c.negative_facts]
+        shown = sorted(set(listed), key=lambda x: x.pos)[-rules.DIGEST_FACTS:]
+        facts = sorted({*rules.retention_gaps(f, node), *shown}, key=lambda x: x.pos)
+    else:
+        facts = _facts(negative_facts, [], f)
+    node = msgspec.structs.replace(node, negative_facts=facts)
     text = summary if summary is not None else _summary_text((summarizer or extractive)(records))
     if not literal:
         return [_sealed(node, text, view.span_root(start, stop), None)]

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Iterator
 import msgspec
 
 from . import events as ev
-from .errors import CompactStoreError, IntegrityError, InvalidArgument, InvalidEvent, shown
+from .errors import CompactStoreError, IntegrityError, InvalidArgument, InvalidEvent, KeyRequired, shown
 from .store import Record, Session, Store
 
 #: Events per destination transaction.
@@ -130,9 +130,13 @@ def copy(
 ) -> CopyReport:
     """Copy sessions from ``src`` to ``dst`` (any backends), byte for byte, verifying every root.
 
-    Each session is copied up to the size it has when its copy starts. Nothing is
-    written unless every destination session is empty and no source session has
-    redacted positions; a copy that fails part way leaves a verified prefix of the
+    Each session is copied up to the size it has when its copy starts, read as a plain
+    read reads it (every leaf proven in the source's sealed head, under its key). Nothing
+    is written unless every destination session is empty, no source session has redacted
+    positions or a derived event that breaks a rule, and the destination can resume the
+    source's markers (their checkpoint MACs are the source key's, so a keyed destination
+    takes markers only from a source with the same key); a copy that fails part way
+    (another writer, a source changed during the copy) leaves a verified prefix of the
     session that failed (the log is append-only).
 
     Args:
@@ -143,10 +147,11 @@ def copy(
         batch: events per destination transaction.
 
     Raises:
-        InvalidArgument: a named session is not in ``src``, or a destination session
-            already has events.
-        IntegrityError: a copied leaf or root differs from the source's (the source
-            does not verify), or another writer appended to a destination session.
+        InvalidArgument: a named session is not in ``src``, a destination session already
+            has events, or ``dst`` has another key than ``src`` and a session holds markers.
+        KeyRequired: ``src`` is keyed and was opened without its key.
+        IntegrityError: the source does not verify (a leaf, root or seal, or a derived
+            event that breaks a rule), or another writer appended to a destination session.
         CompactStoreError: ``dst`` is keyed and was opened without its key, or a source
             session has redacted positions (erased bodies cannot be re-appended).
     """
@@ -162,7 +167,9 @@ def copy(
     missing = sorted(set(names) - set(present))
     if missing:
         raise InvalidArgument("sessions", f"not in the source store: {', '.join(map(repr, missing))}")
-    if dst.keyed and dst.mac_key is None:
+    if src.keyed and not src.has_key:
+        raise KeyRequired("copy", session=None)
+    if dst.keyed and not dst.has_key:
         raise CompactStoreError("the destination store is keyed", hint="open it with its key")
     redacted = []
     for name in names:
@@ -175,6 +182,20 @@ def copy(
             "(their erased bodies cannot be re-appended; only their leaves remain)",
             hint="copy the other sessions with sessions=[...]",
         )
+    if dst.has_key and not dst.same_key(src):
+        marked = [name for name in names if (sid := src.backend.session_id(name)) is not None
+                  and src.backend.latest_markers(sid, src.session(name).size, 1)]
+        if marked:
+            raise InvalidArgument(
+                "dst", f"the destination has another key than the source, and sessions {', '.join(map(repr, marked))} "
+                "hold markers whose checkpoint MACs are the source key's: they would not resume there",
+                hint="copy into a store with the source's key, or into an unkeyed store")
+    for name in names:
+        broken = src.session(name).rule_problems()
+        if broken:
+            pos, why = broken[0]
+            raise IntegrityError(f"source session {name!r}: the event at pos {pos} breaks a rule: {why}",
+                                 session=name, pos=pos)
     occupied = [(name, dst.session(name).size) for name in names]
     occupied = [(name, n) for name, n in occupied if n]
     if occupied:

@@ -61,10 +61,6 @@ class Facts(Protocol):
         """Return a lookup of the negative fact at each of ``positions`` (None: not one)."""
         ...
 
-    def newest_negatives(self, start: int, stop: int, limit: int) -> tuple[list[Fact], int]:
-        """Return the last ``limit`` of :meth:`negatives_in` by position, and how many it gives in all."""
-        ...
-
     def unresolved_at(self, start: int, stop: int) -> list[Item]:
         """Return the items opened in ``[start, stop)`` and still open at ``stop``."""
         ...
@@ -136,10 +132,6 @@ class FullFacts:
     def negatives_in(self, start: int, stop: int) -> list[Fact]:
         return self.s.negatives_in(start, stop)
 
-    def newest_negatives(self, start: int, stop: int, limit: int) -> tuple[list[Fact], int]:
-        got = self.s.negatives_in(start, stop)
-        return got[max(0, len(got) - limit) :], len(got)
-
     def negatives_at(self, positions: Sequence[object]) -> Callable[[object], Fact | None]:
         negatives = self.s.negatives
         return lambda p: negatives.get(p) if isinstance(p, int) else None
@@ -195,10 +187,6 @@ class IndexSource(Protocol):
 
     def negatives_at(self, positions: Iterable[int], before: int) -> dict[int, IndexRow]:
         """Return the ``negative`` rows at ``positions`` of the events negative at checkpoint ``before``."""
-        ...
-
-    def newest_negatives(self, start: int, stop: int, limit: int) -> tuple[list[IndexRow], int]:
-        """Return the last ``limit`` of the ``negative`` rows a node over ``[start, stop)`` is held to, and their count."""
         ...
 
     def latest_binding(self, key: str, before: int) -> IndexRow | None:
@@ -296,11 +284,6 @@ class IndexedFacts:
         rows = [r for r in self.index.negatives(start, stop) if r.num < stop]
         self._read(r.pos for r in rows)
         return [Fact(r.pos, r.key, r.text) for r in rows]  # type: ignore[arg-type]
-
-    def newest_negatives(self, start: int, stop: int, limit: int) -> tuple[list[Fact], int]:
-        rows, total = self.index.newest_negatives(start, stop, limit)
-        self._read(r.pos for r in rows)
-        return [Fact(r.pos, r.key, r.text) for r in rows], total  # type: ignore[arg-type]
 
     def negatives_at(self, positions: Sequence[object]) -> Callable[[object], Fact | None]:
         rows = self.index.negatives_at(_positions(positions, self.size), self.size)

@@ -98,17 +98,6 @@ class Index:
         """
         return [*self.backend.negatives_caused(self.sid, start, stop), *self._rows(("negative",), start, stop)]
 
-    def newest_negatives(self, start: int, stop: int, limit: int) -> tuple[list[IndexRow], int]:
-        """Return the last ``limit`` of :meth:`negatives` by position, and how many it gives in all.
-
-        Reads ``limit`` rows of the span and the rows of earlier positions its events made
-        negative, however many facts the span holds.
-        """
-        rows, total = self.backend.newest_negatives(self.sid, start, stop, limit)
-        earlier = self.backend.negatives_caused(self.sid, start, stop)
-        both = [*earlier, *rows]
-        return both[max(0, len(both) - limit) :], total + len(earlier)
-
     def latest_binding(self, key: str, before: int) -> IndexRow | None:
         """Return the ``binding`` row of the last binding of ``key`` before ``before``."""
         return self.backend.latest_binding(self.sid, key, before)

@@ -141,7 +141,7 @@ def recall(session: Session, handle: str) -> str:
     if h.kind == "spill":
         return _spill(session, h.start, at)
     if h.kind == "pos":
-        record = session.proven(h.start)
+        record = session.view.proven(h.start)
         return f"pos:{h.start}, proven in {at}:\n{_shown(record)}"
     if h.kind == "span":
         return _span(session, h, head.size, at)
@@ -150,7 +150,7 @@ def recall(session: Session, handle: str) -> str:
     value = session.lookup(h.key)
     if value is not None:
         return f"binding:{h.key} = {ev.encode_json(value)}\n(its latest binding; every event up to {at} re-hashed into that root)"
-    found = session.facts(head.size).latest_binding(h.key, head.size)
+    found = session.view.facts(head.size).latest_binding(h.key, head.size)
     if found is None:
         return f"binding:{h.key}: no binding of this key is logged up to {at}"
     return (f"binding:{h.key}: its latest value is unknown: the binding at pos {found[0]} or a later position was "
@@ -158,7 +158,7 @@ def recall(session: Session, handle: str) -> str:
 
 
 def _spill(session: Session, pos: int, at: str) -> str:
-    record = session.proven(pos)
+    record = session.view.proven(pos)
     spill = record.event
     if not isinstance(spill, ev.Spill | ev.Redacted):
         raise InvalidArgument("handle", f"spill:{pos} names a {record.kind!r} event, not a spill: pos:{pos} reads it")
@@ -201,7 +201,7 @@ def _span(session: Session, h: Handle, size: int, at: str) -> str:
 
 def _facts(session: Session, h: Handle, size: int, at: str) -> str:
     stop = min(h.stop, size)
-    f = session.facts(size)
+    f = session.view.facts(size)
     found: list[ev.Fact] = []
     rest = None
     for first in range(h.start, stop, _FACT_CHUNK):

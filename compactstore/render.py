@@ -474,6 +474,11 @@ def _summary_text(node: SummaryEntry) -> str:
     if node.negative_facts:
         lines.append("Negative facts (failed, rejected or superseded; do not redo them):")
         lines += _fact_lines(node.negative_facts)
+    first = min((x.pos for x in node.negative_facts), default=node.stop)
+    if node.tier == 2 and node.start < first:
+        # A digest lists its newest facts; the nodes it rolls up keep the earlier ones.
+        lines.append(f"- earlier negative facts of [{node.start}, {first}) are kept by the nodes this digest rolls up: "
+                     f"recall facts:{node.start}-{first}")
     if node.unresolved:
         lines.append("UNRESOLVED (still open at the end of the span):")
         lines += _item_lines(node.unresolved, "UNRESOLVED ")

@@ -52,9 +52,8 @@ class SummaryItem(msgspec.Struct, frozen=True, omit_defaults=True, tag="summary"
     """A certified summary node the resumed agent loads in place of the span it covers.
 
     ``resolved``: the items opened before the span (shown raw) and closed inside it.
-    ``negative_facts``: the facts the node retains, the newest :data:`SHOWN_FACTS` of
-    them for an L2 node (which retains its children's), and ``more_facts`` how many
-    earlier ones it retains besides (``facts:START-STOP`` recalls them).
+    ``negative_facts``: the facts the node lists; an L2 node retains its children's
+    besides, and lists the newest of them (``facts:START-STOP`` recalls the rest).
     """
 
     pos: int
@@ -72,11 +71,8 @@ class SummaryItem(msgspec.Struct, frozen=True, omit_defaults=True, tag="summary"
     # out, and a resolution without one keeps its bytes and digest.
     contract: str | None
     resolved: list[ev.Item] = []
-    more_facts: int = 0
 
 
-#: The facts an L2 node's item lists: its newest; the rest are counted (``more_facts``).
-SHOWN_FACTS = 40
 
 ContextItem = RawItem | SummaryItem
 
@@ -224,7 +220,9 @@ def _resume_certified(view: SessionView, record: ev.Record, m: Marker) -> Resolu
     """
     pos, size = m.pos, m.size
     cover = _cover(m)
-    reader = view.reader(size)
+    # Every leaf read is proven at once against the checkpoint root below (_prove_read),
+    # before anything read decides the outcome; a violation proves them first too.
+    reader = view.reader(size, deferred=True)
     f = view.facts(size, reader=reader)
     if not isinstance(f, IndexedFacts):
         return None
@@ -244,7 +242,7 @@ def _resume_certified(view: SessionView, record: ev.Record, m: Marker) -> Resolu
     nodes = [t for t in tops if isinstance(t, ev.Summary)]
     assert len(nodes) == len(cover)
     reader.prefetch(x.pos for n in nodes for x in n.negative_facts)
-    items = [_summary_item(f, c, n) for c, n in zip(cover, nodes)]
+    items = [_summary_item(c, n) for c, n in zip(cover, nodes)]
     gaps = _gaps(nodes, size)
     raw: list[ev.Record] = []
     for start, stop in gaps:
@@ -301,7 +299,8 @@ def _resume_full(view: SessionView, pos: int, m: Marker) -> Resolution:
         mode, reasons = "fallback", ["raw-checkpoint marker: the context is the raw log"]
     else:
         f = FullFacts(events, lambda a, b: merkle.span_root_of_leaves(leaves, a, b))
-        violations, path = rules.check_cover(f, cover)
+        # Every body is at hand: an earlier digest is held to its whole chain, not to its admission.
+        violations, path = rules.check_cover(f, cover, deep=True)
         reasons = [str(v) for v in violations]
         if tuple(m.conditions) != CONDITIONS:
             reasons.insert(0, f"marker certified {m.conditions}, not every condition {list(CONDITIONS)}")
@@ -315,7 +314,7 @@ def _resume_full(view: SessionView, pos: int, m: Marker) -> Resolution:
         assert len(tops) == len(cover)
         tier = _tier(f, tops)
         read = lambda p: events[p] if 0 <= p < size else None  # noqa: E731
-        context = _with_calls(_context(read, [_summary_item(f, c, n) for c, n in tops], size), read)
+        context = _with_calls(_context(read, [_summary_item(c, n) for c, n in tops], size), read)
     else:
         context = _raw(events, 0, size)
     return _resolution(view, pos, mode, size, root, context, reasons, tier)
@@ -387,15 +386,11 @@ def _with_calls(context: list[ContextItem], read: Callable[[int], ev.Event | Non
     return out
 
 
-def _summary_item(f: Facts, node_pos: int, n: ev.Summary) -> SummaryItem:
-    """Return the item of a certified cover node: what it retains, an L2's newest facts read from the log."""
-    facts, more = list(n.negative_facts), 0
-    if n.tier == 2:
-        facts, total = f.newest_negatives(n.start, n.stop, SHOWN_FACTS)
-        more = total - len(facts)
+def _summary_item(node_pos: int, n: ev.Summary) -> SummaryItem:
+    """Return the item of a certified cover node: what its sealed body lists."""
     return SummaryItem(
-        node_pos, n.tier, n.start, n.stop, n.span_root, n.summary, n.loss, facts,
-        list(n.unresolved), list(n.kept), list(n.spills), n.contract, list(n.resolved), more,
+        node_pos, n.tier, n.start, n.stop, n.span_root, n.summary, n.loss, list(n.negative_facts),
+        list(n.unresolved), list(n.kept), list(n.spills), n.contract, list(n.resolved),
     )
 
 

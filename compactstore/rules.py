@@ -388,7 +388,7 @@ def lost(f: Facts, node: ev.Summary, pos: int) -> list[ev.Lost]:
 # --- the marker conditions -------------------------------------------------------------
 
 
-def check_marker(f: Facts, node_pos: int, *, settled: bool = False) -> tuple[list[Violation], list[int]]:
+def check_marker(f: Facts, node_pos: int, *, settled: bool = False, deep: bool = False) -> tuple[list[Violation], list[int]]:
     """Check closure, negative-fact retention and anchoring for resuming from ``node_pos`` at ``f.size``.
 
     Returns the violations (sorted; empty when the marker may be emitted or trusted) and
@@ -396,7 +396,7 @@ def check_marker(f: Facts, node_pos: int, *, settled: bool = False) -> tuple[lis
     condition over its own span (an earlier check found it did, with no redaction since):
     those read only the log before the node, which never changes, so only what depends
     on the checkpoint is checked again (what an obligation open at ``f.size`` needs, and
-    the redacted positions).
+    the redacted positions). ``deep``: see :func:`retention_gaps`.
     """
     found: list[Violation] = []
     top = f.event(node_pos)
@@ -413,7 +413,7 @@ def check_marker(f: Facts, node_pos: int, *, settled: bool = False) -> tuple[lis
                     "closure", item.pos, f"{item.kind} {item.id!r} is open at the boundary but not listed as UNRESOLVED"
                 ))
         _check_resolved(top, f.resolved_in(top.start, top.stop), found)
-        for fact in retention_gaps(f, top):
+        for fact in retention_gaps(f, top, deep=deep):
             found.append(Violation("negative_facts", fact.pos, f"{fact.status} item dropped: {fact.text}"))
         found.extend(v for _, v in false_claims(f, top))
     # A redacted position is unknown, not empty: it may have been a failure, a rejection
@@ -435,7 +435,11 @@ def _path_of(f: Facts, node_pos: int, node: ev.Summary) -> list[int]:
     return sorted({node_pos, *kids})
 
 
-def retention_gaps(f: Facts, node: ev.Summary) -> list[ev.Fact]:
+#: The newest negative facts of its children a roll-up lists itself, for a resumed agent to read.
+DIGEST_FACTS = 40
+
+
+def retention_gaps(f: Facts, node: ev.Summary, *, deep: bool = False) -> list[ev.Fact]:
     """Return the negative facts of ``node``'s span (:meth:`Facts.negatives_in`) that it does not retain.
 
     Retained as the log gives it: a fact at the right position with another status or
@@ -445,7 +449,9 @@ def retention_gaps(f: Facts, node: ev.Summary) -> list[ev.Fact]:
     of an L2's span are exactly those of its children's spans, and it drops only what
     an L1 child drops and neither it nor another child lists. An earlier digest among
     its children drops nothing: :func:`admit_node` refuses an L2 node with a gap, so a
-    digest is never read back over its whole span, however long the session.
+    digest is never read back over its whole span, however long the session. ``deep``
+    holds an earlier digest to its own children too, down the whole chain, for a check
+    that trusts no admission (a resume that re-hashes every body).
     """
     listed = set(node.negative_facts)
     if node.tier != 2:
@@ -454,10 +460,14 @@ def retention_gaps(f: Facts, node: ev.Summary) -> list[ev.Fact]:
     for k in kids:
         listed.update(k.negative_facts)
     gaps = {x for k in kids if k.tier == 1 for x in f.negatives_in(k.start, k.stop) if x not in listed}
+    if deep:
+        gaps.update(x for k in kids if k.tier == 2 for x in retention_gaps(f, k, deep=True) if x not in listed)
     return sorted(gaps, key=lambda x: x.pos)
 
 
-def check_cover(f: Facts, cover: Sequence[int], settled: Container[int] = ()) -> tuple[list[Violation], list[int]]:
+def check_cover(
+    f: Facts, cover: Sequence[int], settled: Container[int] = (), *, deep: bool = False
+) -> tuple[list[Violation], list[int]]:
     """Check the three conditions over every node of a marker's ``cover`` at ``f.size``.
 
     A cover is one or more summary nodes before the checkpoint, in span order, their
@@ -467,7 +477,7 @@ def check_cover(f: Facts, cover: Sequence[int], settled: Container[int] = ()) ->
     needs of it): together they are the conditions over every span the context
     replaces. Returns the violations (sorted) and the positions of every node on the
     cover's paths. ``settled``: positions of nodes known to meet the conditions over
-    their own spans (see :func:`check_marker`).
+    their own spans; ``deep``: see :func:`check_marker`.
     """
     found: list[Violation] = []
     path: set[int] = set()
@@ -475,7 +485,7 @@ def check_cover(f: Facts, cover: Sequence[int], settled: Container[int] = ()) ->
     if not cover:
         return [Violation("anchoring", -1, "the cover names no summary node")], []
     for pos in cover:
-        violations, got = check_marker(f, pos, settled=pos in settled)
+        violations, got = check_marker(f, pos, settled=pos in settled, deep=deep)
         found.extend(violations)
         path.update(got)
         node = f.event(pos)

@@ -60,7 +60,9 @@ class Sealed(Protocol):
     #: where the store lives, so worker processes can open it too ("" or ":memory:": no workers)
     target: str
     keyed: bool
-    mac_key: bytes | None
+
+    @property
+    def has_key(self) -> bool: ...
 
     def seal_head(self, session: str, size: int, root: bytes, prev: int, seqs: bytes) -> bytes: ...
 
@@ -507,7 +509,7 @@ def _store_problems(store: Sealed, integrity: list[str], count: int, lo: int, hi
     """
     backend = store.backend
     out: list[Problem] = []
-    if store.keyed and store.mac_key is None:
+    if store.keyed and not store.has_key:
         out.append(Problem(None, "meta", None, "the store is keyed: open it with its key"))
     for name in sorted(set(backend.meta()) - META_NAMES):
         out.append(Problem(None, "meta", None, f"unknown entry {name!r}"))
@@ -839,11 +841,11 @@ def _check_head(store: Sealed, name: str, head: HeadRow, prev: int, root: bytes 
         found.add(name, "heads", head.size, f"chain broken: previous head is at size {head.prev}, want {prev}")
     # A keyed store opened without its key: every seal would differ, and the one problem
     # the store-wide check reports ("the store is keyed") says why; no tamper alarm per head.
-    if store.keyed and store.mac_key is None:
+    if store.keyed and not store.has_key:
         return
     if head.seal != store.seal_head(name, head.size, head.root, head.prev, head.seqs):
         found.add(name, "heads", head.size, "seal does not match (session name, size, root, prev, seqs)"
-                  + (" under the key" if store.mac_key else ""))
+                  + (" under the key" if store.has_key else ""))
 
 
 def _content_digest_problem(backend: Backend, sid: int, pos: int, node: ev.Summary) -> str | None:

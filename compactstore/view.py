@@ -9,7 +9,7 @@ only writer.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import NamedTuple, Protocol
 
 from . import events as ev
@@ -97,10 +97,22 @@ class SessionView(Protocol):
         """Return the structural facts of the session at checkpoint ``size``."""
         ...
 
-    def reader(self, size: int) -> EventReader:
-        """Return a reader of the events before ``size`` that checks each body against its leaf."""
+    def reader(self, size: int, *, deferred: bool = False) -> EventReader:
+        """Return a reader of the events before ``size`` that checks each body against its leaf.
+
+        ``deferred``: its leaves are not held to the sealed head as they are read; the
+        caller proves them all in one multi-proof before acting on what it read.
+        """
         ...
 
     def read_span(self, start: int, stop: int, *, records: bool = False) -> SpanRead:
-        """Read ``[start, stop)`` once: its content digest, each body checked against its leaf."""
+        """Read ``[start, stop)`` once, as a plain read reads it: its content digest and span root from its leaves."""
+        ...
+
+    def bodies(self, start: int, stop: int, sink: Callable[[list[bytes]], object] | None = None) -> list[bytes | None]:
+        """Return the stored bodies of ``[start, stop)`` unchecked, for a caller that holds them to a digest it trusts."""
+        ...
+
+    def erased_by(self, pos: int) -> int:
+        """Return the position of the logged redaction that erased the body at ``pos`` (IntegrityError if none did)."""
         ...

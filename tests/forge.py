@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-import compactstore as cs
+from compactstore.log.admission import Admission
 
 
 @contextmanager
@@ -16,9 +16,9 @@ def unchecked() -> Iterator[None]:
     the key, can hold: the resolver and ``verify`` must then catch what admission would
     have refused.
     """
-    admit = cs.Session._admit
-    cs.Session._admit = lambda *args, **kwargs: None  # type: ignore[method-assign]
+    admit = Admission.admit
+    Admission.admit = lambda *args, **kwargs: None  # type: ignore[method-assign]
     try:
         yield
     finally:
-        cs.Session._admit = admit  # type: ignore[method-assign]
+        Admission.admit = admit  # type: ignore[method-assign]

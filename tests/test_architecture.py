@@ -36,15 +36,15 @@ LAYERS = {
     # 3. Rules: pure functions over Facts.
     "rules": 3,
     # 4. Builders: read through the view protocol, return events; never commit.
-    "compaction": 4, "markers": 4, "resolver": 4, "summarize": 4, "render": 4, "policy": 4,
+    "compaction": 4, "markers": 4, "resolver": 4, "restore": 4, "summarize": 4, "render": 4, "policy": 4,
     # 5. Backends: rows and typed verbs; no hashing, no events.
     "backends.*": 5,
     # Storage outside the store: the heads a witness holds, and the checks against them.
     "witness": 5,
     # 6. Checkers over a backend's rows alone: the structural index and whole-store verification.
     "index": 6, "verify": 6,
-    # 7. The store: the one write path, the sealed heads, the caches.
-    "store": 7,
+    # 7. The store: the one write path, the verifying reader, the sealed heads, the caches.
+    "store": 7, "log.*": 7,
     # 8. Uses of the store's public API.
     "copy": 8, "picture": 8, "demo": 8, "recall": 8,
     # 9. Edges.

@@ -404,8 +404,8 @@ def test_prefetch_holds_its_rows_to_the_sealed_head(sqlite_target: str, warm: bo
         with _db(sqlite_target) as run:
             _forge(run, _sid(run, "agent-a"), 3, "agent-a")
         with pytest.raises(cs.IntegrityError) as caught:
-            s.reader(5).prefetch([0, 3])
+            s.view.reader(5).prefetch([0, 3])
         assert caught.value.session == "agent-a"
         with pytest.raises(cs.IntegrityError, match="pos 3") as caught:
-            s.reader(5).prefetch([3])
+            s.view.reader(5).prefetch([3])
         assert caught.value.pos == 3

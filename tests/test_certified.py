@@ -18,7 +18,7 @@ REJECTION = Fact(4, "rejected", "user: No. Do not backfill in place.")
 def _planted_marker(s: cs.Session, node: int) -> int:
     """Plant a marker that certifies ``node`` without the emission checks; return its position."""
     with unchecked():
-        return s.append(markers.marker(s, s.size, node)).pos
+        return s.append(markers.marker(s.view, s.size, node)).pos
 
 
 def _falls_back(s: cs.Session, marker: int) -> None:
@@ -29,7 +29,7 @@ def _falls_back(s: cs.Session, marker: int) -> None:
 
 def _built(s: cs.Session, start: int, stop: int, **kwargs: object) -> ev.Summary:
     """Return the L1 node ``compact`` would append over ``[start, stop)`` now, without appending it."""
-    node = compaction.compaction(s, s.size, start, stop, **kwargs)[-1]  # type: ignore[arg-type]
+    node = compaction.compaction(s.view, s.size, start, stop, **kwargs)[-1]  # type: ignore[arg-type]
     assert isinstance(node, ev.Summary)
     return node
 
@@ -120,7 +120,7 @@ def test_a_summary_that_lists_but_does_not_keep_literals_is_not_lossless(store: 
     _did_some_work(s)
     with pytest.raises(cs.CompactionInvariantError, match="pos 0 content, pos 1 name, pos 1 args.path"):
         s.compact(0, 4, summary="did some work", loss=cs.LossClass.LOSSLESS)
-    assert [(e.pos, e.path) for e in rules.span_literals(s.facts(), 0, 4)] == [
+    assert [(e.pos, e.path) for e in rules.span_literals(s.view.facts(), 0, 4)] == [
         (0, "content"), (1, "name"), (1, "args.path"), (1, "args.retries"), (2, "output")]
     forged = msgspec.structs.replace(_built(s, 0, 4, summary="did some work", loss=cs.AUTO),
                                      loss=cs.LossClass.LOSSLESS)
@@ -167,7 +167,7 @@ def test_a_failed_results_error_longer_than_160_characters_is_retained_exactly(s
     s.append(cs.ToolResult("c1", error, ok=False, status="failed"))  # 1
     node = s.compact(0, 2)
     assert node.negative_facts == [Fact(1, "failed", f"result c1 failed: {error}")]
-    assert Excerpt(1, "output", error) in rules.span_literals(s.facts(), 0, 2)
+    assert Excerpt(1, "output", error) in rules.span_literals(s.view.facts(), 0, 2)
     res = s.resume(s.mark(node))
     assert res.mode == "certified" and res == s.resume(res.marker, rehash=True)
     assert store.verify().ok

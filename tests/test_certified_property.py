@@ -128,14 +128,14 @@ def _forged(s: cs.Session, data: st.DataObject) -> list[ev.Event] | None:
             i += 1
             run.append(l1[i][1])
         try:
-            built = compaction.roll_up(s, s.size, run)
+            built = compaction.roll_up(s.view, s.size, run)
         except REFUSED:
             return None
     else:
         start, stop = _span(data, s.size)
         try:
             built = compaction.compaction(
-                s, s.size, start, stop, on_risk=data.draw(st.sampled_from(["preserve", "spill"])),
+                s.view, s.size, start, stop, on_risk=data.draw(st.sampled_from(["preserve", "spill"])),
                 keep=data.draw(st.sampled_from([(), cs.AUTO])), loss=cs.AUTO)
         except REFUSED:
             return None
@@ -214,7 +214,7 @@ def write(s: cs.Session, data: st.DataObject, *, steps: int) -> Story:
                         s.mark(pos)
                     else:
                         with unchecked():
-                            s.append(markers.marker(s, s.size, pos))
+                            s.append(markers.marker(s.view, s.size, pos))
             else:
                 raw = _raw_positions(s)
                 if raw:
@@ -672,7 +672,7 @@ def test_a_lossless_node_listing_a_phantom_item_restores_nothing(store: cs.Store
         s.read(node.pos).event, unresolved=[ev.Item(2, "tool_call", "ghost")], ts=None)
     with unchecked():
         pos = s.append(phantom).pos
-        marker = s.append(markers.marker(s, s.size, pos)).pos
+        marker = s.append(markers.marker(s.view, s.size, pos)).pos
     art = s.artifact(pos)
     for op in sorted(RESTORATION_OPS):
         with pytest.raises(cs.ReconstructionUnsoundError, match="ghost"):

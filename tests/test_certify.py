@@ -245,7 +245,7 @@ def test_a_forged_value_with_its_subtree_table_is_refused(open_store: Callable[.
     with attacker(target) as run:
         forge_event(run, "migration", pos, forged)
     s = open_store(key=KEY).session("migration")
-    assert s.root_with({}, s.size) != root  # the subtree table was rewritten to match the forged leaf
+    assert s.view.root_with({}, s.size) != root  # the subtree table was rewritten to match the forged leaf
     assert s.head().root == root  # the head is the sealed one's, never the rewritten table's
     reads: list[Callable[[], object]] = [lambda: s.lookup(f"{pos}:value"), lambda: s.lookup("rollback")]
     if what == "spill":

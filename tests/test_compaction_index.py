@@ -20,6 +20,7 @@ from compactstore import events as ev
 from compactstore import rules
 from compactstore.compaction import AUTO
 from compactstore.facts import Facts, FullFacts, IndexedFacts
+from compactstore.log.reader import Reader
 
 _names = itertools.count()
 
@@ -31,16 +32,16 @@ def _full(session: cs.Session, size: int) -> Facts:
 @contextmanager
 def _full_path() -> Iterator[None]:
     """Make compaction take the full pass over the events, as a session with redactions does."""
-    indexed = cs.Session.facts
+    indexed = Reader.facts
 
-    def full(self: cs.Session, size: int | None = None, *, reader: object = None) -> Facts:
-        return _full(self, self.size if size is None else size)
+    def full(self: Reader, size: int | None = None, *, reader: object = None) -> Facts:
+        return FullFacts([r.event for r in self.scan(0, self.size if size is None else size)], self.span_root)
 
-    cs.Session.facts = full  # type: ignore[method-assign, assignment]
+    Reader.facts = full  # type: ignore[method-assign, assignment]
     try:
         yield
     finally:
-        cs.Session.facts = indexed  # type: ignore[method-assign]
+        Reader.facts = indexed  # type: ignore[method-assign]
 
 
 # --- random sessions, compactions with every kind of argument ---------------------------------
@@ -175,7 +176,7 @@ def test_compaction_from_the_index_writes_what_the_full_pass_writes(
             want = _run(full, steps)
         assert got == want
         assert _log(indexed) == _log(full)
-        assert isinstance(indexed.facts(indexed.size), IndexedFacts)
+        assert isinstance(indexed.view.facts(indexed.size), IndexedFacts)
 
 
 def _answers(f: Facts, start: int, stop: int, probe: list[object]) -> dict[str, object]:
@@ -222,7 +223,7 @@ def test_the_indexed_facts_equal_the_full_pass(
         start = data.draw(st.integers(0, size - 1))
         stop = data.draw(st.integers(start + 1, size))
         probe = data.draw(st.lists(st.integers(-1, size + 1) | st.sampled_from([True, 2**70]), max_size=6))
-        index = s.facts(size)
+        index = s.view.facts(size)
         assert isinstance(index, IndexedFacts)
         assert _answers(index, start, stop, probe) == _answers(_full(s, size), start, stop, probe)
 
@@ -232,7 +233,7 @@ def test_a_session_with_redactions_compacts_by_the_full_pass(store: cs.Store) ->
     s = store.session("m")
     migration(s)
     s.redact([3], "personal data")
-    assert isinstance(s.facts(s.size), FullFacts)
+    assert isinstance(s.view.facts(s.size), FullFacts)
     with pytest.raises(cs.CompactionInvariantError, match="finish-migration"):
         s.compact(0, 8)
     node = s.compact(0, 8, on_risk="spill")
@@ -282,7 +283,7 @@ def test_a_node_appended_by_hand_is_held_to_its_span(store: cs.Store) -> None:
     s = store.session("m")
     migration(s)
     size = s.size
-    node = compaction.compaction(s, size, 8, 11, summary="s")[-1]  # built, not appended
+    node = compaction.compaction(s.view, size, 8, 11, summary="s")[-1]  # built, not appended
     false = content.content_digest([b"x"]).hex()
     # Moved to [9, 11), the node also lists an item opened at 8, outside its span.
     for changed in ({"content_digest": false}, {"span_root": s.span_root(8, 10).hex()}, {"start": 9}):

@@ -67,7 +67,7 @@ def test_a_cold_context_proves_what_its_rules_read_in_one_batch_however_many_spi
     """A fresh store's context() reads a digest's spill sources in batches: its subtree-root reads do not grow with the session."""
     path = tmp_path / "cold.db"
     calls = []
-    for turns in (40, 120):
+    for turns in (120, 240):
         with cs.open(str(path)) as store:
             _spilling(store.session(f"s{turns}"), turns)
         with cs.open(str(path)) as store:

@@ -83,7 +83,7 @@ def test_copy_selected_sessions_with_progress(target: str, tmp_path: Path) -> No
 
 
 def test_copy_into_a_keyed_store_needs_its_key(target: str, tmp_path: Path) -> None:
-    """A keyed destination is sealed under its key; without the key the copy is refused."""
+    """A keyed destination is sealed under its key; without the key the copy is refused, and so are markers MACed under another."""
     _fill(target)
     dst_path = str(tmp_path / "keyed.db")
     cs.open(dst_path, key=b"dst key").close()
@@ -92,7 +92,10 @@ def test_copy_into_a_keyed_store_needs_its_key(target: str, tmp_path: Path) -> N
             cs.copy(src, dst)
         assert dst.sessions() == []
     with cs.open(target) as src, cs.open(dst_path, key=b"dst key") as dst:
-        cs.copy(src, dst)
+        with pytest.raises(cs.InvalidArgument, match="'migration' hold markers") as info:
+            cs.copy(src, dst)
+        assert info.value.field == "dst" and dst.sessions() == []
+        cs.copy(src, dst, sessions=["alpha", "beta"])  # no markers: sealed under the destination's key
         assert dst.check_head(dst.session("alpha").head()) and dst.verify().ok
 
 
@@ -162,11 +165,11 @@ def test_cli_runs_as_the_installed_console_script(sqlite_target: str, tmp_path: 
     assert script.exists(), "reinstall the package: the console script is missing"
     _fill(sqlite_target, key=b"src key")
     dst = str(tmp_path / "copy.db")
-    done = subprocess.run([str(script), "copy", sqlite_target, dst, "--json", "--key-env", "CS_KEY"],
-                          capture_output=True, text=True, env={"CS_KEY": "dst key", "PATH": ""})
+    done = subprocess.run([str(script), "copy", sqlite_target, dst, "--json", "--src-key-env", "CS_SRC", "--key-env",
+                           "CS_KEY"], capture_output=True, text=True, env={"CS_SRC": "src key", "CS_KEY": "src key", "PATH": ""})
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["events"] == 63
-    with cs.open(dst, key="dst key") as st:
+    with cs.open(dst, key="src key") as st:
         assert st.verify().ok
     usage = subprocess.run([str(script), "copy"], capture_output=True, text=True)
     assert usage.returncode == 2 and "Missing argument" in usage.stderr

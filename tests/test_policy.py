@@ -97,7 +97,7 @@ def test_amaintain_awaits_an_async_summarizer(store: cs.Store) -> None:
     play(s, 25)
     done = asyncio.run(s.amaintain(cs.CompactionPolicy(summarizer=model, roll_up_every=2)))
     assert len(done.compacted) == 2 and len(done.rolled_up) == 1 and calls == [40, 40, 2]
-    assert [s.node(p).summary for p in done.compacted] == [fake_model(s.read_span(a, b, records=True).records)
+    assert [s.node(p).summary for p in done.compacted] == [fake_model(s.view.read_span(a, b, records=True).records)
                                                            for a, b in l1_spans(s)]
     assert done.marker is not None and s.resume(done.marker).mode == "certified"
 

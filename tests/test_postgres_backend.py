@@ -49,7 +49,8 @@ def test_schema_is_created_with_its_version_and_triggers(pg_url: str, owner: psy
     assert tables == {*LOG_TABLES, INDEX_TABLE}
     assert owner.execute("SELECT value FROM meta WHERE name = 'schema_version'").fetchone() == (SCHEMA_VERSION,)
     triggers = {r[0] for r in owner.execute("SELECT tgname FROM pg_trigger WHERE NOT tgisinternal")}
-    assert triggers == {f"{t}_no_{op}" for t in (*LOG_TABLES, INDEX_TABLE) for op in ("update", "delete", "truncate")}
+    assert triggers == {f"{t}_no_{op}" for t in (*LOG_TABLES, INDEX_TABLE) for op in ("update", "delete", "truncate")} | {
+        "heads_follow"}
     types = dict(
         owner.execute(
             "SELECT table_name || '.' || column_name, data_type FROM information_schema.columns "
@@ -356,19 +357,19 @@ def test_a_nul_in_an_index_row_is_refused_before_the_server(pg_url: str) -> None
 
 def _count_rebuilds(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Record each append the server refused because the head it was built on had moved."""
-    from compactstore import store as store_module
+    from compactstore.log.commit import Writer
 
     rebuilt: list[str] = []
-    commit_with = store_module.Session._commit_with
+    commit_with = Writer._commit_with
 
-    def counting(self: cs.Session, build: Any, speculate: bool) -> Any:
+    def counting(self: Writer, build: Any, speculate: bool) -> Any:
         try:
             return commit_with(self, build, speculate)
         except cs.errors.StaleHead:
             rebuilt.append(self.name)
             raise
 
-    monkeypatch.setattr(store_module.Session, "_commit_with", counting)
+    monkeypatch.setattr(Writer, "_commit_with", counting)
     return rebuilt
 
 

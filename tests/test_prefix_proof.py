@@ -70,13 +70,13 @@ def test_scattered_rows_prove_the_rest_once_then_reads_compare(sqlite_target: st
         s = st.session("a")
         want = {r.pos: r.event for r in s.scan(verify=False)}
         got = _leaf_reads(st, monkeypatch)
-        reader = s.reader(N)
+        reader = s.view.reader(N)
         reader.prefetch(SCATTERED)
         assert ("leaves", N) in got  # the whole tree's leaves in one range
         assert sum(n for verb, n in got if verb == "hashes") <= 16  # and no tile read for a multi-proof
         assert all(reader(p) == want[p] for p in SCATTERED)
         before = len(got)
-        other = s.reader(N)
+        other = s.view.reader(N)
         other.prefetch(range(1, N, 2))
         assert len(got) == before  # every later read compares
         assert all(other(p) == want[p] for p in range(1, N, 2))
@@ -92,12 +92,12 @@ def test_a_forged_row_among_the_rows_read_is_refused_by_its_position(sqlite_targ
     _forge(sqlite_target, 99)
     with cs.open(sqlite_target) as st:
         with pytest.raises(cs.IntegrityError) as caught:
-            st.session("a").reader(N).prefetch(SCATTERED)
+            st.session("a").view.reader(N).prefetch(SCATTERED)
         assert caught.value.session == "a"
         assert caught.value.pos is not None and caught.value.pos >> merkle.TILE_HEIGHT == 99 >> merkle.TILE_HEIGHT
         assert f"pos {caught.value.pos} " in str(caught.value)
         with pytest.raises(cs.IntegrityError, match="pos 99"):
-            st.session("a").reader(N).prefetch([99])
+            st.session("a").view.reader(N).prefetch([99])
 
 
 def test_a_forged_row_outside_the_rows_read_does_not_refuse_them(sqlite_target: str) -> None:
@@ -108,11 +108,11 @@ def test_a_forged_row_outside_the_rows_read_does_not_refuse_them(sqlite_target: 
         s = st.session("a")
         far = [p for p in SCATTERED if p >= 320]
         want = {r.pos: r.event for r in s.scan(320, N, verify=False)}
-        reader = s.reader(N)
+        reader = s.view.reader(N)
         reader.prefetch(far)
         assert all(reader(p) == want[p] for p in far)
         with pytest.raises(cs.IntegrityError, match="pos 302"):
-            s.reader(N).prefetch([*far, 302])
+            s.view.reader(N).prefetch([*far, 302])
 
 
 def test_root_with_from_proven_leaves_is_the_stored_trees(sqlite_target: str) -> None:
@@ -120,13 +120,13 @@ def test_root_with_from_proven_leaves_is_the_stored_trees(sqlite_target: str) ->
     _write(sqlite_target)
     with cs.open(sqlite_target) as st:
         leaves = {r.pos: r.leaf for r in st.session("a").scan(verify=False)}
-        cold = st.session("a").root_with(leaves, N)
+        cold = st.session("a").view.root_with(leaves, N)
     with cs.open(sqlite_target) as st:
         s = st.session("a")
-        s.reader(N).prefetch(SCATTERED)
+        s.view.reader(N).prefetch(SCATTERED)
         for size in (N, N - 1, 257, 256):
             given = {p: leaves[p] for p in range(0, size, 2)}
-            assert s.root_with(given, size) == merkle.root_of_leaves([leaves[p] for p in range(size)])
+            assert s.view.root_with(given, size) == merkle.root_of_leaves([leaves[p] for p in range(size)])
             wrong = {**given, 0: merkle.leaf_hash(b"not this")}
-            assert s.root_with(wrong, size) != s.root_with(given, size)
-        assert s.root_with(leaves, N) == cold == s.head().root
+            assert s.view.root_with(wrong, size) != s.view.root_with(given, size)
+        assert s.view.root_with(leaves, N) == cold == s.head().root

@@ -304,7 +304,7 @@ def test_a_span_of_many_batches_is_restored_or_refused(open_store: Callable[...,
     store.close()
     _attack(target, ("UPDATE events SET body = ? WHERE session_id = ? AND pos = ?", (body.replace(b"y", b"z", 1), sid, 250)))
     with cs.open(target) as again:
-        with pytest.raises(cs.IntegrityError, match="the body at pos 250 does not match its leaf"):
+        with pytest.raises(cs.IntegrityError, match="event at pos 250 does not match its leaf"):
             again.session("run").restore_span(node.pos)
     _attack(target, ("UPDATE events SET body = ? WHERE session_id = ? AND pos = ?", (body, sid, 250)))
     with cs.open(target) as again:

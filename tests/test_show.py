@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import struct
 import subprocess
+import sys
 import zlib
 from collections import Counter
 from pathlib import Path
@@ -17,9 +19,10 @@ from rich.console import Console
 import compactstore as cs
 from compactstore import demo
 from compactstore.cli import main
-from compactstore.cli.page import page
-from compactstore.cli.show import render
-from compactstore.picture import Picture, picture
+from compactstore.cli.page import MAX_COLUMNS, page
+from compactstore.cli.show import LEVELS, render
+from compactstore.picture import BINS, MARKERS, NODES, TAIL, MarkerRange, Picture, picture
+from compactstore.structure import build
 
 
 def _quiet(text: str, style: str | None = None) -> None:
@@ -53,7 +56,7 @@ def test_the_picture_holds_nodes_markers_facts_and_findings(pic: Picture) -> Non
     assert [c.pos for c in pic.cells if c.negative] == [6, 7, 8, 20, 22, 36]
     assert [c.pos for c in pic.cells if c.open] == [16, 17, 27, 39]
     assert pic.cells[14].binding == "non-regenerable" and pic.cells[4].binding == "regenerable"
-    assert [(f.key, f.node, f.needed_at) for f in pic.findings] == [("snapshot", 30, 39)]
+    assert [(f.key, f.node, f.needed_at) for f in pic.findings or []] == [("snapshot", 30, 39)]
     assert pic.nodes[3].violations == [
         "negative_facts at pos 36: rejected item dropped: user: Do not drop anything until the rollback "
         "window closes on Friday."]
@@ -91,7 +94,7 @@ def test_the_terminal_picture_draws_lanes_strip_and_markers(pic: Picture) -> Non
 
 
 def test_show_scales_a_long_session_to_the_width(tmp_path: Path) -> None:
-    """Thousands of positions share columns: the strip keeps the terminal's width, the page stays small."""
+    """Thousands of positions share columns: the strip keeps the terminal's width and counts the earlier failure."""
     path = str(tmp_path / "long.db")
     with cs.open(path, clock=cs.events.tick_clock()) as store:
         s = store.session("long")
@@ -101,9 +104,99 @@ def test_show_scales_a_long_session_to_the_width(tmp_path: Path) -> None:
     console = Console(width=90, record=True, color_system=None)
     console.print(render(got, 90))
     raw = next(line for line in console.export_text().splitlines() if line.strip().startswith("raw"))
-    assert len(raw.rstrip()) <= 90 and "✗" in raw
+    assert len(raw.rstrip()) <= 90 and any(level in raw for level in LEVELS)
+    assert got.tail == 3002 - TAIL and sum(b.negative for b in got.bins) == 1
     html = page(got)
     assert len(html) < 2_000_000 and html.count("<rect") < 1500
+
+
+def _turns(s: cs.Session, turns: int) -> None:
+    """Play ``turns`` agent turns (every ninth call fails), maintaining the session after each with a short summarizer."""
+    policy = cs.CompactionPolicy(every=30, roll_up_every=4, summarizer=lambda records: f"{len(records)} records")
+    for t in range(turns):
+        failed = t % 9 == 4
+        s.extend([cs.Turn("user", f"step {t}"), cs.ToolCall(f"c{t}", "run", {"n": t}),
+                  cs.ToolResult(f"c{t}", "ERROR: lock timeout" if failed else "ok", ok=not failed,
+                                status="failed" if failed else None),
+                  cs.Turn("assistant", f"done {t}")])
+        s.maintain(policy)
+
+
+@pytest.fixture(scope="module")
+def long_store(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """Return the path of a store holding 300 maintained agent turns: dozens of nodes and markers past the tail."""
+    path = str(tmp_path_factory.mktemp("long") / "long.db")
+    with cs.open(path, clock=cs.events.tick_clock()) as store:
+        _turns(store.session("long"), 300)
+    return path
+
+
+def test_a_long_session_is_drawn_bounded_and_counted(long_store: str) -> None:
+    """The tail one by one, the rest in counted bins, the newest nodes and markers one by one, the others counted."""
+    with cs.open(long_store) as store:
+        s = store.session("long")
+        got = picture(s)
+        records = list(s.scan())
+        cover = [n.pos for n in s.cover()]
+        context = s.context()
+    negatives = build((r.pos, r.event) for r in records).negatives
+    assert got.size == len(records) > TAIL and [c.pos for c in got.cells] == list(range(got.size - TAIL, got.size))
+    assert 0 < len(got.bins) <= BINS and got.bins[0].start == 0 and got.bins[-1].stop == got.tail
+    assert all(a.stop == b.start for a, b in zip(got.bins, got.bins[1:]))
+    assert sum(b.negative for b in got.bins) == sum(1 for p in negatives if p < got.tail)
+    assert got.negatives == len(negatives) and sum(b.dropped for b in got.bins) == 0
+    nodes = [r.pos for r in records if r.kind == "node"]
+    markers = [r.pos for r in records if r.kind == "marker"]
+    derived = [r.pos for r in records if r.kind in ("node", "spill", "attempt")]
+    assert len(nodes) > NODES and got.marker_total == len(markers) > MARKERS
+    assert sum(b.derived for b in got.bins) == sum(1 for p in derived if p < got.tail)
+    assert sum(b.markers for b in got.bins) == sum(1 for p in markers if p < got.tail)
+    drawn = [b.pos for b in got.nodes]
+    assert set(cover) <= set(drawn) and set(nodes[-NODES:]) <= set(drawn) and len(drawn) <= 4 * NODES
+    assert [m.pos for m in got.markers] == markers[-MARKERS:]
+    assert got.marker_ranges == [MarkerRange(len(markers) - MARKERS, markers[0], markers[-MARKERS - 1])]
+    (older,) = got.node_ranges
+    assert older.rolled_up and older.first == derived[0] and older.last < min(drawn)
+    assert older.count == sum(1 for p in derived if p <= older.last)
+    # The newest marker gives the context; the older ones drawn are not resumed, as nothing depends on them now.
+    assert context.marker == markers[-1] and got.markers[-1].gives and got.markers[-1].state == "certified"
+    assert all(m.state is None and not m.gives for m in got.markers[:-1])
+    digest = next(b for b in got.nodes if b.pos == cover[0])
+    assert digest.violations is not None and digest.totals.negative_facts >= len(digest.negative_facts)
+
+
+def test_the_terminal_picture_of_a_long_session_fits_its_width(long_store: str) -> None:
+    """Every line keeps the width; the counted nodes and markers have one row each; the page stays small."""
+    with cs.open(long_store) as store:
+        got = picture(store.session("long"))
+    console = Console(width=120, record=True, color_system=None)
+    console.print(render(got, 120))
+    text = console.export_text()
+    assert all(len(line.rstrip()) <= 120 for line in text.splitlines())
+    assert f"positions before {got.tail:,} counted, the last {TAIL} drawn one by one" in text
+    l1 = next(line for line in text.splitlines() if line.strip().startswith("L1"))
+    assert "older nodes, rolled up" in l1 and "[[" not in l1
+    older = got.marker_ranges[0]
+    assert f"{older.first}…{older.last}" in text and f"{older.count:,} older" in text
+    assert "not resumed: marker" in text and "gives the context now" in text
+    html = page(got)
+    assert html.count('class="pl"') <= MARKERS and f"{older.count:,} older markers" in html
+
+
+def test_show_bounds_what_it_writes_for_a_long_session(long_store: str, tmp_path: Path) -> None:
+    """The command, run as a process, prints the terminal picture and writes the page within their size bounds."""
+    env = {**os.environ, "COLUMNS": "160"}
+    base = [sys.executable, "-m", "compactstore", "show", "-s", long_store]
+    shown = subprocess.run(base, capture_output=True, text=True, env=env, timeout=300, check=False)
+    assert shown.returncode == 0, shown.stderr
+    assert len(shown.stdout.encode()) < 100_000 and "context now (marker" in shown.stdout
+    out = tmp_path / "long.html"
+    written = subprocess.run([*base, "--html", str(out)], capture_output=True, text=True, env=env, timeout=300,
+                             check=False)
+    assert written.returncode == 0, written.stderr
+    html = out.read_text()
+    assert len(html.encode()) < 2_000_000 and html.count("<rect") <= 2 * MAX_COLUMNS + 4 * BINS
+    assert written.stdout.startswith(f"wrote {out}: session 'long',")
 
 
 def test_show_prints_the_picture_and_its_json(demo_store: str) -> None:
@@ -202,3 +295,19 @@ def test_a_node_lists_the_earlier_items_its_span_closes(tmp_path: Path) -> None:
     console = Console(width=120, record=True, color_system=None)
     console.print(render(got, 120))
     assert "1 closed" in console.export_text()
+
+
+def test_the_demo_says_why_its_certified_marker_does_not_give_the_context(pic: Picture) -> None:
+    """Marker 33 certifies at its checkpoint, yet the context falls back: both views give the obligation opened since."""
+    pin = next(m for m in pic.markers if m.pos == 33)
+    assert pin.state == "certified" and not pin.gives and pin.stale[0].startswith(
+        "since its checkpoint, anchoring at pos 15: live value of binding 'snapshot'")
+    console = Console(width=160, record=True, color_system=None)
+    console.print(render(pic, 160))
+    text = console.export_text()
+    assert "context now (no marker certifies, fallback)" in text
+    assert "because marker at pos 33: since its checkpoint, anchoring at pos 15" in text
+    html = page(pic)
+    assert "certified at emission and again at its checkpoint now" in html
+    assert "does not give the context now: an obligation opened since its checkpoint" in html
+    assert "marker at pos 33: since its checkpoint, anchoring at pos 15" in html

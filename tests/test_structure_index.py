@@ -139,7 +139,7 @@ def _both(s: cs.Session, size: int, node: int) -> tuple[object, object]:
     records = list(s.scan(0, size))
     leaves = [r.leaf for r in records]
     full = rules.check_marker(FullFacts([r.event for r in records], lambda a, b: merkle.span_root_of_leaves(leaves, a, b)), node)
-    facts = s.facts(size)
+    facts = s.view.facts(size)
     assert isinstance(facts, IndexedFacts)
     return full, rules.check_marker(facts, node)
 
@@ -205,7 +205,7 @@ def test_items_opened_before_a_span_and_closed_in_it_are_checked_alike(
 
 def _verified(store: cs.Store, s: cs.Session) -> None:
     """Assert that the session's index is what its bodies give (verify()'s check, for one session)."""
-    sid = s._sid()
+    sid = s.view.sid()
     assert sid is not None
     problems: list[tuple[int | None, str]] = []
     heads = [h.size for h in store.backend.heads(sid, -1, 10**6)]
@@ -228,7 +228,7 @@ def test_a_batch_writes_the_index_its_events_write_one_by_one(store: cs.Store, s
     batched.extend(events[split:])
 
     def rows(s: cs.Session) -> list[object]:
-        sid = s._sid()
+        sid = s.view.sid()
         assert sid is not None
         return list(store.backend.index_after(sid, (-1, "", -1), 10**6))
 

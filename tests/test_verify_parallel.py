@@ -142,7 +142,7 @@ def test_deriving_from_batches_of_rows_equals_deriving_from_the_log(
     monkeypatch.setattr(structure, "SNAPSHOT_EVERY", data.draw(st.sampled_from([2, 3, 4, 512])))
     s = store.session(f"r{next(_names)}")
     _play(s, steps)
-    sid = s._sid()
+    sid = s.view.sid()
     if sid is None or not s.size:
         return
     stop = data.draw(st.integers(1, s.size))

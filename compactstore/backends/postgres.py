@@ -142,6 +142,12 @@ _SCHEMA = (
         for table in LOG_TABLES
         for op, spec in (("update", "UPDATE"), ("delete", "DELETE"), ("truncate", "TRUNCATE"))
     ),
+    # A head follows the head it extends (see the SQLite backend's heads_follow).
+    "CREATE FUNCTION compactstore_head_follows() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+    "IF NEW.prev > 0 AND NOT EXISTS (SELECT 1 FROM heads h WHERE h.session_id = NEW.session_id "
+    "AND h.size = NEW.prev) THEN RAISE EXCEPTION 'compactstore: a head must follow the head it extends' "
+    "USING ERRCODE = 'restrict_violation'; END IF; RETURN NEW; END $$",
+    "CREATE TRIGGER heads_follow BEFORE INSERT ON heads FOR EACH ROW EXECUTE FUNCTION compactstore_head_follows()",
     # A readable view, like the SQLite backend's.
     "CREATE VIEW events_readable AS SELECT e.seq, s.name AS session, e.pos, e.kind, e.idem_key, "
     "encode(e.leaf, 'hex') AS leaf, convert_from(e.body, 'UTF8') AS body "

@@ -319,10 +319,6 @@ class Backend(Protocol):
         """Return the ``negative`` rows before ``lo`` made negative in ``[lo, hi)`` (their ``num``), by position."""
         ...
 
-    def newest_negatives(self, session_id: int, lo: int, hi: int, limit: int) -> tuple[list[IndexRow], int]:
-        """Return the last ``limit`` ``negative`` rows of ``[lo, hi)`` made negative before ``hi``, by position, and their count."""
-        ...
-
     def latest_binding(self, session_id: int, key: str, before: int) -> IndexRow | None:
         """Return the ``binding`` row of the last binding of ``key`` before position ``before``."""
         ...

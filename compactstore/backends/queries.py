@@ -93,15 +93,6 @@ class Queries:
             f"SELECT {_COLS} FROM {TABLE} WHERE session_id = {m} AND rel = 'negative' AND num >= {m} AND num < {m} "
             f"AND pos < {m} ORDER BY pos, num"
         )
-        # Down the primary key from ``hi``: it stops after ``limit`` rows.
-        self.newest_negatives = (
-            f"SELECT {_COLS} FROM {TABLE} WHERE session_id = {m} AND rel = 'negative' AND pos >= {m} AND pos < {m} "
-            f"AND num < {m} ORDER BY pos DESC, num DESC LIMIT {m}"
-        )
-        self.count_negatives = (
-            f"SELECT count(*) FROM {TABLE} WHERE session_id = {m} AND rel = 'negative' AND pos >= {m} AND pos < {m} "
-            f"AND num < {m}"
-        )
         self.latest_binding = (
             f"SELECT {_COLS} FROM {TABLE} WHERE session_id = {m} AND rel = 'binding' AND key = {m} AND pos < {m} "
             "ORDER BY pos DESC LIMIT 1"
@@ -209,16 +200,6 @@ class Reads:
     def negatives_caused(self, session_id: int, lo: int, hi: int) -> list[IndexRow]:
         """Return the ``negative`` rows before ``lo`` made negative in ``[lo, hi)`` (their ``num``), by position."""
         return _index_rows(self._fetch(self._q.negatives_caused, (session_id, lo, hi, lo)))
-
-    def newest_negatives(self, session_id: int, lo: int, hi: int, limit: int) -> tuple[list[IndexRow], int]:
-        """Return the last ``limit`` ``negative`` rows of ``[lo, hi)`` made negative before ``hi``, by position, and their count."""
-        got = _index_rows(self._fetch(self._q.newest_negatives, (session_id, lo, hi, hi, limit)))
-        counted = self._fetch(self._q.count_negatives, (session_id, lo, hi, hi))
-        try:
-            total = int(counted[0][0])
-        except (IndexError, TypeError, ValueError) as exc:
-            raise IntegrityError(f"the structural index does not count: {exc}") from exc
-        return got[::-1], total
 
     def latest_binding(self, session_id: int, key: str, before: int) -> IndexRow | None:
         """Return the ``binding`` row of the last binding of ``key`` before position ``before``."""

@@ -51,6 +51,15 @@ def _append_only(table: str, op: str) -> str:
     )
 
 
+#: A head follows the head it extends: a writer that built on a head no longer stored (the
+#: file replaced by an older copy under an open handle) writes nothing.
+_HEAD_FOLLOWS = (
+    "CREATE TRIGGER heads_follow BEFORE INSERT ON heads WHEN NEW.prev > 0 AND NOT EXISTS "
+    "(SELECT 1 FROM heads h WHERE h.session_id = NEW.session_id AND h.size = NEW.prev) "
+    "BEGIN SELECT RAISE(ABORT, 'compactstore: a head must follow the head it extends'); END"
+)
+
+
 # The tables as sqlite-utils writes them (the text SQLite keeps is the same as in stores
 # made before): written out here, since importing sqlite-utils imports numpy where it is
 # installed, and with it a BLAS thread pool, in every process that opens a store.
@@ -81,6 +90,7 @@ def _schema(db: sqlite3.Connection) -> None:
     for table in LOG_TABLES:
         for op in ("UPDATE", "DELETE"):
             db.execute(_append_only(table, op))
+    db.execute(_HEAD_FOLLOWS)
     # A readable view for people browsing the file with sqlite-utils or Datasette.
     db.execute(
         "CREATE VIEW events_readable AS SELECT e.seq, s.name AS session, e.pos, e.kind, "
@@ -606,17 +616,10 @@ class _SQLiteWriter:
             cur.execute("BEGIN IMMEDIATE")
             try:
                 sid = backend._sids.get(name)
-                if (self._speculate and sid is not None and sid in backend._heads
-                        and backend._next_seq is not None and backend._version is not None):
-                    # Speculating: build on what this connection committed last without
-                    # asking whether another has committed since (a statement per append).
-                    # Any other append since took the very seq this one is about to use (seqs
-                    # are gapless and append-only), so a stale head cannot be written: the
-                    # insert fails on the seq's key, and __exit__ turns that into StaleHead.
-                    self._unchecked = True
-                    self._version = backend._version
-                else:
-                    self._check()
+                # Even a speculating writer asks whether another connection committed since
+                # this one last did (one PRAGMA): a file put back from an older copy holds
+                # none of the seqs this one would take next, so only the check finds it.
+                self._check()
                 if sid is None:
                     got = conn.execute("SELECT id FROM sessions WHERE name = ?", (name,)).fetchone()
                     if got is None:

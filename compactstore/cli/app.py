@@ -264,7 +264,7 @@ def opened(target: str, key_env: str | None, as_json: bool, *, create: bool = Fa
     except CompactStoreError as exc:
         raise Failure.of(exc, EXIT_USAGE, as_json) from exc
     try:
-        if store.keyed and store.mac_key is None:
+        if store.keyed and not store.has_key:
             raise Failure(f"this store is keyed; pass --key-env: {display(target)} seals its tree heads with a key",
                           error="KeyRequired", hint=KEY_HINT, as_json=as_json)
         yield store

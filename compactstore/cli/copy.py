@@ -26,23 +26,30 @@ def _check_target(target: str, role: str, must_exist: bool) -> None:
 @click.argument("dst")
 @click.option("--session", "sessions", multiple=True, metavar="NAME",
               help="Copy only this session (repeatable). Default: every session.")
+@click.option("--src-key-env", metavar="VAR",
+              help="Read the source's key from environment variable VAR (a keyed source is read only with it).")
 @click.option("--key-env", metavar="VAR",
               help="Read the destination's key from environment variable VAR (for a keyed destination).")
 @json_option
-def copy_command(src: str, dst: str, sessions: tuple[str, ...], key_env: str | None, as_json: bool) -> None:
+def copy_command(src: str, dst: str, sessions: tuple[str, ...], src_key_env: str | None, key_env: str | None,
+                 as_json: bool) -> None:
     """Copy a store from SRC to DST, byte for byte, verifying every session's root on arrival.
 
     SRC and DST are SQLite paths or postgresql:// URLs. Every destination session must
-    be empty. Exit status: 0 copied and verified, 1 a root or leaf differs from the
-    source's, 2 bad usage.
+    be empty. A keyed source is read only with its key (--src-key-env), each leaf proven
+    in its sealed heads; a keyed destination takes markers only from a source with the
+    same key. Nothing is written unless the source's derived events keep every rule.
+    Exit status: 0 copied and verified; 1 the source does not verify (a leaf, root, seal
+    or rule), or it changed during the copy; 2 bad usage (a missing key, another key for
+    a source with markers, a destination that holds the sessions).
     """
     _check_target(src, "SRC", must_exist=True)
     _check_target(dst, "DST", must_exist=False)
-    key = read_key(key_env)
+    src_key, key = read_key(src_key_env), read_key(key_env)
     source: Store | None = None
     dest: Store | None = None
     try:
-        source = open_store(src)
+        source = open_store(src, key=src_key, create=False)
         dest = open_store(dst, key=key)
         report = copy_store(source, dest, sessions=sessions or None)
     except IntegrityError as exc:

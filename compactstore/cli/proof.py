@@ -90,7 +90,7 @@ def inclusion_command(pos: int, size: int | None, output: str, target: str, key_
             # vouches for it, the event's body against its leaf, and the proof itself
             # against the head, so a proof written out always passes `proof check`.
             head = session.sealed_head(size)
-            record = session.proven(pos)
+            record = session.view.proven(pos)
             path = session.inclusion_proof(pos, head.size)
             if merkle.root_from_inclusion(record.leaf, pos, head.size, path, "blake3") != head.root:
                 raise IntegrityError(f"the stored tree gives no proof of pos {pos} in the head at size {head.size}",

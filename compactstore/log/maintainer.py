@@ -1,0 +1,89 @@
+"""Running a compaction policy on a session: each due step built, summarized and committed, a lost race decided again.
+
+What is due is :func:`compactstore.policy.due`'s, from the session's plan kept by the
+handle (:class:`compactstore.policy.Plan`). Each step is decided at a size and appended
+only at that size (a compare-and-append), so a step that lost a race with another writer
+(:class:`~compactstore.errors.SessionMoved`) is decided again from the log as it then
+stands: two maintainers each do the work or find it done, and nothing is written twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import msgspec
+
+from .. import compaction, markers
+from .. import events as ev
+from .. import policy as policies
+from ..errors import CompactionInvariantError, ConflictError, InvalidArgument, MarkerInvalid, SessionMoved
+from ..policy import CompactionPolicy, Maintenance, Step
+from .commit import RETRIES, Writer
+from .reader import Reader
+
+
+def run(view: Reader, writer: Writer, policy: CompactionPolicy, progress: Callable[[Step], None] | None) -> policies.Run:
+    """Do the due steps, yielding what each needs summarized; return what was done.
+
+    Each step is decided at a size and appended only at that size: a step that lost a
+    race with another writer (:class:`~compactstore.errors.SessionMoved`) is decided
+    again from the log as it then stands, so two maintainers each do the work or find
+    it done. The text of a step summarized and then lost is kept for the same step.
+    """
+    if not isinstance(policy, CompactionPolicy):
+        raise InvalidArgument("policy", f"want a CompactionPolicy, got {type(policy).__name__}")
+    compacted: list[int] = []
+    rolled_up: list[int] = []
+    refused: list[str] = []
+    marker: int | None = None
+    flags = {"compact": True, "roll_up": True, "mark": True}
+    texts: dict[bytes, str] = {}
+    lost = 0
+    while True:
+        size = view.size
+        step = policies.due(view, policy, size=size, plan=_plan(view), **flags)
+        if step is None:
+            break
+        if progress is not None:
+            progress(step)
+        try:
+            if isinstance(step, policies.Mark):
+                try:
+                    marker = _step(writer, size, [markers.cover_marker(view, size)])
+                except MarkerInvalid as exc:
+                    refused.append(f"marker at node {step.node}: {exc}")
+                flags["mark"] = False  # one marker a run, refused or not
+                continue
+            # Kept per redaction count: a summary of a span redacted since may quote what it erased.
+            said = msgspec.json.encode(step) + str(len(view.host.backend.redactions(view.require_sid()))).encode()
+            if said not in texts:
+                texts[said] = yield policies.inputs(view, step)
+            text = texts[said]
+            if isinstance(step, policies.RollUp):
+                rolled_up.append(_step(writer, size, compaction.roll_up(view, size, step.nodes, summary=text)))
+                continue
+            try:
+                compacted.append(_step(writer, size, compaction.compaction(
+                    view, size, step.start, step.stop, summary=text, on_risk=policy.on_risk)))
+            except CompactionInvariantError as exc:
+                flags["compact"] = False  # the tail stays raw until the gate lets it go
+                refused.append(f"compaction [{step.start}, {step.stop}): {exc}")
+        except SessionMoved:
+            lost += 1
+            if lost > RETRIES:
+                raise ConflictError(
+                    f"session {view.name!r} kept moving while its maintenance was decided", session=view.name
+                ) from None
+    return Maintenance(compacted, rolled_up, marker, refused)
+
+def _plan(view: Reader) -> policies.Plan | None:
+    """Return the session's maintenance plan kept by this handle (a new one after a redaction)."""
+    sid = view.sid()
+    if sid is None:
+        return None
+    redactions = len(view.host.backend.redactions(sid))
+    return view.host.caches.kept("plans", sid, redactions, policies.Plan)
+
+def _step(writer: Writer, size: int, events: list[ev.Event]) -> int:
+    """Append what a maintenance step built at ``size``, only at that size; return the last position."""
+    return writer.extend(events, expect_size=size)[-1].pos
