@@ -190,6 +190,11 @@ def copy(
                 "dst", f"the destination has another key than the source, and sessions {', '.join(map(repr, marked))} "
                 "hold markers whose checkpoint MACs are the source key's: they would not resume there",
                 hint="copy into a store with the source's key, or into an unkeyed store")
+    orphans = src.backend.orphans()
+    if orphans:
+        table, owner = orphans[0]
+        raise IntegrityError(f"the source's {table} table holds rows of session id {owner!r}, which no session has: "
+                             "a session's name or rows were changed behind the store's back")
     for name in names:
         broken = src.session(name).rule_problems()
         if broken:

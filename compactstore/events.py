@@ -279,11 +279,30 @@ class Attempt(Event, frozen=True, tag="attempt"):
     literals: dict[str, JSON] = {}
 
 
+class Guard(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
+    """What a redaction keeps of an attempt it erases, so that the retry guard outlives it.
+
+    Attributes:
+        pos: the attempt's position.
+        key: its idempotency key.
+        literals: the digest of each literal it acted on (see :func:`compactstore.rules.value_digest`), by name.
+    """
+
+    pos: int
+    key: str
+    literals: dict[str, str] = {}
+
+
 class Redaction(Event, frozen=True, tag="redaction"):
-    """Erases the bodies at ``positions`` (their leaves stay, so the tree still verifies), for ``reason``."""
+    """Erases the bodies at ``positions`` (their leaves stay, so the tree still verifies), for ``reason``.
+
+    ``guards`` keeps, of each attempt it erases, the digests of the literals it acted on:
+    a later retry under its key is still held to them. Empty, it is omitted from the body.
+    """
 
     positions: list[int]
     reason: str
+    guards: list[Guard] = []
 
 
 class Redacted(Event, frozen=True, tag="redacted"):

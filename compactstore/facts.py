@@ -101,8 +101,11 @@ class Facts(Protocol):
         """
         ...
 
-    def attempts(self, key: str) -> list[tuple[int, ev.Attempt]]:
-        """Return ``(position, attempt)`` of every attempt under idempotency key ``key`` before ``size``, by position."""
+    def attempts(self, key: str) -> list[tuple[int, ev.Attempt | ev.Guard]]:
+        """Return ``(position, attempt)`` of every attempt under idempotency key ``key`` before ``size``, by position.
+
+        An attempt a redaction erased is given as the guard that redaction kept of it.
+        """
         ...
 
 
@@ -170,7 +173,7 @@ class FullFacts:
         found = self._redacted
         return found[bisect_left(found, start) : bisect_left(found, stop)]
 
-    def attempts(self, key: str) -> list[tuple[int, ev.Attempt]]:
+    def attempts(self, key: str) -> list[tuple[int, ev.Attempt | ev.Guard]]:
         return [(p, a) for p, a in self.s.attempts.get(key, []) if p < self.size]
 
 
@@ -341,7 +344,16 @@ class IndexedFacts:
         found = self._redacted
         return found[bisect_left(found, start) : bisect_left(found, stop)]
 
-    def attempts(self, key: str) -> list[tuple[int, ev.Attempt]]:
+    def attempts(self, key: str) -> list[tuple[int, ev.Attempt | ev.Guard]]:
         # Each read is checked: an attempt erased behind the store's back raises, never resets the guard.
-        found = [(p, self._get(p)) for p in self.index.attempt_positions(key, self.size)]
-        return [(p, a) for p, a in found if isinstance(a, ev.Attempt) and a.key == key]
+        out: list[tuple[int, ev.Attempt | ev.Guard]] = []
+        for p in self.index.attempt_positions(key, self.size):
+            a = self._get(p)
+            if isinstance(a, ev.Attempt) and a.key == key:
+                out.append((p, a))
+            elif isinstance(a, ev.Redacted):
+                # Erased: the redaction that erased it kept its guard (admission refuses one without).
+                redaction = self._get(a.by)
+                guards = redaction.guards if isinstance(redaction, ev.Redaction) else []
+                out += [(p, g) for g in guards if g.pos == p and g.key == key]
+        return out

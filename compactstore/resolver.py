@@ -706,6 +706,7 @@ def reconstruct(
     uses: Mapping[str, JSON] | None = None,
     tool_results: Iterable[JSON] = (),
     prior: Mapping[str, JSON] | None = None,
+    prior_digests: Mapping[str, str] | None = None,
 ) -> dict[str, JSON]:
     """Expand (tolerant operations) or restore (restoration operations) an artifact's payload.
 
@@ -728,6 +729,10 @@ def reconstruct(
         tool_results: values produced by tool calls in the current turn (a list, not a str).
         prior: the literals the earlier attempts of this operation used (retry guard);
             required for ``retry_idempotent`` (an empty mapping when there were none).
+        prior_digests: the digests of the values the earlier attempts used
+            (:func:`compactstore.rules.value_digest`), which is all a redaction keeps of an
+            attempt it erased: when given, they decide, and ``prior`` only names values in
+            messages.
 
     Raises:
         ReconstructionUnsoundError: naming the literal and why.
@@ -737,9 +742,13 @@ def reconstruct(
             without ``prior``.
     """
     uses, produced_values, prior = _checked_arguments(artifact, operation, lookup, uses, tool_results, prior)
+    digests = None if prior is None else {k: rules.value_digest(v) for k, v in prior.items()}
+    if prior_digests is not None:
+        digests = {ev.as_text("prior_digests", k): ev.as_text(f"prior_digests[{k!r}]", v) for k, v in
+                   ev.as_json_map("prior_digests", prior_digests).items()}
     if operation not in TOLERANT_OPS | RESTORATION_OPS:
         raise ReconstructionUnsoundError(f"unknown operation {shown(operation)}: refusing to guess its loss tolerance")
-    if operation == "retry_idempotent" and prior is None:
+    if operation == "retry_idempotent" and digests is None:
         raise InvalidArgument("prior", "retry_idempotent needs the literals the earlier attempts used "
                               "(an empty mapping when there were none): without them a retry is unguarded")
     payload = dict(artifact.payload)
@@ -754,7 +763,7 @@ def reconstruct(
             raise ReconstructionUnsoundError(
                 f"literal {name!r} = {value!r} is in neither the artifact nor a tool result of this turn: it would be invented"
             )
-    conflicts = rules.retry_conflicts(prior or {}, {**literals, **(uses or {})})
+    conflicts = rules.retry_conflicts(digests or {}, {**literals, **(uses or {})}, prior or {})
     if conflicts:
         raise ReconstructionUnsoundError(conflicts[0])
     if operation in TOLERANT_OPS:
@@ -908,12 +917,14 @@ def restore(
         artifact = certified_artifact(view, artifact)
     prior = None
     if attempt is not None:
-        prior = rules.prior_literals(view.facts().attempts(ev.as_text("attempt", attempt)))
+        earlier = view.facts().attempts(ev.as_text("attempt", attempt))
+        prior, said = rules.prior_literals(earlier), rules.said_literals(earlier)
     elif operation == "retry_idempotent":
         raise InvalidArgument("attempt", "retry_idempotent needs an attempt key: without one no earlier attempt "
                               "can be held against it", hint='pass attempt="<the idempotency key of the operation>"')
     payload = reconstruct(
-        artifact, operation, lambda n: lookup(view, n), uses=uses, tool_results=tool_results, prior=prior
+        artifact, operation, lambda n: lookup(view, n), uses=uses, tool_results=tool_results,
+        prior=said if prior is not None else None, prior_digests=prior,
     )
     if attempt is None:
         return payload, None

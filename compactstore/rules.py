@@ -72,6 +72,7 @@ from .errors import (
     InvalidEvent,
     MarkerInvalid,
     ReconstructionUnsoundError,
+    shown,
 )
 from .events import Excerpt, LossClass
 from .facts import Facts
@@ -728,62 +729,114 @@ def literals(event: ev.Event) -> set[str]:
 
 
 def quotes(event: ev.Event, positions: set[int], said: set[str]) -> bool:
-    """Return whether the derived ``event`` quotes what the events at ``positions`` held.
+    """Return whether the derived ``event`` quotes by text what the events at ``positions`` held.
 
-    It does when it is a copy of one of them by structure (a spill of one; a summary
-    node keeping an excerpt of one, retaining one as a negative fact, or pointing at a
-    spill of one) or by text (a spill's value, a node's summary, fact texts, kept values
-    or contract, or an attempt's literals contain one of the literals ``said``). Raw
-    events are what they are: only derived events are copies.
+    It does when a spill's value, a node's summary, fact texts, kept values or contract,
+    or an attempt's literals contain one of the literals ``said`` (see :func:`literals`).
+    Text is the second test of a copy, after provenance (:func:`built_from`): it catches
+    a derived event that restates an erased literal it was not built from.
     """
     texts: set[str] = set()
     if isinstance(event, ev.Spill):
-        cited = {event.source}
         _strings(msgspec.to_builtins(event.value), texts)
     elif isinstance(event, ev.Summary):
-        cited = {e.pos for e in event.kept} | {x.pos for x in event.negative_facts}
-        handles = (spill_position(r.handle) for r in event.spills)
-        cited |= {r.source for r in event.spills} | {h for h in handles if h is not None}
         texts |= {event.summary, event.contract or ""} | {x.text for x in event.negative_facts}
         for e in event.kept:
             _strings(msgspec.to_builtins(e.value), texts)
     elif isinstance(event, ev.Attempt):
-        cited = set()
         _strings(msgspec.to_builtins(event.literals), texts)
     else:
         return False
     if event.meta:
         _strings(msgspec.to_builtins(event.meta), texts)
-    return bool(cited & positions) or any(lit in t for t in texts for lit in said)
+    return any(lit in t for t in texts for lit in said)
+
+
+def built_from(event: ev.Event, positions: set[int], bound: Mapping[str, int], raw: set[int] | None = None) -> bool:
+    """Return whether the derived ``event`` was built from an event at one of ``positions`` (its provenance).
+
+    A summary node from every raw position of its span (``raw``: those of ``positions``
+    that hold raw events; all of them when not given) and every position it cites (its
+    excerpts, retained facts, spills and their sources, its children); a spill from its
+    binding; an attempt from the positions its literals name (``pos:path``) and the
+    binding each key named when it was made (``bound``: each key's latest binding before
+    the attempt). Provenance is read from fields, so no rewording of a literal (spacing,
+    escaping, a summarizer's paraphrase) hides a copy of it.
+    """
+    if isinstance(event, ev.Spill):
+        return event.source in positions
+    if isinstance(event, ev.Summary):
+        if any(event.start <= p < event.stop for p in (positions if raw is None else raw)):
+            return True
+        cited = {e.pos for e in event.kept} | {x.pos for x in event.negative_facts} | set(event.children)
+        cited |= {r.source for r in event.spills} | {h for r in event.spills if (h := spill_position(r.handle)) is not None}
+        return bool(cited & positions)
+    if isinstance(event, ev.Attempt):
+        for name in event.literals:
+            head, _, _ = name.partition(":")
+            at = int(head) if ":" in name and head.isascii() and head.isdigit() and len(head) <= 19 else bound.get(name)
+            if at is not None and at in positions:
+                return True
+    return False
 
 
 def copies(held: Mapping[int, ev.Event], later: Iterable[tuple[int, ev.Event]]) -> list[int]:
-    """Return the positions among ``later`` of the derived events that quote an event of ``held``.
+    """Return the positions among ``later`` of the derived events built from, or quoting, an event of ``held``.
 
     ``held`` maps each position to be redacted to its event; ``later`` gives the events
-    after the first of them (see :func:`quotes`). A redaction erases these with the
-    positions it names, so the literal leaves the log, not only its first record.
+    from the first of them on, in order. A copy of a copy is a copy (a node pointing at
+    an erased spill). A redaction erases these with the positions it names, so the
+    literal leaves the log, not only its first record.
     """
     positions = set(held)
+    # A node summarizes the raw events of its span: a derived event inside it (an earlier
+    # node, a spill) is not its content, so only raw positions reach it through its span.
+    raw = {p for p, e in held.items() if e.kind not in ev.DERIVED_KINDS}
     said: set[str] = set()
     for e in held.values():
         said |= literals(e)
-    return sorted(q for q, e in later if q not in positions and quotes(e, positions, said))
+    bound: dict[str, int] = {}
+    found: list[int] = []
+    for q, e in later:
+        if q not in positions and e.kind in ev.DERIVED_KINDS and (
+                built_from(e, positions, bound, raw) or quotes(e, positions, said)):
+            found.append(q)
+            positions.add(q)
+        if isinstance(e, ev.Binding):
+            bound[e.key] = q
+    return sorted(found)
+
+
+def guard_of(pos: int, attempt: ev.Attempt) -> ev.Guard:
+    """Return what a redaction keeps of the attempt at ``pos`` for the retry guard: the digests of its literals."""
+    return ev.Guard(pos=pos, key=attempt.key, literals={name: value_digest(v) for name, v in attempt.literals.items()})
 
 
 def admit_redaction(held: Mapping[int, ev.Event], later: Iterable[tuple[int, ev.Event]], redaction: ev.Redaction) -> None:
-    """Refuse a redaction that leaves a copy of what it erases: it must list every quoting derived event.
+    """Refuse a redaction that leaves a copy of what it erases, or an erased attempt without its guard.
+
+    It must list every derived event built from or quoting what it erases
+    (:func:`copies`), and carry, for each attempt it erases, exactly that attempt's
+    :func:`guard_of`: the retry guard outlives the attempt's body.
 
     Raises:
-        InvalidEvent: naming ``positions`` and the first copy left.
+        InvalidEvent: naming ``positions`` (a copy left) or ``guards``.
     """
-    left = [q for q in copies(held, later) if q not in set(redaction.positions)]
+    later = list(later)
+    named = set(redaction.positions)
+    left = [q for q in copies(held, later) if q not in named]
     if left:
         raise InvalidEvent(
             "positions",
-            f"the derived events at {left[:10]} quote what the redacted positions hold: a redaction erases them "
-            "too (Session.redact lists them)",
+            f"the derived events at {left[:10]} were built from or quote what the redacted positions hold: a "
+            "redaction erases them too (Session.redact lists them)",
         )
+    erased = {q: e for q, e in later if q in named}
+    want = sorted((guard_of(q, e) for q, e in erased.items() if isinstance(e, ev.Attempt)), key=lambda g: g.pos)
+    if sorted(redaction.guards, key=lambda g: g.pos) != want:
+        raise InvalidEvent(
+            "guards", f"want the guard of each attempt it erases (at {[g.pos for g in want]}), got those of "
+            f"{[g.pos for g in redaction.guards]}: the retry guard outlives an attempt's body")
 
 
 # --- admission of derived events -------------------------------------------------------
@@ -973,29 +1026,43 @@ def admit_marker(f: Facts, marker: ev.RecoveryMarker, pos: int, settled: Contain
     return path
 
 
-def prior_literals(attempts: Iterable[tuple[int, ev.Attempt]]) -> dict[str, ev.JSON]:
-    """Return the literals the ``attempts`` under one key acted on: each name with the value it was first given.
+def prior_literals(attempts: Iterable[tuple[int, ev.Attempt | ev.Guard]]) -> dict[str, str]:
+    """Return the digest of the value each literal of the ``attempts`` under one key was first given, by name.
 
+    An attempt erased by a redaction counts through the guard the redaction kept of it.
     Every attempt counts, one that acted on no literal included, so a later attempt
     cannot clear what an earlier one used; admitted attempts agree on every name they share.
     """
-    used: dict[str, ev.JSON] = {}
+    used: dict[str, str] = {}
     for _, attempt in attempts:
-        for name, value in attempt.literals.items():
-            used.setdefault(name, value)
+        digests = attempt.literals if isinstance(attempt, ev.Guard) else {n: value_digest(v) for n, v in attempt.literals.items()}
+        for name, digest in digests.items():
+            used.setdefault(name, digest)
     return used
 
 
-def retry_conflicts(prior: Mapping[str, ev.JSON], acting: Mapping[str, ev.JSON]) -> list[str]:
-    """Return why acting on ``acting`` breaks the retry guard: each literal whose value differs from ``prior``'s.
+def said_literals(attempts: Iterable[tuple[int, ev.Attempt | ev.Guard]]) -> dict[str, ev.JSON]:
+    """Return the value each literal was first given by the ``attempts`` whose bodies remain, by name (for messages)."""
+    said: dict[str, ev.JSON] = {}
+    for _, attempt in attempts:
+        if isinstance(attempt, ev.Attempt):
+            for name, value in attempt.literals.items():
+                said.setdefault(name, value)
+    return said
 
-    Values are compared by their canonical JSON, so ``1``, ``1.0`` and ``true`` differ.
+
+def retry_conflicts(prior: Mapping[str, str], acting: Mapping[str, ev.JSON], said: Mapping[str, ev.JSON] = {}) -> list[str]:
+    """Return why acting on ``acting`` breaks the retry guard: each literal whose value's digest differs from ``prior``'s.
+
+    Values are compared by the digest of their canonical JSON, so ``1``, ``1.0`` and
+    ``true`` differ. ``said``: the earlier values still in the log, to name in the message.
     """
-    return [
-        f"retry reconstructs literal {name!r} as {acting[name]!r}, but the earlier attempt used {value!r}"
-        for name, value in prior.items()
-        if name in acting and ev.encode_json(acting[name]) != ev.encode_json(value)
-    ]
+    out = []
+    for name, digest in prior.items():
+        if name in acting and value_digest(acting[name]) != digest:
+            earlier = shown(said[name]) if name in said else f"another value (digest {digest[:16]}…)"
+            out.append(f"retry reconstructs literal {name!r} as {shown(acting[name])}, but the earlier attempt used {earlier}")
+    return out
 
 
 def admit_attempt(f: Facts, attempt: ev.Attempt, pos: int) -> None:
@@ -1007,7 +1074,8 @@ def admit_attempt(f: Facts, attempt: ev.Attempt, pos: int) -> None:
     Raises:
         ReconstructionUnsoundError: naming the literal and both values; nothing is written.
     """
-    conflicts = retry_conflicts(prior_literals(f.attempts(attempt.key)), attempt.literals)
+    earlier = f.attempts(attempt.key)
+    conflicts = retry_conflicts(prior_literals(earlier), attempt.literals, said_literals(earlier))
     if conflicts:
         raise ReconstructionUnsoundError(f"attempt {attempt.key!r} at pos {pos}: " + "; ".join(conflicts))
 

@@ -102,7 +102,8 @@ class Structure:
     #: summary nodes by position.
     nodes: dict[int, ev.Summary] = field(default_factory=dict)
     #: attempt key -> (position, attempt) in order.
-    attempts: dict[str, list[tuple[int, ev.Attempt]]] = field(default_factory=dict)
+    #: and, of an attempt a redaction erased, the guard the redaction kept of it, at its position.
+    attempts: dict[str, list[tuple[int, ev.Attempt | ev.Guard]]] = field(default_factory=dict)
     #: texts of events named by a ``supersedes``, filled in as they are met.
     _texts: dict[int, str] = field(default_factory=dict)
 
@@ -136,6 +137,11 @@ class Structure:
             self.nodes[pos] = event
         elif isinstance(event, ev.Attempt):
             self.attempts.setdefault(event.key, []).append((pos, event))
+        elif isinstance(event, ev.Redaction):
+            for g in event.guards:
+                kept = self.attempts.setdefault(g.key, [])
+                kept.append((g.pos, g))
+                kept.sort(key=lambda a: a[0])
         for key in event.uses or ():
             self.needs.append((pos, key, f"{kind} uses it"))
 

@@ -193,7 +193,7 @@ def test_a_copy_refuses_conflicting_attempts(target: str, tmp_path: Path) -> Non
 
 
 def test_the_index_lists_the_attempts_under_a_key_before_a_position(store: cs.Store) -> None:
-    """The index names the attempts under a key before a position, in order; an erased one is gone from the guard."""
+    """The index names the attempts under a key before a position, in order; an erased one still guards, by its digests."""
     s = store.session("s")
     s.append(cs.Turn("user", "deploy"))
     first = s.append(Attempt(key="deploy", operation="commit", literals={"target": "prod-1"}))
@@ -207,6 +207,9 @@ def test_the_index_lists_the_attempts_under_a_key_before_a_position(store: cs.St
     assert index.attempt_positions("other", second.pos) == []
     assert s.view.facts().attempts("deploy") == [(first.pos, first.event)]
     s.redact([first.pos], "forget")
-    assert s.view.facts().attempts("deploy") == []
-    # An erased attempt is gone with its literals: the guard no longer holds it.
-    s.append(Attempt(key="deploy", operation="commit", literals={"target": "prod-2"}))
+    guard = cs.rules.guard_of(first.pos, first.event)  # type: ignore[arg-type]
+    assert s.view.facts().attempts("deploy") == [(first.pos, guard)] and "prod-1" not in str(guard)
+    # The redaction kept the digests of what the erased attempt acted on: a retry is still held to them.
+    with pytest.raises(cs.ReconstructionUnsoundError, match="another value"):
+        s.append(Attempt(key="deploy", operation="commit", literals={"target": "prod-2"}))
+    s.append(Attempt(key="deploy", operation="commit", literals={"target": "prod-1"}))

@@ -105,6 +105,12 @@ class Admission:
                 if passed is not None:
                     passed.erase(*erased[-1])
                 continue
+            gone = {p for positions, _ in erased for p in positions}
+            if gone and rules.built_from(event, gone, {}):
+                # Built before the erasure it follows (a later commit reads the erased body as gone).
+                where = f"events[{j}]" if len(events) > 1 else "event"
+                raise InvalidEvent(where, f"the {event.kind} at pos {pos} was built from positions the redaction "
+                                   "before it in this batch erases: append it after the redaction commits")
             needs = event.size if isinstance(event, ev.RecoveryMarker) else pos
             # Spills give no structural facts: the index at ``first`` still answers after them.
             # A session's first batch has no stored log (nor, outside this transaction, an id) to index.

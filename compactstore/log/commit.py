@@ -303,27 +303,10 @@ class Writer:
         return ev.Prepared(canon, body, key, stamped)
 
     def redact(self, positions: Sequence[int], reason: str) -> Record:
-        """Erase the bodies at ``positions`` and every derived copy of them, recording a redaction event that says why.
+        """Append the redaction of ``positions`` and of every derived event built from or quoting them; see :meth:`Session.redact`.
 
-        A derived event (summary node, spill, attempt) is a copy, and is erased with
-        them, when it quotes one of them (:func:`compactstore.rules.quotes`): by
-        structure, a spill of one, or a node keeping an excerpt of one, retaining one as
-        a negative fact or pointing at a spill of one; by text, a spill's value, a
-        node's summary, fact texts, kept values or contract, or an attempt's literals
-        that contain one of their literals (each string or number of their content,
-        arguments, output, value or metadata of at least ``rules.QUOTE_MIN``
-        characters). The redaction event lists every position it erases, copies
-        included; a redaction appended by other means must list them too.
-
-        The leaves stay, so the tree, its heads and proofs still verify and ``verify()``
-        reports the positions as redacted, not tampered. Reading them gives a
-        :class:`~compactstore.events.Redacted` placeholder. A redacted position is
-        unknown to the rules, not empty: a marker over a span holding one resumes as
-        ``fallback`` and cannot be emitted, a node over one cannot be LOSSLESS, and a
-        span holding one cannot be restored.
-
-        Raises:
-            InvalidEvent: a position is out of range or already redacted; nothing is written.
+        The copies are :func:`compactstore.rules.copies`; of each attempt it erases, the
+        redaction keeps the guard (:func:`compactstore.rules.guard_of`).
         """
         given = [ev.as_position(f"positions[{i}]", p) for i, p in enumerate(ev.as_list("positions", positions))]
         reason = ev.as_text("reason", reason)
@@ -332,7 +315,10 @@ class Writer:
             named = {p for p in given if is_position(p) and p < size}
             after = self.admission.after(named, size, [])
             held = {p: e for p, e in after if p in named}
-            return [ev.Redaction(positions=sorted([*given, *rules.copies(held, after)]), reason=reason)]
+            erased = sorted([*given, *rules.copies(held, after)])
+            at = dict(after)
+            guards = [rules.guard_of(q, e) for q in erased if isinstance(e := at.get(q), ev.Attempt)]
+            return [ev.Redaction(positions=erased, reason=reason, guards=guards)]
 
         return self.built(build)[0]
 

@@ -557,3 +557,114 @@ def _one(work: Path, cls: str, rng: random.Random, keyed: bool, key: bytes | Non
     else:
         figures.detected[cls] += 1
         figures.untyped.append(f"{what}: {outcome}")
+
+
+# --- every path, not only open and verify --------------------------------------------------------
+
+
+def _probe(call: Callable[[], object]) -> object:
+    """Return what ``call`` serves, or ``("refused", error type)`` when it refuses with a typed error."""
+    try:
+        return call()
+    except cs.CompactStoreError as exc:
+        return ("refused", type(exc).__name__)
+
+
+def probes(path: Path, key: bytes | None) -> dict[str, object]:
+    """Return what every path that decides, copies or serves gives on the store at ``path``.
+
+    Context, resume of each marker, restoration of each node, lookup by key and by
+    position, spills, a compaction built (not appended) over a raw span, and a copy.
+    Each is a value, or the typed refusal it ended in.
+    """
+    from compactstore import compaction
+
+    out: dict[str, object] = {}
+    try:
+        st = cs.open(str(path), key=key, create=False)
+    except cs.CompactStoreError as exc:
+        return {"open": ("refused", type(exc).__name__)}
+    try:
+        s = st.session("agent-a")
+        out["context"] = _probe(lambda: s.context().digest)
+        size = _probe(lambda: s.size)
+        records = _probe(lambda: [(r.pos, r.kind, r.event) for r in s.scan(verify=False)])
+        if not isinstance(records, list) or not isinstance(size, int):
+            return {**out, "scan": records}
+        for pos, kind, event in records:
+            if kind == "marker":
+                out[f"resume {pos}"] = _probe(lambda p=pos: s.resume(p).digest)
+            elif kind == "node":
+                out[f"restore {pos}"] = _probe(lambda p=pos: s.restore_span(p).bodies)
+            elif kind == "spill":
+                out[f"spilled {pos}"] = _probe(lambda p=pos: s.spilled(f"spill:{p}"))
+            elif kind == "binding" and isinstance(event, cs.Binding):
+                out[f"lookup {event.key}"] = _probe(lambda k=event.key: s.lookup(k))
+                out[f"lookup {pos}:value"] = _probe(lambda p=pos: s.lookup(f"{p}:value"))
+        out["compaction"] = _probe(lambda: [msgspec.json.encode(e) for e in compaction.compaction(s.view, size, 0, 4)])
+        out["copy"] = _probe(lambda: _copied(st, path))
+    finally:
+        st.close()
+    return out
+
+
+def _copied(st: cs.Store, path: Path) -> list[tuple[str, int, bytes]]:
+    dst = path.with_name(path.name + ".copy.db")
+    for suffix in ("", "-wal", "-shm"):
+        Path(str(dst) + suffix).unlink(missing_ok=True)
+    try:
+        with cs.open(str(dst), key=KEY if st.keyed else None) as d:
+            return [(c.name, c.events, c.root) for c in cs.copy(st, d).sessions]
+    finally:
+        for suffix in ("", "-wal", "-shm"):
+            Path(str(dst) + suffix).unlink(missing_ok=True)
+
+
+def served_forgeries(clean: dict[str, object], got: dict[str, object]) -> list[str]:
+    """Return each path that served something the clean store does not, without refusing: a forgery served."""
+    out = []
+    for name, value in got.items():
+        refused = isinstance(value, tuple) and len(value) == 2 and value[0] == "refused"
+        if not refused and name in clean and value != clean[name]:
+            out.append(name)
+    return out
+
+
+def paths_campaign(workdir: Path, n: int, *, keyed: bool, seed: int = 0) -> tuple[int, list[str]]:
+    """Try ``n`` random mutations that open and verify must catch; return how many, and every path that served a forgery."""
+    rng = random.Random(seed)
+    key = KEY if keyed else None
+    clean = workdir / f"paths-clean-{'k' if keyed else 'u'}.db"
+    build(clean, key)
+    want = probes(clean, key)
+    image = clean.read_bytes()
+    conn = sqlite3.connect(clean)
+    clean_dump = dump(conn)
+    conn.close()
+    classes = [c for c in CLASSES if keyed or c not in KEYED_ONLY]
+    tried, found, attempt = 0, [], 0
+    while tried < n:
+        attempt += 1
+        work = workdir / f"paths-{attempt}.db"
+        work.write_bytes(image)
+        try:
+            conn = sqlite3.connect(work)
+            try:
+                drop_triggers(conn)
+                cls = rng.choice(classes)
+                what = CLASSES[cls](conn, rng, keyed)
+                conn.commit()
+                if what is not None and dump(conn) == clean_dump:
+                    what = None
+            except sqlite3.DatabaseError:
+                what = None
+            finally:
+                conn.close()
+            if what is None:
+                continue
+            tried += 1
+            found += [f"{what}: {p}" for p in served_forgeries(want, probes(work, key))]
+        finally:
+            for suffix in ("", "-wal", "-shm"):
+                Path(str(work) + suffix).unlink(missing_ok=True)
+    return tried, found

@@ -379,3 +379,11 @@ def test_leaf_of_a_spliced_event_does_not_verify_against_an_old_head(stores: dic
     (root,) = conn.execute("SELECT root FROM heads WHERE session_id = 2 ORDER BY size DESC LIMIT 1").fetchone()
     conn.close()
     assert merkle.tree_root(bodies) == root
+
+
+@pytest.mark.parametrize("keyed", [False, True], ids=["unkeyed", "keyed"])
+def test_no_path_serves_a_random_mutation_as_the_log(tmp_path: Path, keyed: bool) -> None:
+    """Context, resume, restoration, lookup, spills, a compaction and a copy refuse a tampered store or serve what the clean one does."""
+    tried, served = th.paths_campaign(tmp_path, 60, keyed=keyed, seed=21 if keyed else 20)
+    print(("keyed " if keyed else "unkeyed ") + f"paths campaign: {tried} mutations, {len(served)} served")
+    assert tried == 60 and served == []
