@@ -9,7 +9,9 @@ Each benchmark runs in its own process, one after the other, and prints its own 
 writes benchmarks/results/summary.json (what ran, how long it took, every goal line) and
 benchmarks/results/scaling.png (append throughput, and resume and proof latency, against
 log size; beside them, each adapter's throughput over that of the stock store it
-replaces), and prints the goal lines of every benchmark together.
+replaces), prints the goal lines of every benchmark together, and, when the whole suite
+ran, writes benchmarks/README.md: what is measured and how, and one table of every goal
+of this run with the command that measures it.
 """
 
 from __future__ import annotations
@@ -43,6 +45,47 @@ SUITE: list[tuple[str, list[str], list[str]]] = [
     ("adapters", ["--quick"], []),
 ]
 BUDGET_S = 15 * 60
+#: The page a whole run writes (see :func:`page`).
+PAGE = HERE / "README.md"
+
+#: What the page says before the run's table: how the figures are measured and how to run them.
+INTRO = """\
+# Benchmarks
+
+Written by `make bench` (`benchmarks/run_all.py`), which runs every benchmark below and
+replaces the table with its own run's. Every figure is a ratio measured in one run against
+a plain reference or a peer: competitors run in the same process, interleaved (one of each
+per round, the order rotating from round to round), five or more timed rounds after a
+warm-up, compared by their medians. Absolute times are context only. Each row names the
+command that measures it; each benchmark also runs alone, prints its command, machine,
+tables and goal lines, and writes `benchmarks/results/<name>.json` (see
+`results/README.md`).
+
+```sh
+make bench                          # the whole suite, under 15 minutes on 2 cores
+python benchmarks/run_all.py --full # the long forms: 1M-event sessions, 10,000 turns per peer
+```
+
+- `digest.py`: Merkle roots against the plain RFC 9162 tree; `verify()` on every CPU against one.
+- `native.py`: the native Merkle root against raw BLAKE3 over the same bytes.
+- `paths.py`: the same store work on the native path and the pure one.
+- `verify_big.py`: `verify()` of a large store and `restore_span` against raw BLAKE3.
+- `append.py`: batched and single appends against plain `sqlite3` (and psycopg with
+  `--only postgres --pg-temp`), and throughput against log size.
+- `resume.py`: `mark`, certified `resume` and proofs against session size.
+- `resume_sim.py`: seeded long sessions whose summaries drop facts, resumed naively and
+  through markers: divergent resumes.
+- `memory_loop.py`: the memory loop on `CompactionPolicy()`: what the model is fed against
+  the raw log, and a cold `context()`.
+- `sdk_compaction.py`: one conversation through `CompactStoreSession` and through the
+  Agents SDK's own compaction.
+- `peers.py`, `adapters.py`: the same turns through langgraph's `SqliteSaver`, the Agents
+  SDK's `SQLiteSession`, eventsourcing and compactstore, natively and through its adapters.
+
+The references live in `plain.py` (the workload, plain `sqlite3` and psycopg inserting the
+very rows compactstore stores, the plain RFC 9162 tree); `harness.py` holds the
+interleaved timing, the tables and the JSON.
+"""
 
 
 def plot(results: dict[str, Any], out: Path) -> Path | None:
@@ -155,6 +198,30 @@ def _adapters(ax: Any, adapters: dict[str, Any] | None, peers: dict[str, Any] | 
     ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=1)
 
 
+def page(info: dict[str, Any], ran: list[dict[str, Any]], results: dict[str, Any], seconds: float) -> str:
+    """Return benchmarks/README.md for one run: :data:`INTRO`, the machine, and one row per goal with its command.
+
+    ``ran``: what ran, with each benchmark's command and exit status; ``results``: the
+    JSON each benchmark that succeeded wrote. A benchmark that failed gets a row saying so.
+    """
+    lines = [INTRO, "## The latest run", "",
+             f"{info['cpu']} ({info['logical_cpus']} logical CPUs), {info['python']}, SQLite {info['sqlite']}; "
+             f"{seconds / 60:.1f} minutes in all.", "Ratios are ours / the reference unless the goal names a unit.", "",
+             "| command | goal | measured | target | |", "| --- | --- | --- | --- | --- |"]
+    for r in ran:
+        name = r["benchmark"]
+        command = "`python " + " ".join([f"benchmarks/{name}.py", *r["command"][2:]]) + "`"
+        goals = [g for s in results[name]["sections"] for g in s["goals"]] if name in results else []
+        if not goals:
+            lines.append(f"| {command} | {'failed, exit ' + str(r['exit']) if r['exit'] else '(no goal)'} | | | |")
+        for i, g in enumerate(goals):
+            op = ">=" if g["higher_is_better"] else "<="
+            note = f" ({g['note']})" if g.get("note") else ""
+            lines.append(f"| {command if i == 0 else ''} | {g['name']}{note} | {g['value']:.3g} | {op} {g['target']:g} "
+                         f"| {'met' if g['met'] else '**missed**'} |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run every benchmark, then write the summary and the plot; exit non-zero if one failed."""
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
@@ -200,6 +267,9 @@ def main(argv: list[str] | None = None) -> int:
     if not args.full and total > BUDGET_S:
         print(f"warning: the quick suite took longer than its {BUDGET_S // 60}-minute budget")
     print(f"wrote {harness.RESULTS / 'summary.json'}" + (f" and {png}" if png else ""))
+    if not args.only:  # the page is one whole run's
+        PAGE.write_text(page(info, ran, results, total), encoding="utf-8")
+        print(f"wrote {PAGE}")
     if failed:
         print(f"failed: {', '.join(failed)}")
     return 1 if failed else 0

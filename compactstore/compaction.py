@@ -109,7 +109,7 @@ class Node(msgspec.Struct, frozen=True):
 
 
 class Finding(msgspec.Struct, frozen=True):
-    """A binding destroyed by compaction and needed afterwards (seed 001's structural signal).
+    """A binding destroyed by compaction and needed afterwards: the loss shows only at the step that needs it.
 
     Attributes:
         node: position of the lossy node whose span swallowed the binding.

@@ -4,7 +4,7 @@
 store behind for the other commands to inspect. A tick clock stamps the events, so
 every root and digest it prints is the same on every run.
 
-The story, after seed 003: an agent makes the ``users.email`` migration reversible. Its
+The story: an agent makes the ``users.email`` migration reversible. Its
 dry run fails, the user rejects backfilling in place, it writes a rollback script that
 exists nowhere else, and it opens an obligation that will need that script. The gate
 refuses to compact the span away until the script is spilled; L1 and L2 nodes are

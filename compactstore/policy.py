@@ -8,9 +8,9 @@ gate and the store's one commit. What is due is read from the log every time
 
 The steps, in order:
 
-1. **Compact** the raw tail after the last L1 node, ``every`` raw events at a time (seed
-   003's runtime compacts every 40 turns), or all of it once its size reaches
-   ``threshold`` (80%) of ``budget`` (seed 001: 70 to 85% of a token budget).
+1. **Compact** the raw tail after the last L1 node, ``every`` raw events at a time, or
+   all of it once its size reaches ``threshold`` (80%) of ``budget``, early enough that
+   the compaction runs before the window is full.
 2. **Roll up** the session digest once ``roll_up_every`` L1 nodes follow it:
    ``Session.roll_up([digest, *l1_nodes])`` writes a new digest over their union.
 3. **Mark** the node that ends last, unless a marker pointing at a node was emitted

@@ -1,6 +1,6 @@
 """Every rule of the store, written once, as pure functions over :class:`compactstore.facts.Facts`.
 
-- **The gate** (seed 001): before a lossy compaction, an open obligation that needs a
+- **The gate**: before a lossy compaction, an open obligation that needs a
   non-regenerable binding whose live value (its latest binding at the checkpoint) is
   bound inside the span makes it keep that value verbatim, spill it, or be refused
   (:func:`risks`). A binding is kept by the position of its live value, never by its
@@ -34,7 +34,7 @@
   fact at its position (the event there, its status, its text), each item listed as
   unresolved or resolved is one the log opened there and left open or closed as
   claimed (:func:`false_claims`).
-- **The marker conditions** (seed 003), checked at emission and at resume by the same
+- **The marker conditions**, checked at emission and at resume by the same
   code: closure, negative-fact retention, anchoring (:func:`check_marker`), over every
   node of a marker's cover (:func:`check_cover`).
 - **A growing session digest**: an L2 node's children are contiguous L1 nodes, or the
@@ -45,12 +45,12 @@
   the raw tail however long the session, which is all a level above would buy.
 - **What a node lost** (:func:`lost`): each literal of its span it neither keeps nor
   states verbatim in its summary text.
-- **Restoration** (seed 000): literals are restored only from a LOSSLESS node whose
+- **Restoration**: literals are restored only from a LOSSLESS node whose
   claim holds against the log when the restoration is decided (:func:`restoration_problems`).
 - **Admission**: what the store checks of every derived event (summary node, spill,
   marker, attempt), whichever way it enters the log (:func:`admit_node`,
   :func:`admit_spill`, :func:`admit_marker`, :func:`admit_attempt`).
-- **The retry guard** (seed 000): an attempt under an idempotency key acts on the
+- **The retry guard**: an attempt under an idempotency key acts on the
   literals every earlier attempt under that key acted on (:func:`prior_literals`).
 
 Rules read event fields, never prose, and do no I/O: where the facts come from (a pass

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,6 +11,8 @@ from pathlib import Path
 import compactstore
 
 SOURCE = Path(compactstore.__file__).parent
+#: The document that describes the layers to a reader; its table must be LAYERS.
+ARCHITECTURE = Path(__file__).resolve().parent.parent / "docs" / "ARCHITECTURE.md"
 
 #: The native accelerator: an extension module, with no ``.py`` source to parse.
 NATIVE = "compactstore.native"
@@ -21,7 +24,7 @@ ALLOWED_PRIVATE_IMPORTS: set[tuple[str, str]] = set()
 #: app, and app imports neither the package nor a subcommand module.
 ALLOWED_CYCLES: dict[frozenset[str], str] = {}
 
-#: Each module's layer, bottom to top (DESIGN.md, "Layers"); ``x.*`` is package x and all
+#: Each module's layer, bottom to top (docs/ARCHITECTURE.md, "Layers"); ``x.*`` is package x and all
 #: below it. A module imports only from its own layer or lower ones. The public face (the
 #: package's ``__init__`` and ``__main__``) stands above every layer: it may import any
 #: module, and no module imports it.
@@ -316,6 +319,30 @@ def test_no_module_imports_one_of_a_higher_layer() -> None:
     """Every module is in the layer table and imports only from its own layer or lower ones."""
     offenders = layer_violations(package(), LAYERS, PUBLIC_FACE)
     assert offenders == [], listing(offenders)
+
+
+def documented_layers(text: str) -> dict[str, int]:
+    """Return each module of the Markdown layer table in ``text`` (rows ``| N. name | `m`, ... | ... |``) with its layer."""
+    out: dict[str, int] = {}
+    for layer, modules in re.findall(r"^\| (\d+)\. [^|]+\| ([^|]+) \|", text, re.M):
+        for module in re.findall(r"`([^`]+)`", modules):
+            out[module] = int(layer)
+    return out
+
+
+def test_the_architecture_document_lists_every_module_at_its_layer() -> None:
+    """docs/ARCHITECTURE.md's layer table names exactly the modules of LAYERS, each at the same layer."""
+    documented = documented_layers(ARCHITECTURE.read_text(encoding="utf-8"))
+    missing = {m: n for m, n in LAYERS.items() if documented.get(m) != n}
+    extra = {m: n for m, n in documented.items() if m not in LAYERS}
+    assert (missing, extra) == ({}, {}), f"in LAYERS, not so in the document: {missing}; only in the document: {extra}"
+
+
+def test_documented_layers_reads_each_row_and_only_the_table() -> None:
+    """The table's rows give their backticked modules; prose and the header give none."""
+    text = "| layer | modules | owns |\n| --- | --- | --- |\n| 1. values | `a`, `b.*` | `not` this |\n" \
+           "| 2. more | `c` | x |\n\nThe `d` module, 3. prose.\n"
+    assert documented_layers(text) == {"a": 1, "b.*": 1, "c": 2}
 
 
 # --- the detectors on synthetic packages ---------------------------------------------

@@ -18,7 +18,7 @@ from forge import unchecked
 from sqlite_edit import tamper
 from compactstore.cli import main
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+CLI_DOC = Path(__file__).resolve().parent.parent / "docs" / "cli.md"
 
 LINES = [
     {"kind": "turn", "role": "user", "content": "Make the migration reversible."},
@@ -70,9 +70,9 @@ def sqlite_built(sqlite_target: str) -> str:
 # --- the command as a whole -----------------------------------------------------------------
 
 
-def test_every_subcommand_has_help_and_is_in_the_readme() -> None:
-    """Each subcommand has help text, `--help` works, and the README names it as `compactstore NAME`."""
-    readme = README.read_text()
+def test_every_subcommand_has_help_and_is_in_the_cli_doc() -> None:
+    """Each subcommand has help text, `--help` works, and docs/cli.md names it as `compactstore NAME`."""
+    readme = CLI_DOC.read_text()
     commands = _commands(main)
     assert {name.split()[1] for name, _ in commands} >= {
         "demo", "append", "compact", "roll-up", "mark", "resume", "verify", "proof", "audit", "show", "export", "copy"}
@@ -80,7 +80,7 @@ def test_every_subcommand_has_help_and_is_in_the_readme() -> None:
         assert (command.help or "").strip(), f"{name} has no help text"
         result = run(*name.split()[1:], "--help")
         assert result.exit_code == 0 and "Usage:" in result.output, name
-        assert re.search(rf"\b{re.escape(name)}\b", readme), f"the README does not mention `{name}`"
+        assert re.search(rf"\b{re.escape(name)}\b", readme), f"docs/cli.md does not mention `{name}`"
 
 
 def test_usage_errors_exit_2() -> None:

@@ -725,7 +725,7 @@ class _SQLiteWriter:
         # Plain tuples, no parameter for an absent key, and blobs as bytearray: sqlite3 binds
         # an int, str or bytearray as it is, and sends a bytes, a None or a tuple subclass
         # through its adapter lookup first (a failed attribute lookup each), which costs
-        # more than the copy (benchmarks/README.md has the figures). The stored bytes are the same.
+        # more than the copy. The stored bytes are the same.
         # The values column by column through map and zip, which run in C (a comprehension
         # costs a loop of bytecode per row); an absent body (never in the store's own
         # appends) binds as None.
