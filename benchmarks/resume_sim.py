@@ -274,8 +274,14 @@ class Agent:
             kw: dict[str, Any] = {}
             if self.drop is not None:
                 kw["negative_facts"] = self._facts(kids[0].start, kids[-1].stop)
-            self.l2.append(s.roll_up(kids, summary="User wants the migration reversible; agent explored approaches.",
-                                    **kw))
+            text = "User wants the migration reversible; agent explored approaches."
+            try:
+                self.l2.append(s.roll_up(kids, summary=text, **kw))
+            except cs.CompactionInvariantError:
+                # An L2 retains its children's facts and must list what they dropped: a roll-up that
+                # drops one of those is refused, and the digest is written with what the log gives.
+                self.gate_refusals += 1
+                self.l2.append(s.roll_up(kids, summary=text))
             self.undigested = []
 
     def open_items(self) -> tuple[str, ...]:
@@ -327,8 +333,8 @@ def _recalled(s: cs.Session, res: cs.Resolution, nodes: list[NodeLike]) -> list[
     f = s.view.facts(res.size)
     out = []
     for n in nodes:
-        first = min((x.pos for x in n.negative_facts), default=n.stop)
-        if n.tier == 2 and n.start < first:
+        first = cs.render.listed_from(n)
+        if n.start < first:
             found = f.negatives_at(list(range(n.start, first)))
             out += [x for p in range(n.start, first) if (x := found(p)) is not None]
     return out

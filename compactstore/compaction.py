@@ -384,12 +384,8 @@ def roll_up(
     )
     # It retains its children's negative facts: it lists what an L1 child dropped, and the
     # newest of theirs, so that its own body shows a resumed agent the latest failures.
-    if negative_facts is AUTO:
-        listed = [x for c in children for x in c.negative_facts]
-        shown = sorted(set(listed), key=lambda x: x.pos)[-rules.DIGEST_FACTS:]
-        facts = sorted({*rules.retention_gaps(f, node), *shown}, key=lambda x: x.pos)
-    else:
-        facts = _facts(negative_facts, [], f)
+    required = rules.digest_facts(f, node)
+    facts = required if negative_facts is AUTO else sorted({*_facts(negative_facts, [], f), *required}, key=lambda x: x.pos)
     node = msgspec.structs.replace(node, negative_facts=facts)
     text = summary if summary is not None else _summary_text((summarizer or extractive)(records))
     if not literal:

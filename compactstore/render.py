@@ -53,6 +53,7 @@ import msgspec
 from . import events as ev
 from .errors import InvalidArgument, shown
 from .events import JSON, LossClass
+from .rules import DIGEST_FACTS
 
 Format = Literal["openai-responses", "chat"]
 #: The formats :func:`messages` writes.
@@ -474,11 +475,11 @@ def _summary_text(node: SummaryEntry) -> str:
     if node.negative_facts:
         lines.append("Negative facts (failed, rejected or superseded; do not redo them):")
         lines += _fact_lines(node.negative_facts)
-    first = min((x.pos for x in node.negative_facts), default=node.stop)
-    if node.tier == 2 and node.start < first:
+    first = listed_from(node)
+    if node.start < first:
         # A digest lists its newest facts; the nodes it rolls up keep the earlier ones.
-        lines.append(f"- earlier negative facts of [{node.start}, {first}) are kept by the nodes this digest rolls up: "
-                     f"recall facts:{node.start}-{first}")
+        lines.append(f"- earlier negative facts of [{node.start}, {first}) not listed here are kept by the nodes this "
+                     f"digest rolls up: recall facts:{node.start}-{first}")
     if node.unresolved:
         lines.append("UNRESOLVED (still open at the end of the span):")
         lines += _item_lines(node.unresolved, "UNRESOLVED ")
@@ -494,6 +495,20 @@ def _summary_text(node: SummaryEntry) -> str:
     if node.contract:
         lines.append(f"Contract: {_cut(node.contract, CONTRACT_EXCERPT, node.pos)}")
     return "\n".join(lines)
+
+
+def listed_from(node: SummaryEntry) -> int:
+    """Return the position from which a node's note lists every negative fact it retains (its start: all of them).
+
+    An L1 node lists every fact it retains. A digest (L2) lists its newest
+    :data:`compactstore.rules.DIGEST_FACTS`, after any older ones it lists itself, and
+    the nodes it rolls up keep the rest: from the oldest of those newest ones on, its
+    list is whole.
+    """
+    if node.tier != 2:
+        return node.start
+    newest = sorted(x.pos for x in node.negative_facts)[-DIGEST_FACTS:]
+    return newest[0] if len(newest) == DIGEST_FACTS else node.start
 
 
 def _counted(what: str, positions: Sequence[int]) -> str:

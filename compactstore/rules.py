@@ -466,6 +466,20 @@ def retention_gaps(f: Facts, node: ev.Summary, *, deep: bool = False) -> list[ev
     return sorted(gaps, key=lambda x: x.pos)
 
 
+def digest_facts(f: Facts, node: ev.Summary) -> list[ev.Fact]:
+    """Return the negative facts an L2 ``node`` must list itself: what its L1 children dropped, and the newest of theirs.
+
+    The newest :data:`DIGEST_FACTS` of the facts its children list (an earlier digest among
+    them lists the newest of its own subtree, and so on down), so that from the oldest of
+    them on its list is whole: a resumed agent reads the latest failures in the digest's
+    own body, and fetches the earlier ones its children keep by their range.
+    """
+    listed = {x for c in node.children if 0 <= c < f.size and isinstance(k := f.event(c), ev.Summary)
+              for x in k.negative_facts}
+    newest = sorted(listed, key=lambda x: x.pos)[-DIGEST_FACTS:]
+    return sorted({*retention_gaps(f, msgspec.structs.replace(node, negative_facts=[])), *newest}, key=lambda x: x.pos)
+
+
 def check_cover(
     f: Facts, cover: Sequence[int], settled: Container[int] = (), *, deep: bool = False
 ) -> tuple[list[Violation], list[int]]:
@@ -792,9 +806,11 @@ def copies(held: Mapping[int, ev.Event], later: Iterable[tuple[int, ev.Event]]) 
     # A node summarizes the raw events of its span: a derived event inside it (an earlier
     # node, a spill) is not its content, so only raw positions reach it through its span.
     raw = {p for p, e in held.items() if e.kind not in ev.DERIVED_KINDS}
+    # The literals are the raw events': a derived one restates them (its own words, a
+    # summary's stock phrases, would make every similar summary a copy).
     said: set[str] = set()
-    for e in held.values():
-        said |= literals(e)
+    for p in raw:
+        said |= literals(held[p])
     bound: dict[str, int] = {}
     found: list[int] = []
     for q, e in later:
@@ -951,12 +967,11 @@ def admit_node(f: Facts, node: ev.Summary, pos: int) -> None:
         raise InvalidEvent(claims[0][0], "; ".join(str(v) for _, v in claims[:5]) + (
             f"; and {len(claims) - 5} more" if len(claims) > 5 else ""))
     if node.tier == 2:
-        gaps = retention_gaps(f, node)
+        gaps = sorted(set(digest_facts(f, node)) - set(node.negative_facts), key=lambda x: x.pos)
         if gaps:
             raise CompactionInvariantError(
-                f"L2 node at pos {pos} drops the negative facts at pos {[x.pos for x in gaps[:10]]}: an L2 node "
-                "retains every negative fact of its span, its children's and its own (list the ones its L1 "
-                "children dropped in negative_facts)")
+                f"L2 node at pos {pos} does not list the negative facts at pos {[x.pos for x in gaps[:10]]}: an L2 "
+                "node lists what its L1 children dropped and the newest of theirs, and retains the rest through them")
     if node.loss is LossClass.LOSSLESS:
         problems = lossless_problems(f, node)
         if problems:

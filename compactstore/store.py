@@ -548,15 +548,15 @@ class Session:
 
         To grow the session digest, pass the current digest followed by the L1 nodes after
         it: the new L2 covers their union and supersedes it. It retains its children's
-        negative facts (listing what an L1 child dropped and the newest of theirs), lists
+        negative facts (listing what an L1 child dropped and the newest of theirs, and any
+        ``negative_facts`` given besides), lists
         the items open at its stop and those resolved in its span, and carries the kept and
         spilled values still live. Its loss class is at best its weakest child's.
 
         Raises:
             InvalidArgument: the nodes are not contiguous L1 nodes (after at most one
                 digest), overlap an L2 node, or the digest was already rolled up.
-            CompactionInvariantError: ``loss`` claims more than the children give, or a
-                given ``negative_facts`` leaves out one a child dropped.
+            CompactionInvariantError: ``loss`` claims more than the children give.
         """
         return self._node_of(self._writer.built(lambda size: compaction.roll_up(
             self.view, size, nodes, summary=summary, summarizer=summarizer, loss=loss,

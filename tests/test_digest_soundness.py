@@ -119,7 +119,7 @@ def test_a_certified_digest_context_does_not_silently_drop_its_earlier_negative_
     (item,) = [i for i in got.context if isinstance(i, SummaryItem)]
     note = json.dumps(got.as_messages("chat"))
     missing = [f"E{i:03d}" for i in range(50) if f"E{i:03d}" not in note]
-    first = min(x.pos for x in item.negative_facts)
+    first = cs.render.listed_from(item)
     told = f"recall facts:0-{first}" in note
     assert not missing or told, f"failures {missing} are certified retained but neither listed nor named in the note"
     assert len(item.negative_facts) == cs.rules.DIGEST_FACTS and missing == [f"E{i:03d}" for i in range(10)]
