@@ -295,12 +295,23 @@ def invalid(items: list[Item]) -> int:
 
 
 def retained_ids(session: CompactStoreSession) -> set[str]:
-    """Return the call ids the certified context retains: in the fed items, or in its summaries' negative facts."""
+    """Return the call ids the certified context retains: fed, in its summaries' facts, or fetched by the recall tool.
+
+    A digest's note names the range of the earlier facts its children keep
+    (``facts:A-B``); the model fetches them with the recall tool, page by page, as here.
+    """
     got = session.log.context()
     ids = found(got.as_messages("openai-responses"))
     for entry in got.context:
         for fact in getattr(entry, "negative_facts", ()):
             ids.update(IDS.findall(fact.text))
+        if isinstance(entry, cs.resolver.SummaryItem) and entry.start < cs.render.listed_from(entry):
+            handle: str | None = f"facts:{entry.start}-{cs.render.listed_from(entry)}"
+            while handle is not None:
+                text = cs.recall.recall(session.log, handle)
+                ids.update(IDS.findall(text))
+                more = re.search(r"\(more: (facts:\d+-\d+)\)", text)
+                handle = more.group(1) if more else None
     return ids
 
 
@@ -436,8 +447,8 @@ def section_of(r: dict[str, Any]) -> Section:
         f"{o['nodes']} nodes; the SDK: default trigger (10 candidates), {r['compaction_calls']} compaction calls to a "
         f"local endpoint answering as the API documents (user messages + one opaque compaction item of {OPAQUE} chars)",
         "ids are counted in plain text; what the opaque compaction item holds cannot be checked by anyone but the model",
-        "a summary's note names its newest 40 negative facts (re-bound snapshots' superseded values among them) and "
-        "24 groups of earlier ones, and counts the rest; every one stays in the node (SummaryItem.negative_facts)",
+        "a digest's note names its newest 40 negative facts and the range of the earlier ones its children keep, "
+        "which the recall tool fetches (facts:A-B); retained counts what is fed, listed or fetched so",
         "the SDK's run_compaction time is the client's own work (request transform, response parsing, history "
         "replacement); a real call adds a round trip and the model's compaction",
         f"whole run, both sides interleaved: {r['elapsed_s']:.1f} s",
