@@ -402,7 +402,9 @@ def check_marker(f: Facts, node_pos: int, *, settled: bool = False, deep: bool =
     found: list[Violation] = []
     top = f.event(node_pos)
     if not isinstance(top, ev.Summary):
-        return [Violation("anchoring", node_pos, "not a summary node before the checkpoint")], []
+        why = "redacted: the node was erased with what it was built from" if f.redacted_in(node_pos, node_pos + 1) else (
+            "not a summary node before the checkpoint")
+        return [Violation("anchoring", node_pos, why)], []
     if settled:
         path = _path_of(f, node_pos, top)
     else:
