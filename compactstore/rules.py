@@ -22,8 +22,9 @@
   - the ``value`` of a framework snapshot or pending write, whole (the store never
     interprets it).
 
-  A leaf is a scalar, an empty list or map, or a map with a key that a field path
-  cannot spell (empty, or holding ``.``, ``[`` or ``]``); its path is the field path
+  A leaf is a scalar, an empty list or map, a map with a key that a field path
+  cannot spell (empty, or holding ``.``, ``[`` or ``]``), or a map or list whose items'
+  paths would be longer than :data:`MAX_PATH` characters; its path is the field path
   :func:`extract` reads (``args.sql``, ``output.rows[0]``). An excerpt of a field keeps
   every leaf under it. Derived events (nodes, spills, markers, attempts, redactions)
   repeat or point at raw literals and give none of their own; a redacted body's
@@ -59,6 +60,7 @@ over the log or the structural index) is the caller's choice.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Container, Iterable, Mapping, Sequence
 from typing import Literal
 
@@ -243,11 +245,17 @@ def literals_of(pos: int, event: ev.Event) -> list[Excerpt]:
     return out
 
 
+#: The most characters a literal's field path has: every literal spells its path out, so
+#: without a bound a long key above many items would cost its length once per item.
+MAX_PATH = 1024
+
+
 def _leaves(pos: int, path: str, value: ev.JSON, out: list[Excerpt]) -> None:
-    if isinstance(value, dict) and value and all(_spellable(k) for k in value):
+    room = MAX_PATH - len(path)
+    if isinstance(value, dict) and value and all(_spellable(k) and len(k) < room for k in value):
         for k in sorted(value):
             _leaves(pos, f"{path}.{k}", value[k], out)
-    elif isinstance(value, list) and value:
+    elif isinstance(value, list) and value and len(str(len(value))) + 2 <= room:
         for i, v in enumerate(value):
             _leaves(pos, f"{path}[{i}]", v, out)
     else:
@@ -276,7 +284,11 @@ def span_literals(f: Facts, start: int, stop: int) -> list[Excerpt]:
 
 def _prefixes(path: str) -> list[str]:
     """Return the field paths that hold ``path``, itself included (``args``, ``args.a``, ``args.a[0]``)."""
-    return [path[:i] for i, c in enumerate(path) if c in ".[" and i] + [path]
+    # The separators are found in C: a loop over the characters cost a bytecode step per character.
+    return [path[:m.start()] for m in _SEPARATOR.finditer(path, 1)] + [path]
+
+
+_SEPARATOR = re.compile(r"[.\[]")
 
 
 def _provable(f: Facts, kept: Iterable[Excerpt]) -> set[tuple[int, str]]:
