@@ -805,8 +805,9 @@ def reconstruct(
                 f"literal {name!r}: the artifact says {value!r}, the durable source {durable!r}: the compaction layer is corrupt"
             )
     # The tag travelled with the artifact; the durable source says what the node really is.
-    logged = lookup(f"{node}:loss")
-    if logged != LossClass.LOSSLESS.value:
+    # What it answers is read in exact types: a str subclass could call itself equal to anything.
+    logged = ev.as_json(f"lookup({node}:loss)", lookup(f"{node}:loss"))
+    if not rules.same_value(logged, LossClass.LOSSLESS.value):
         raise ReconstructionUnsoundError(
             f"the durable source holds node {node} as {logged!r}, not LOSSLESS: the artifact's loss tag is not the log's"
         )
@@ -816,16 +817,19 @@ def reconstruct(
         raise ReconstructionUnsoundError(
             f"the durable source does not vouch for node {node} as LOSSLESS: its claim does not hold against the log"
         )
-    if lookup(f"{node}:span_root") != artifact.span_root:
+    if not rules.same_value(ev.as_json(f"lookup({node}:span_root)", lookup(f"{node}:span_root")), artifact.span_root):
         raise ReconstructionUnsoundError(f"the durable source gives node {node} another span root than the artifact's")
     # What the payload says besides its literals is the node's too: a summary, fact, item
     # or spill edited on the way, its digest recomputed, is not what the log holds.
-    spills = lookup(f"{node}:spills")
+    answers = {name: ev.as_json(f"lookup({node}:{name})", lookup(f"{node}:{name}"))
+               for name in ("spills", "summary", "negative_facts", "unresolved")}
+    spills = answers["spills"]
     logged_part: dict[str, JSON] = {
-        "summary": lookup(f"{node}:summary"),
-        "negative_facts": lookup(f"{node}:negative_facts"),
-        "unresolved": lookup(f"{node}:unresolved"),
-        "spills": {r.get("key"): r.get("handle") for r in spills if isinstance(r, dict)} if isinstance(spills, list) else None,
+        "summary": answers["summary"],
+        "negative_facts": answers["negative_facts"],
+        "unresolved": answers["unresolved"],
+        "spills": {r["key"]: r.get("handle") for r in spills if isinstance(r, dict) and type(r.get("key")) is str}
+        if isinstance(spills, list) else None,
     }
     edited = [part for part, value in logged_part.items() if not rules.same_value(payload.get(part), value)]
     if edited:
