@@ -127,17 +127,24 @@ class Logged(Protocol):
 
 
 def same_session(name: str, field: str, obj: Logged) -> None:
-    """Refuse a caller's copy of a logged event taken from a session other than ``name``.
+    """Refuse a caller's copy of a logged event taken from a session other than ``name``, or not of exact types.
 
-    Read by exact type: a str subclass could call itself equal to any name.
+    Its session must be a str equal to ``name``, its position an int, its leaf bytes,
+    each exactly: a subclass could call itself equal to anything, and every later
+    comparison of them would say what it likes.
 
     Raises:
-        ForeignReference: it names another session.
+        ForeignReference: it names another session, or its leaf is not bytes.
+        InvalidArgument: its position is not one (naming ``field``).
     """
-    given = obj.session
+    given, pos, leaf = obj.session, obj.pos, obj.leaf
     if type(given) is not str or given != name:
         raise ForeignReference(field, f"is from session {shown(given)}, not {name!r}", session=name,
-                               pos=obj.pos if type(obj.pos) is int else None)
+                               pos=pos if type(pos) is int else None)
+    if type(pos) is not int or not 0 <= pos <= ev.MAX_POSITION:
+        raise InvalidArgument(field, f"names no position: {shown(pos)}")
+    if type(leaf) is not bytes:
+        raise ForeignReference(field, f"its leaf is not bytes but {type(leaf).__name__}", session=name, pos=pos)
 
 
 def logged_position(view: SessionView, field: str, obj: Logged) -> int:
@@ -146,7 +153,7 @@ def logged_position(view: SessionView, field: str, obj: Logged) -> int:
     Only the position is taken from such an object, and only then: everything else is
     read again from the log, so an object edited in memory or taken from another
     session is never trusted. Every path that takes a ``Node`` or a ``Marker`` goes
-    through here.
+    through here (or through :func:`same_session` first, then compares the leaf).
 
     Raises:
         ForeignReference: it names another session, or another event (its leaf differs).
@@ -154,11 +161,8 @@ def logged_position(view: SessionView, field: str, obj: Logged) -> int:
     """
     same_session(view.name, field, obj)
     pos = obj.pos
-    if type(pos) is not int or not 0 <= pos <= ev.MAX_POSITION:
-        raise InvalidArgument(field, f"names no position: {shown(pos)}")
     record = view.read(pos)
-    leaf = obj.leaf
-    if type(leaf) is not bytes or leaf != record.leaf:
+    if obj.leaf != record.leaf:
         raise ForeignReference(
             field, f"is not the {record.kind} logged at pos {pos}: its leaf differs (edited, or from another store)",
             session=view.name, pos=pos,
