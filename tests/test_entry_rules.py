@@ -454,3 +454,28 @@ def test_a_literal_path_is_bounded_so_literals_cost_what_their_event_does(value:
     assert len(lits) <= len(ev.canonical(event)[1])
     for lit in lits:  # each literal is still read back from its path
         assert rules.same_value(rules.extract(event, lit.path), lit.value)
+
+
+# --- a store written before the rules: read alike, copied alike ---------------------------
+
+
+@pytest.mark.parametrize("event", [
+    cs.ToolResult("c1", output="ERROR: \x00 in the stream", ok=False), cs.Binding("k\x00", 1),
+    cs.ToolCall("c\x00", "run"), cs.Obligation("o\x00"), ev.HandleOpened(handle="h\x00"),
+], ids=["failed output", "binding key", "call id", "obligation", "handle"])
+def test_a_sqlite_store_holding_a_nul_reads_and_is_copied_to_either_backend_alike(
+    tmp_path: Any, target: str, monkeypatch: pytest.MonkeyPatch, event: ev.Event
+) -> None:
+    """A store written before the rule stays readable and verifies; copying it is refused with the same InvalidEvent on SQLite and PostgreSQL."""
+    src = str(tmp_path / "old.db")
+    with monkeypatch.context() as m:  # written as a store without the entry rules wrote it
+        m.setattr(ev, "check_entry", lambda event, body: None)
+        m.setattr(ev, "_may_refuse", lambda events: False)
+        with cs.open(src, clock=ev.tick_clock()) as old:
+            old.session("s").extend([cs.Turn("user", "go"), event])
+    with cs.open(src) as old, cs.open(target) as dst:
+        kept = old.session("s").read(1).event
+        assert old.verify().ok and kept == msgspec.structs.replace(event, ts=kept.ts)
+        with pytest.raises(cs.InvalidEvent) as info:
+            cs.copy(old, dst)
+        assert "NUL" in info.value.reason
