@@ -79,9 +79,10 @@ from .events import Excerpt, LossClass
 from .facts import Facts
 
 CONDITIONS = ("closure", "negative_facts", "anchoring")
-
-_encoder = msgspec.json.Encoder(order="sorted")
 Condition = Literal["closure", "negative_facts", "anchoring"]
+
+#: The canonical encoding of a value (the events' own): what two literals are compared by.
+_encoder = msgspec.json.Encoder(order="sorted")
 
 #: Loss classes from best to worst.
 LOSS_ORDER = {LossClass.LOSSLESS: 0, LossClass.LOSSY_GIST: 1, LossClass.LOSSY_LITERAL: 2}
@@ -282,13 +283,13 @@ def span_literals(f: Facts, start: int, stop: int) -> list[Excerpt]:
     return out
 
 
+_SEPARATOR = re.compile(r"[.\[]")
+
+
 def _prefixes(path: str) -> list[str]:
     """Return the field paths that hold ``path``, itself included (``args``, ``args.a``, ``args.a[0]``)."""
     # The separators are found in C: a loop over the characters cost a bytecode step per character.
     return [path[:m.start()] for m in _SEPARATOR.finditer(path, 1)] + [path]
-
-
-_SEPARATOR = re.compile(r"[.\[]")
 
 
 def _provable(f: Facts, kept: Iterable[Excerpt]) -> set[tuple[int, str]]:
