@@ -28,7 +28,7 @@ from .events import Excerpt, Fact, Item, LossClass, Record, SpillRef, as_list
 from .facts import Facts
 from .structure import build
 from .summarize import Summarizer, extractive, raw
-from .view import SessionView
+from .view import SessionView, logged_position
 
 OnRisk = Literal["refuse", "preserve", "spill"]
 
@@ -329,11 +329,14 @@ def roll_up(
     Raises:
         InvalidArgument: the nodes are not contiguous L1 nodes (after at most one digest),
             overlap an L2 node, or the digest was already rolled up.
+        ForeignReference: a ``Node`` given is another session's, or not the event logged
+            at its position (its leaf differs).
         CompactionInvariantError: ``loss`` claims more than the children give.
     """
     negative_facts, unresolved, resolved = _node_arguments(  # type: ignore[assignment]
         negative_facts, unresolved, resolved, summary, summarizer)
-    positions = [n.pos if isinstance(n, Node) else n for n in as_list("nodes", nodes)]
+    # A Node gives its position only once its session and leaf are this session's.
+    positions = [logged_position(view, "nodes", n) if isinstance(n, Node) else n for n in as_list("nodes", nodes)]
     if not positions or not all(isinstance(p, int) and not isinstance(p, bool) and 0 <= p < size for p in positions):
         raise InvalidArgument("nodes", "want one or more L1 nodes (or their positions) of the session")
     records = sorted((view.read(p) for p in positions), key=lambda r: getattr(r.event, "start", -1))

@@ -16,10 +16,10 @@ import json
 import math
 import os
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from itertools import repeat
 from operator import attrgetter, is_not
-from typing import Any, Literal, TypeAlias, Union
+from typing import Any, Literal, TypeAlias, Union, cast
 
 import msgspec
 
@@ -384,12 +384,6 @@ _REQUIRED_TEXT: dict[type[Event], tuple[str, ...]] = {
     Write: ("checkpoint",),
 }
 
-#: Fields typed as free-form JSON, per event type: where NaN or int keys could hide.
-_FREE_JSON: dict[type[Event], tuple[str, ...]] = {
-    t: tuple(f for f in ("meta", "args", "output", "value", "literals") if f in t.__struct_fields__)
-    for t in EVENT_TYPES
-}
-
 #: Fields whose default is None, per event type.
 _OPTIONAL: dict[type[Event], tuple[str, ...]] = {
     t: tuple(
@@ -419,6 +413,9 @@ def decode(body: bytes) -> Event:
     Strict: a field the event's kind does not have, or a key given twice in one JSON
     object, is refused rather than dropped or overwritten.
 
+    What :func:`check_entry` refuses is refused here too: an imported line enters as an
+    appended event does. (:func:`decode_canonical` reads what a store already holds.)
+
     Raises:
         InvalidEvent: the bytes are not a valid event of a registered kind; ``field``
             names the unknown field, the repeated key or the bad value.
@@ -428,6 +425,7 @@ def decode(body: bytes) -> Event:
     # encoding (a hand-written line) need the slower look for a repeated key.
     if _encoder.encode(event) != body:
         check_unique_keys(body)
+    check_entry(event, body)
     return event
 
 
@@ -436,7 +434,9 @@ def decode_canonical(body: bytes) -> Event:
 
     For stored bodies, whose bytes are bound to their leaves: a body holding a repeated
     key is not the canonical encoding of any event, which ``Store.verify`` reports. Use
-    :func:`decode` for bytes from anywhere else.
+    :func:`decode` for bytes from anywhere else. The entry rules (:func:`check_entry`)
+    are not applied: a body stored before them stays readable, and appending it again
+    (a copy) is refused as any new event would be.
 
     Raises:
         InvalidEvent: the bytes are not a valid event of a registered kind.
@@ -519,14 +519,18 @@ def canonical(event: Event) -> tuple[Event, bytes]:
     exactly those values is returned as given, sharing its lists and dicts.
 
     Raises:
-        InvalidEvent: naming the field and why; for example ``args.x``: not finite.
+        InvalidEvent: naming the field and why; for example ``args.x``: not finite, or
+            ``call_id``: holds a NUL character (see :func:`check_entry`).
     """
     plain = _PLAIN.get(type(event))
     if plain is not None and plain(event):
         # Every field already holds exactly what decoding its bytes would give, and the
         # rules hold, so the validating decode could only hand back an equal event: skip it.
-        return event, _encode_checked(event)
-    return _canonical_by_decoding(event)
+        body = _encode_checked(event)
+    else:
+        event, body = _canonical_by_decoding(event)
+    check_entry(event, body)
+    return event, body
 
 
 class Prepared(msgspec.Struct, gc=False):
@@ -563,10 +567,14 @@ def prepare(events: Sequence[Event], clock: Clock, other: Callable[[int, Event],
             return [other(0, given[0])]
         bodies, stamps, taken, stop = encode_plain(given, 0, read, scale)
         if stop:
-            return [Prepared(replace(taken[0], ts=stamps[0]), bodies[0], None, True)]
+            stamped = replace(taken[0], ts=stamps[0])
+            check_entry(stamped, bodies[0])  # its one stamp is read, as canonical() would read it
+            return [Prepared(stamped, bodies[0], None, True)]
         return [_one(0, taken[0], lambda: stamps[0], False, other)]
+    # A batch the entry rules may refuse goes event by event, so that the clock is not
+    # read past the refused one: the batch pass stamps every event it encodes.
     if not (_REGISTERED.issuperset(map(type, given)) and not any(map(is_not, map(_TS, given), repeat(None)))
-            and not any(map(is_not, map(_KEY, given), repeat(None)))):
+            and not any(map(is_not, map(_KEY, given), repeat(None)))) or _may_refuse(given):
         return [_one(i, e, clock, batch, other) for i, e in enumerate(given)]
     out: list[Prepared] = []
     start = 0
@@ -654,23 +662,22 @@ def _encode_plain_reference(
 
 
 def _canonical_by_decoding(event: Event) -> tuple[Event, bytes]:
-    """Return what :func:`canonical` returns, found the slow way: encode, then a validating decode."""
+    """Return what :func:`canonical` returns, found the slow way: copy into exact types, encode, then a validating decode."""
     cls = type(event)
-    free = _FREE_JSON.get(cls)
-    if free is None:
+    if cls not in _REGISTERED:
         raise InvalidEvent("event", f"expected a registered event type, got {cls.__name__}")
-    # Only free-form JSON fields need walking: the decoder below checks every typed one.
-    for name in free:
-        value = getattr(event, name)
-        if value is not None and type(value) is not str:
-            _check_json(value, name, 0)
-    if isinstance(event, Summary) and isinstance(event.kept, list | tuple):  # anything else the decoder refuses
-        for i, e in enumerate(event.kept):
-            if isinstance(e, Excerpt):
-                _check_json(e.value, f"kept[{i}].value", 0)
-    if isinstance(event.supersedes, int) and event.supersedes < 0:
-        raise InvalidEvent("supersedes", f"must be a position >= 0, got {shown(event.supersedes)}")
-    body = _encode_checked(event)
+    # Every field is copied into exact types first, typed ones too: the decoder below
+    # would take bytes written as base64, or a datetime written as text, for a str.
+    trail: list[str] = []
+    fields = {}
+    for name in cls.__struct_fields__:
+        trail.append(name)
+        fields[name] = _exact(getattr(event, name), trail, 0)
+        trail.pop()
+    supersedes = fields["supersedes"]
+    if type(supersedes) is int and supersedes < 0:
+        raise InvalidEvent("supersedes", f"must be a position >= 0, got {shown(supersedes)}")
+    body = _encode_checked(msgspec.structs.replace(event, **fields))
     decoded = decode_canonical(body)
     # JSON turns NaN and infinities into null: a typed optional field that held one
     # decodes as None. Refuse it rather than store a body that is not canonical.
@@ -707,6 +714,88 @@ def _unwritable(event: Event, exc: BaseException) -> InvalidEvent:
         except _UNWRITABLE:
             return InvalidEvent(name, reason)
     return InvalidEvent("event", reason)
+
+
+# --- the entry rules: what both backends store alike ------------------------------
+#
+# PostgreSQL text cannot hold a NUL character, and its B-tree indexes take at most about
+# 2,700 bytes a row; SQLite takes both. The events' strings reach text columns and indexes
+# (a binding key, a call id, a handle, an obligation, a failed tool's exact output as a
+# negative fact's text, an idempotency key), so the rules are stated on the event, once,
+# where every event enters: whichever backend stores it, the same event is taken or
+# refused with the same InvalidEvent.
+
+#: The most UTF-8 bytes a name may have: what a key, an id or a handle names is found by
+#: equality in an index, so a name bounds the cost of each look-up (a look-up per need
+#: compares against the names stored) and fits a PostgreSQL index row.
+MAX_NAME_BYTES = 1024
+
+#: The fields that hold names, besides ``idempotency_key`` and ``uses`` (every event's),
+#: per event type; a list field's every item is one. Every other str field is text.
+_NAMED: dict[type[Event], tuple[str, ...]] = {
+    Turn: (), ToolCall: ("call_id",), ToolResult: ("call_id",), Binding: ("key",),
+    Obligation: ("name", "needs"), Fulfilment: ("name",), HandleOpened: ("handle",),
+    HandleClosed: ("handle",), Summary: (), Spill: ("key",), RecoveryMarker: (), Attempt: ("key",),
+    Redaction: (), GraphState: (), Write: (),
+}
+NAMES: dict[type[Event], tuple[str, ...]] = {t: ("idempotency_key", "uses", *extra) for t, extra in _NAMED.items()}
+
+#: How a NUL character is written in JSON: the one spelling it has (a backslash first).
+_NUL = b"\\u0000"
+
+
+def check_entry(event: Event, body: bytes) -> None:
+    """Refuse ``event`` (encoded as ``body``) if a string in it holds a NUL character, or a name is too long.
+
+    No string of an event, key or value, at any depth, holds a NUL; no name (:data:`NAMES`)
+    has more than :data:`MAX_NAME_BYTES` bytes of UTF-8. ``body`` answers for the common
+    case in one scan: without a backslash it holds no NUL, and no name is longer than it.
+
+    Raises:
+        InvalidEvent: naming the field (or the path in it).
+    """
+    if b"\\" in body and _NUL in body:
+        found = _nul_at(msgspec.to_builtins(event), [])
+        if found is not None:
+            raise InvalidEvent(found[1:], "holds a NUL character: no backend stores it alike "
+                               "(PostgreSQL text cannot hold one)")
+    if len(body) > MAX_NAME_BYTES:
+        name = _long_name(event)
+        if name is not None:
+            raise InvalidEvent(name, f"a name of more than {MAX_NAME_BYTES} bytes of UTF-8")
+
+
+def _too_long(name: str) -> bool:
+    return len(name) > MAX_NAME_BYTES or (len(name) * 4 > MAX_NAME_BYTES and len(name.encode()) > MAX_NAME_BYTES)
+
+
+def _long_name(event: Event) -> str | None:
+    """Return the field of ``event`` (a valid one) holding a name of more than MAX_NAME_BYTES bytes, else None."""
+    for field in NAMES.get(type(event), ()):
+        value = getattr(event, field)
+        if type(value) is str and _too_long(value):
+            return field
+        if type(value) is list:
+            for i, item in enumerate(value):
+                if type(item) is str and _too_long(item):
+                    return f"{field}[{i}]"
+    return None
+
+
+def _may_refuse(events: list[Event]) -> bool:
+    """Return whether :func:`check_entry` may refuse one of ``events`` (or they cannot all be encoded): one C pass over them."""
+    try:
+        lines = _encoder.encode_lines(events)
+    except _UNWRITABLE:
+        return True
+    if b"\\" in lines and _NUL in lines:
+        return True
+    if len(lines) <= MAX_NAME_BYTES:
+        return False
+    parts = lines.split(b"\n")  # a newline in a string is written escaped
+    if max(map(len, parts)) <= MAX_NAME_BYTES:
+        return False
+    return any(_long_name(e) is not None for e, line in zip(events, parts) if len(line) > MAX_NAME_BYTES)
 
 
 def _check_rules(event: Event) -> None:
@@ -923,38 +1012,102 @@ _INT_DIGITS = 4300
 _INT_BOUND = 10**_INT_DIGITS
 
 
-def _check_json(value: object, path: str, depth: int) -> None:
-    # JSON silently maps NaN to null and int keys to strings; refuse both rather than
-    # store something other than what the caller gave.
+#: The nested value types an event holds besides JSON: the parts of a summary node.
+_PARTS: frozenset[type] = frozenset({Fact, Item, Excerpt, SpillRef, Guard})
+
+
+def _exact(value: object, trail: list[str], depth: int) -> object:
+    """Return ``value`` copied into exactly the types decoding its JSON gives, or raise InvalidEvent naming where.
+
+    What is checked is what is then encoded: a dict or list is read by its own storage
+    (what msgspec writes), never by methods a subclass may override to show something
+    else, and the copy, not the caller's object, goes on. Refused: NaN and infinities
+    (JSON would store null), ints of more than 4,300 digits, keys that are not str,
+    nesting deeper than MAX_DEPTH, and every other type (bytes would be stored as
+    base64, a datetime as text: not what was given). ``trail`` is the path so far, kept
+    as parts so that a refusal, not every value, pays for spelling it.
+    """
     if depth > MAX_DEPTH:
-        raise InvalidEvent(path, f"nested deeper than {MAX_DEPTH}")
+        raise InvalidEvent("".join(trail), f"nested deeper than {MAX_DEPTH}")
     kind = type(value)
     if value is None or kind is str or kind is bool:
-        return
+        return value
     if kind is int:
-        if not -_INT_BOUND < value < _INT_BOUND:
-            raise InvalidEvent(path, f"an int of more than {_INT_DIGITS} digits")
-    elif kind is float:
-        if not math.isfinite(value):  # type: ignore[arg-type]
-            raise InvalidEvent(path, f"not a finite number: {shown(value)}")
-    elif isinstance(value, dict):
+        if not -_INT_BOUND < cast(int, value) < _INT_BOUND:
+            raise InvalidEvent("".join(trail), f"an int of more than {_INT_DIGITS} digits")
+        return value
+    if kind is float:
+        if not math.isfinite(cast(float, value)):
+            raise InvalidEvent("".join(trail), f"not a finite number: {shown(value)}")
+        return value
+    # type(), never isinstance(), which asks the object's own __class__.
+    if issubclass(kind, dict):
+        out: dict[str, object] = {}
+        for k, v in dict.items(cast(dict[object, object], value)):
+            if type(k) is not str:
+                raise InvalidEvent("".join(trail), f"keys must be str, got {type(k).__name__} {shown(k)}")
+            trail.append(f".{k}")
+            out[k] = _exact(v, trail, depth + 1)
+            trail.pop()
+        return out
+    if issubclass(kind, list | tuple):
+        items: Iterator[object] = (list.__iter__(cast(list[object], value)) if issubclass(kind, list)
+                                   else tuple.__iter__(cast(tuple[object, ...], value)))
+        copy: list[object] = []
+        for i, v in enumerate(items):
+            trail.append(f"[{i}]")
+            copy.append(_exact(v, trail, depth + 1))
+            trail.pop()
+        return copy
+    if kind in _PARTS:
+        # A summary node's fact, item, excerpt or spill reference: its fields, as the
+        # decoder reads the object it is written as.
+        parts: dict[str, object] = {}
+        for name in cast(type[msgspec.Struct], kind).__struct_fields__:
+            trail.append(f".{name}")
+            parts[name] = _exact(getattr(value, name), trail, depth + 1)
+            trail.pop()
+        return parts
+    if issubclass(kind, enum.Enum):
+        # A str, int or float enum (IntEnum, StrEnum, ...) whose member equals its value
+        # (by the built-in type's own comparison: the enum's may say anything) is written
+        # as that value, and reads back equal to what was given. A plain Enum's member, or
+        # one unequal to its value, is refused.
+        base = next((t for t in (float, int, str) if issubclass(kind, t)), None)
+        plain = _exact(value.value, trail, depth) if base is not None else None  # type: ignore[attr-defined]
+        if base is not None and type(plain) is base and base.__eq__(value, plain) is True:  # type: ignore[operator]
+            return plain
+    # bytes, sets, datetimes, UUIDs...: msgspec would store a string or list in their
+    # place; a subclass of str, int or float that is no enum it does not encode at all.
+    raise InvalidEvent("".join(trail), f"not a JSON value: {kind.__name__}")
+
+
+def exact_json(field: str, value: object) -> JSON:
+    """Return ``value`` copied into exact JSON types (see :func:`_exact`), or raise InvalidEvent naming ``field`` or the path in it."""
+    return _exact(value, [field], 0)
+
+
+def _nul_at(value: object, trail: list[str]) -> str | None:
+    """Return the path of the first str in ``value`` (an exact copy) holding a NUL character, key or value, else None."""
+    if type(value) is str:
+        return "".join(trail) if "\x00" in value else None
+    if type(value) is dict:
         for k, v in value.items():
-            if not isinstance(k, str):
-                raise InvalidEvent(path, f"keys must be str, got {type(k).__name__} {shown(k)}")
-            _check_json(v, f"{path}.{k}", depth + 1)
-    elif isinstance(value, list | tuple):
+            if "\x00" in k:  # the map holding the key: the key itself cannot be spelt in a path
+                return "".join(trail)
+            trail.append(f".{k}")
+            found = _nul_at(v, trail)
+            trail.pop()
+            if found is not None:
+                return found
+    elif type(value) is list:
         for i, v in enumerate(value):
-            _check_json(v, f"{path}[{i}]", depth + 1)
-    elif isinstance(value, enum.Enum) and isinstance(value, str | int | float) and value == value.value:
-        # A str, int or float enum (IntEnum, StrEnum, ...) whose members equal their values
-        # is written as the one or the other, and reads back equal to what was given. A plain
-        # Enum's member, or one unequal to its value, is refused below.
-        _check_json(value.value, path, depth)
-    else:
-        # bytes, sets, datetimes, UUIDs...: msgspec would store a string or list in their
-        # place, so what is read back would not be what was given; a subclass of str, int
-        # or float that is no enum it does not encode at all.
-        raise InvalidEvent(path, f"not a JSON value: {type(value).__name__}")
+            trail.append(f"[{i}]")
+            found = _nul_at(v, trail)
+            trail.pop()
+            if found is not None:
+                return found
+    return None
 
 
 def _field_of(message: str) -> str:
@@ -1035,6 +1188,52 @@ def as_position(field: str, value: object) -> int:
     return int(value)
 
 
+#: Digits of the largest position (2**63 - 1): a longer number names none, and is never
+#: read (``int`` of thousands of digits is slow, and past 4,300 a bare ValueError).
+POSITION_DIGITS = 19
+#: A position is spelt in ASCII digits only: ``str.isdigit`` also takes ``'²'``, which
+#: ``int`` refuses, and ``int`` reads ``'٣'`` as 3, so a handle could name a position in two spellings.
+_DIGITS = frozenset("0123456789")
+
+
+def position_in(text: str) -> int | None:
+    """Return the position ``text`` spells in ASCII decimal (1 to 19 digits, at most 2**63 - 1), or None when it spells none."""
+    if not 0 < len(text) <= POSITION_DIGITS or not _DIGITS.issuperset(text):
+        return None
+    n = int(text)
+    return n if n <= MAX_POSITION else None
+
+
+def as_position_text(field: str, text: str) -> int:
+    """Return the position ``text`` spells (see :func:`position_in`).
+
+    Raises:
+        InvalidArgument: naming ``field``: not 1 to 19 ASCII digits, or past 2**63 - 1.
+    """
+    pos = position_in(text)
+    if pos is None:
+        raise InvalidArgument(field, f"want a position in ASCII decimal, at most {MAX_POSITION}, got {shown(text, 40)}")
+    return pos
+
+
+def names_position(name: str) -> bool:
+    """Return whether ``name`` reads as ``pos:path``: ASCII digits, then a colon (``'²:v'`` does not: it is a key)."""
+    head, colon, _ = name.partition(":")
+    return bool(colon) and bool(head) and _DIGITS.issuperset(head)
+
+
+def split_position(field: str, name: str) -> tuple[int, str] | None:
+    """Return ``(pos, path)`` when ``name`` reads as ``pos:path`` (:func:`names_position`), else None.
+
+    Raises:
+        InvalidArgument: naming ``field``: the digits spell no position (more than 19, or past 2**63 - 1).
+    """
+    if not names_position(name):
+        return None
+    head, _, path = name.partition(":")
+    return as_position_text(field, head), path
+
+
 def as_flag(field: str, value: object) -> bool:
     """Return ``value``, which must be ``True`` or ``False`` (not 0, 1, None or a str).
 
@@ -1089,32 +1288,39 @@ def as_texts(field: str, value: object) -> list[str]:
 
 
 def as_json(field: str, value: object) -> JSON:
-    """Return ``value``, a JSON value as :data:`JSON` says: finite numbers, str keys, at most MAX_DEPTH deep.
+    """Return ``value`` copied into exact JSON types: finite numbers, str keys, at most MAX_DEPTH deep.
+
+    A dict or list subclass is read by its own storage, as the encoder reads it, and
+    the copy is what the caller goes on with: what was checked is what is used.
 
     Raises:
         InvalidArgument: naming ``field`` or the path inside it.
     """
     try:
-        _check_json(value, field, 0)
+        return exact_json(field, value)
     except InvalidEvent as exc:
         raise InvalidArgument(exc.field, exc.reason) from None
-    return value
 
 
 def as_json_map(field: str, value: object) -> dict[str, JSON]:
-    """Return ``value`` as a dict of str to JSON values (a copy of the mapping given).
+    """Return ``value``, a mapping of str to JSON values, copied into a dict of exact JSON types.
 
     Raises:
         InvalidArgument: naming ``field``, or the key whose value is not JSON.
     """
+    if issubclass(type(value), dict):
+        copied = as_json(field, value)
+        assert type(copied) is dict
+        return copied
     if not isinstance(value, Mapping):
         raise InvalidArgument(field, f"want a mapping of str to JSON values, got {type(value).__name__}")
     out = dict(value)
-    for key, item in out.items():
-        if not isinstance(key, str):
+    for key in out:
+        if type(key) is not str:
             raise InvalidArgument(field, f"keys must be str, got {type(key).__name__} {shown(key)}")
-        as_json(f"{field}.{key}", item)
-    return out
+    copied = as_json(field, out)
+    assert type(copied) is dict
+    return copied
 
 
 def as_callable(field: str, value: object) -> Callable[..., Any]:

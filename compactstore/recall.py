@@ -61,8 +61,6 @@ Kind = Literal["spill", "pos", "span", "facts", "binding"]
 
 _NUMBER = r"([0-9]{1,19})"
 _GRAMMAR = re.compile(rf"(spill|pos):{_NUMBER}|(span|facts):{_NUMBER}-{_NUMBER}|binding:(.+)", re.DOTALL)
-#: What :meth:`Session.lookup` reads as ``pos:path`` rather than as a key.
-_POSITIONAL = re.compile(r"[0-9]+:")
 
 
 class Handle(msgspec.Struct, frozen=True):
@@ -89,7 +87,7 @@ def parse(handle: object) -> Handle:
             number out of range, an empty range, or a key :meth:`Session.lookup` would
             read as a position.
     """
-    if not isinstance(handle, str):
+    if type(handle) is not str:  # exactly: a subclass's strip() or len() may say anything
         raise InvalidArgument("handle", f"want a str such as 'spill:84' or 'span:10-20', got {type(handle).__name__}")
     if len(handle) > MAX_HANDLE:
         raise InvalidArgument("handle", f"at most {MAX_HANDLE} characters, got {len(handle)}")
@@ -105,17 +103,14 @@ def parse(handle: object) -> Handle:
             raise InvalidArgument("handle", f"{m.group(3)}:A-B wants A < B, got {shown(text, 80)}")
         return Handle(m.group(3), start=start, stop=stop)  # type: ignore[arg-type]
     key = m.group(6)
-    if _POSITIONAL.match(key):
+    if ev.names_position(key):
         raise InvalidArgument("handle", f"binding:{shown(key, 60)} would be read as a position and a path: "
                                         "use pos:N for the binding event")
     return Handle("binding", key=key)
 
 
 def _position(digits: str) -> int:
-    n = int(digits)
-    if n > ev.MAX_POSITION:
-        raise InvalidArgument("handle", f"a position is at most {ev.MAX_POSITION}, got {digits}")
-    return n
+    return ev.as_position_text("handle", digits)
 
 
 def recall(session: Session, handle: str) -> str:

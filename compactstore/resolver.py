@@ -32,7 +32,8 @@ from .events import JSON, LossClass
 from .facts import Facts, FullFacts, IndexedFacts
 from .markers import Marker
 from .rules import CONDITIONS
-from .view import SessionView
+from .view import SessionView, logged_position
+from .view import same_session as view_same_session
 
 TOLERANT_OPS = frozenset({"summarize", "plan", "brainstorm", "rank"})
 RESTORATION_OPS = frozenset({"authorize", "commit", "emit_authoritative", "retry_idempotent"})
@@ -182,7 +183,10 @@ def needed(view: SessionView, f: Facts, context: Iterable[ContextItem]) -> list[
             if ref is None or at is None or (risk.obligation, risk.key) in out:
                 continue
             spill = view.proven(at).event
-            if isinstance(spill, ev.Spill) and rules.value_digest(spill.value) == spill.digest == ref.digest:
+            if not isinstance(spill, ev.Spill) or spill.digest != ref.digest or spill.source != ref.source:
+                continue
+            source = view.proven(spill.source).event if 0 <= spill.source < at else None
+            if rules.spill_problem(spill, source, ref.handle) is None:
                 out[(risk.obligation, risk.key)] = render.Needed(risk.obligation, risk.key, ref.handle, spill.value)
     return list(out.values())
 
@@ -582,10 +586,9 @@ def _literals(node: ev.Summary, read: Callable[[int], ev.Event | None]) -> dict[
 def position_of(view: SessionView, field: str, obj: object) -> int:
     """Return the position a caller's ``Node`` or ``Marker`` (or plain position) names.
 
-    Only the position is taken from such an object, and only once its session and leaf
-    are those of the event this session logged there: everything else is read again
-    from the log, so an object edited in memory or taken from another session is never
-    trusted. A plain position is returned as given, for the caller to check.
+    A ``Node`` or ``Marker`` is held to the log first (:func:`compactstore.view.logged_position`):
+    its session and leaf must be those of the event this session logged there. A plain
+    position is returned as given, for the caller to check.
 
     Raises:
         ForeignReference: the object names another session, or another event.
@@ -595,24 +598,16 @@ def position_of(view: SessionView, field: str, obj: object) -> int:
         if isinstance(obj, int) and not isinstance(obj, bool):
             return obj
         raise InvalidArgument(field, f"want a {'Marker' if field == 'marker' else 'Node'} or its position, got {type(obj).__name__}")
-    same_session(view.name, field, obj)
-    record = view.read(obj.pos)
-    if record.leaf != obj.leaf:
-        raise ForeignReference(
-            field, f"is not the {record.kind} logged at pos {obj.pos}: its leaf differs (edited, or from another store)",
-            session=view.name, pos=obj.pos,
-        )
-    return obj.pos
+    return logged_position(view, field, obj)
 
 
 def same_session(name: str, field: str, obj: Node | Marker) -> None:
-    """Refuse a caller's ``Node`` or ``Marker`` taken from a session other than ``name``.
+    """Refuse a caller's ``Node`` or ``Marker`` taken from a session other than ``name`` (see :func:`compactstore.view.same_session`).
 
     Raises:
         ForeignReference: it names another session.
     """
-    if obj.session != name:
-        raise ForeignReference(field, f"is from session {obj.session!r}, not {name!r}", session=name, pos=obj.pos)
+    view_same_session(name, field, obj)
 
 
 def artifact(view: SessionView, node: int) -> Artifact:
@@ -656,14 +651,13 @@ def certified_artifact(view: SessionView, given: Artifact) -> Artifact:
             another session or store).
         KeyRequired: the store is keyed and was opened without its key.
     """
-    if not isinstance(given, Artifact):
-        raise InvalidArgument("artifact", f"want an Artifact, got {type(given).__name__}")
+    given = read_artifact(given)
     if given.session != view.name:
         raise ForeignReference("artifact", f"was made in session {given.session!r}, not {view.name!r}", session=view.name)
     if given.store != view.store_id:
         raise ForeignReference("artifact", "was made by another store", session=view.name)
     pos, size = given.node, given.size
-    if not isinstance(pos, int) or not isinstance(size, int) or isinstance(pos, bool) or isinstance(size, bool):
+    if pos is None or size is None:
         raise ReconstructionUnsoundError("the artifact names no node and tree head: nothing in the log can vouch for it")
     latest = view.sealed_head()
     if not 0 <= pos < size <= latest.size:
@@ -674,8 +668,7 @@ def certified_artifact(view: SessionView, given: Artifact) -> Artifact:
     # Every field, by its canonical bytes (``1`` is not ``true``), not the digest alone: an
     # artifact edited but still carrying the digest it was made with is altered too, and
     # the caller holding it would act on what it says, not on what the log gives.
-    ev.as_json_map("artifact.payload", given.payload)
-    if made.digest != given.digest or _encoder.encode(made) != _encoder.encode(given):
+    if made.digest != given.digest or not rules.same_value(made, given):
         raise ReconstructionUnsoundError(
             f"the artifact does not match node {pos} as logged: its loss class, payload, span root or tree head "
             "was altered after it was made"
@@ -691,11 +684,45 @@ def certified_artifact(view: SessionView, given: Artifact) -> Artifact:
 
 def _loss_of(artifact: Artifact) -> LossClass:
     # An absent or unreadable tag means LOSSY_LITERAL: a false LOSSLESS costs a silent
-    # divergence, a false LOSSY only a re-fetch.
-    try:
-        return LossClass(artifact.loss)
-    except ValueError:
-        return LossClass.LOSSY_LITERAL
+    # divergence, a false LOSSY only a re-fetch. Looked up by a str only (read_artifact
+    # left nothing else): the enum's own lookup compares with the object's __eq__.
+    loss = artifact.loss
+    if isinstance(loss, LossClass):
+        return loss
+    return LossClass(loss) if loss in _LOSS_TAGS else LossClass.LOSSY_LITERAL
+
+
+_LOSS_TAGS = frozenset(c.value for c in LossClass)
+
+
+def read_artifact(given: object) -> Artifact:
+    """Return ``given``, an :class:`Artifact`, copied into exact types: what every path taking a caller's artifact reads.
+
+    ``payload`` is copied into exact JSON types (:func:`compactstore.events.as_json_map`);
+    ``digest``, ``span_root``, ``session``, ``root`` and ``store`` must be a str or None,
+    ``node`` and ``size`` an int (not a bool) or None. ``loss`` stays a LossClass or a
+    str; any other object is an unreadable tag, and reads as absent (None), which
+    means LOSSY_LITERAL (the design's pessimistic default).
+
+    Raises:
+        InvalidArgument: naming ``artifact`` or the field of the wrong type.
+    """
+    if not isinstance(given, Artifact):
+        raise InvalidArgument("artifact", f"want an Artifact, got {type(given).__name__}")
+    payload = ev.as_json_map("artifact.payload", given.payload)
+    for name in ("digest", "span_root", "session", "root", "store"):
+        value = getattr(given, name)
+        if value is not None and type(value) is not str:
+            raise InvalidArgument(f"artifact.{name}", f"want a str or None, got {type(value).__name__}")
+    for name in ("node", "size"):
+        value = getattr(given, name)
+        if value is not None and type(value) is not int:
+            raise InvalidArgument(f"artifact.{name}", f"want an int or None, got {type(value).__name__}")
+    loss = given.loss
+    if type(loss) is not LossClass and type(loss) is not str:
+        loss = None
+    return Artifact(loss, payload, given.digest, given.span_root, given.session, given.node, given.size, given.root,
+                    given.store)
 
 
 def reconstruct(
@@ -741,7 +768,7 @@ def reconstruct(
             result that is not JSON, a ``lookup`` that is not callable, ``retry_idempotent``
             without ``prior``.
     """
-    uses, produced_values, prior = _checked_arguments(artifact, operation, lookup, uses, tool_results, prior)
+    artifact, uses, produced_values, prior = _checked_arguments(artifact, operation, lookup, uses, tool_results, prior)
     digests = None if prior is None else {k: rules.value_digest(v) for k, v in prior.items()}
     if prior_digests is not None:
         digests = {ev.as_text("prior_digests", k): ev.as_text(f"prior_digests[{k!r}]", v) for k, v in
@@ -754,12 +781,11 @@ def reconstruct(
     payload = dict(artifact.payload)
     raw_literals = payload.get("literals")
     literals: dict[str, JSON] = raw_literals if isinstance(raw_literals, dict) else {}
-    produced = [_canonical(v) for v in produced_values]
     for name, value in (uses or {}).items():
         if name in literals:
-            if _canonical(literals[name]) != _canonical(value):
+            if not rules.same_value(literals[name], value):
                 raise ReconstructionUnsoundError(f"literal {name!r}: {value!r} differs from the artifact's {literals[name]!r}")
-        elif _canonical(value) not in produced:
+        elif not any(rules.same_value(value, v) for v in produced_values):
             raise ReconstructionUnsoundError(
                 f"literal {name!r} = {value!r} is in neither the artifact nor a tool result of this turn: it would be invented"
             )
@@ -785,13 +811,14 @@ def reconstruct(
         durable = lookup(name)
         if durable is None:
             raise ReconstructionUnsoundError(f"literal {name!r} is absent from the durable source: cannot restore it")
-        if _canonical(ev.as_json(f"lookup({name!r})", durable)) != _canonical(value):
+        if not rules.same_value(ev.as_json(f"lookup({name!r})", durable), value):
             raise ReconstructionUnsoundError(
                 f"literal {name!r}: the artifact says {value!r}, the durable source {durable!r}: the compaction layer is corrupt"
             )
     # The tag travelled with the artifact; the durable source says what the node really is.
-    logged = lookup(f"{node}:loss")
-    if logged != LossClass.LOSSLESS.value:
+    # What it answers is read in exact types: a str subclass could call itself equal to anything.
+    logged = ev.as_json(f"lookup({node}:loss)", lookup(f"{node}:loss"))
+    if not rules.same_value(logged, LossClass.LOSSLESS.value):
         raise ReconstructionUnsoundError(
             f"the durable source holds node {node} as {logged!r}, not LOSSLESS: the artifact's loss tag is not the log's"
         )
@@ -801,18 +828,21 @@ def reconstruct(
         raise ReconstructionUnsoundError(
             f"the durable source does not vouch for node {node} as LOSSLESS: its claim does not hold against the log"
         )
-    if lookup(f"{node}:span_root") != artifact.span_root:
+    if not rules.same_value(ev.as_json(f"lookup({node}:span_root)", lookup(f"{node}:span_root")), artifact.span_root):
         raise ReconstructionUnsoundError(f"the durable source gives node {node} another span root than the artifact's")
     # What the payload says besides its literals is the node's too: a summary, fact, item
     # or spill edited on the way, its digest recomputed, is not what the log holds.
-    spills = lookup(f"{node}:spills")
+    answers = {name: ev.as_json(f"lookup({node}:{name})", lookup(f"{node}:{name}"))
+               for name in ("spills", "summary", "negative_facts", "unresolved")}
+    spills = answers["spills"]
     logged_part: dict[str, JSON] = {
-        "summary": lookup(f"{node}:summary"),
-        "negative_facts": lookup(f"{node}:negative_facts"),
-        "unresolved": lookup(f"{node}:unresolved"),
-        "spills": {r.get("key"): r.get("handle") for r in spills if isinstance(r, dict)} if isinstance(spills, list) else None,
+        "summary": answers["summary"],
+        "negative_facts": answers["negative_facts"],
+        "unresolved": answers["unresolved"],
+        "spills": {r["key"]: r.get("handle") for r in spills if isinstance(r, dict) and type(r.get("key")) is str}
+        if isinstance(spills, list) else None,
     }
-    edited = [part for part, value in logged_part.items() if _canonical(payload.get(part)) != _canonical(value)]
+    edited = [part for part, value in logged_part.items() if not rules.same_value(payload.get(part), value)]
     if edited:
         raise ReconstructionUnsoundError(
             f"the artifact's {', '.join(edited)} differ from node {node} in the durable source: it was altered"
@@ -820,25 +850,27 @@ def reconstruct(
     return payload
 
 
-def _canonical(value: JSON) -> bytes:
-    return _encoder.encode(value)
-
-
 def _checked_arguments(
     artifact: object, operation: object, lookup: object, uses: object, tool_results: object, prior: object
-) -> tuple[dict[str, JSON] | None, list[JSON], dict[str, JSON] | None]:
-    """Return ``uses``, ``tool_results`` and ``prior`` as checked values, or raise InvalidArgument naming the bad one."""
-    if not isinstance(artifact, Artifact):
-        raise InvalidArgument("artifact", f"want an Artifact, got {type(artifact).__name__}")
-    ev.as_json_map("artifact.payload", artifact.payload)
-    for name in ("digest", "span_root"):
-        if getattr(artifact, name) is not None and not isinstance(getattr(artifact, name), str):
-            raise InvalidArgument(f"artifact.{name}", f"want a hex str or None, got {type(getattr(artifact, name)).__name__}")
-    ev.as_text("operation", operation, empty=True)
+) -> tuple[Artifact, dict[str, JSON] | None, list[JSON], dict[str, JSON] | None]:
+    """Return the artifact, ``uses``, ``tool_results`` and ``prior`` copied into exact types, or raise InvalidArgument naming the bad one."""
+    given = read_artifact(artifact)
+    as_operation(operation)
     ev.as_callable("lookup", lookup)
     acting = None if uses is None else ev.as_json_map("uses", uses)
     results = [ev.as_json(f"tool_results[{i}]", v) for i, v in enumerate(ev.as_list("tool_results", tool_results))]
-    return acting, results, None if prior is None else ev.as_json_map("prior", prior)
+    return given, acting, results, None if prior is None else ev.as_json_map("prior", prior)
+
+
+def as_operation(operation: object) -> str:
+    """Return ``operation``, an exact str (a known operation or not: an unknown one is refused later, as unsound).
+
+    Raises:
+        InvalidArgument: naming ``operation``: not a str.
+    """
+    if type(operation) is not str:
+        raise InvalidArgument("operation", f"want a str such as 'authorize' or 'plan', got {type(operation).__name__}")
+    return ev.as_text("operation", operation, empty=True)
 
 
 #: The name :func:`lookup` answers for a summary node at ``pos`` as ``"<pos>:restorable"``:
@@ -853,18 +885,25 @@ def lookup(view: SessionView, name: str) -> JSON | None:
     be restored from it (LOSSLESS, and its claim holds against the log:
     :func:`compactstore.rules.restoration_problems`), which :func:`reconstruct` asks.
 
+    ``name`` reads as ``pos:path`` when ASCII digits come before its first colon
+    (:func:`compactstore.events.names_position`); any other name is a binding key
+    (``"²:v"`` is one).
+
     What it returns is proven in the sealed head: the event at ``pos`` by an inclusion
     proof; for a binding key, every body up to the head is re-hashed into its root (the
     latest binding of a key is only known by reading them all).
 
     Raises:
+        InvalidArgument: naming ``name``: not a str, or its digits spell no position (more than 19).
         KeyRequired: the store is keyed and was opened without its key.
         IntegrityError: a body read does not match its leaf or the sealed head.
     """
+    if type(name) is not str:
+        raise InvalidArgument("name", f"want a binding key or 'pos:path', got {type(name).__name__}")
+    positional = ev.split_position("name", name)
     head = view.sealed_head()
-    if ":" in name and name.split(":", 1)[0].isdigit():
-        pos_text, path = name.split(":", 1)
-        pos = int(pos_text)
+    if positional is not None:
+        pos, path = positional
         if not 0 <= pos < head.size:
             return None
         record = view.proven(pos)
@@ -913,7 +952,7 @@ def restore(
     Raises:
         InvalidArgument: ``attempt`` is not a non-empty str, or is missing for ``retry_idempotent``.
     """
-    if operation in RESTORATION_OPS:
+    if as_operation(operation) in RESTORATION_OPS:
         artifact = certified_artifact(view, artifact)
     prior = None
     if attempt is not None:

@@ -105,6 +105,7 @@ def spilled(view: SessionView, handle: str) -> JSON:
         raise ReconstructionUnsoundError(f"{handle} was redacted by the event at pos {spill.by}: its value is gone")
     if not isinstance(spill, Spill):
         raise InvalidArgument("handle", f"{handle} names a {record.kind!r} event, not a spill")
-    if rules.value_digest(spill.value) != spill.digest:
-        raise IntegrityError(f"spill {handle}: value does not match its digest", session=view.name, pos=pos)
+    source = view.proven(spill.source).event if 0 <= spill.source < pos else None
+    if why := rules.spill_problem(spill, source, handle):
+        raise IntegrityError(why, session=view.name, pos=pos)
     return spill.value

@@ -22,8 +22,9 @@
   - the ``value`` of a framework snapshot or pending write, whole (the store never
     interprets it).
 
-  A leaf is a scalar, an empty list or map, or a map with a key that a field path
-  cannot spell (empty, or holding ``.``, ``[`` or ``]``); its path is the field path
+  A leaf is a scalar, an empty list or map, a map with a key that a field path
+  cannot spell (empty, or holding ``.``, ``[`` or ``]``), or a map or list whose items'
+  paths would be longer than :data:`MAX_PATH` characters; its path is the field path
   :func:`extract` reads (``args.sql``, ``output.rows[0]``). An excerpt of a field keeps
   every leaf under it. Derived events (nodes, spills, markers, attempts, redactions)
   repeat or point at raw literals and give none of their own; a redacted body's
@@ -59,6 +60,7 @@ over the log or the structural index) is the caller's choice.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Container, Iterable, Mapping, Sequence
 from typing import Literal
 
@@ -79,6 +81,9 @@ from .facts import Facts
 
 CONDITIONS = ("closure", "negative_facts", "anchoring")
 Condition = Literal["closure", "negative_facts", "anchoring"]
+
+#: The canonical encoding of a value (the events' own): what two literals are compared by.
+_encoder = msgspec.json.Encoder(order="sorted")
 
 #: Loss classes from best to worst.
 LOSS_ORDER = {LossClass.LOSSLESS: 0, LossClass.LOSSY_GIST: 1, LossClass.LOSSY_LITERAL: 2}
@@ -125,10 +130,12 @@ def extract(event: ev.Event, path: str) -> ev.JSON:
     value: object = event
     for part in path.replace("[", ".[").split("."):
         if part.startswith("[") and part.endswith("]") and isinstance(value, list):
-            try:
-                value = value[int(part[1:-1])]
-            except (ValueError, IndexError):
-                raise KeyError(path) from None
+            # An index is ASCII digits, as a handle's position is: ``[-1]``, ``[ 1]``,
+            # ``[1_0]`` or ``[٣]`` would name an item by a path no literal has.
+            index = ev.position_in(part[1:-1])
+            if index is None or index >= len(value):
+                raise KeyError(path)
+            value = value[index]
         elif isinstance(value, dict) and part in value:
             value = value[part]
         elif isinstance(value, msgspec.Struct) and part in value.__struct_fields__:
@@ -138,9 +145,20 @@ def extract(event: ev.Event, path: str) -> ev.JSON:
     return msgspec.to_builtins(value)
 
 
+def same_value(a: ev.JSON, b: ev.JSON) -> bool:
+    """Return whether ``a`` and ``b`` are the same literal: the same canonical JSON bytes.
+
+    The one comparison of values the rules, the compactor and the resolver make. Python's
+    ``==`` says ``True == 1 == 1.0`` and ``False == 0 == 0.0``, so a spill of ``true``
+    would stand for a binding of ``1``, and an artifact's ``1.0`` for a logged ``1``:
+    each is another literal, which an operation acting on it would get wrong.
+    """
+    return _encoder.encode(a) == _encoder.encode(b)
+
+
 def value_digest(value: ev.JSON) -> str:
     """Return the hex BLAKE3 digest of a value's canonical JSON (what a spill records)."""
-    return blake3(ev.encode_json(value).encode()).hexdigest()
+    return blake3(_encoder.encode(value)).hexdigest()
 
 
 def kept_positions(node: ev.Summary) -> set[int]:
@@ -229,11 +247,17 @@ def literals_of(pos: int, event: ev.Event) -> list[Excerpt]:
     return out
 
 
+#: The most characters a literal's field path has: every literal spells its path out, so
+#: without a bound a long key above many items would cost its length once per item.
+MAX_PATH = 1024
+
+
 def _leaves(pos: int, path: str, value: ev.JSON, out: list[Excerpt]) -> None:
-    if isinstance(value, dict) and value and all(_spellable(k) for k in value):
+    room = MAX_PATH - len(path)
+    if isinstance(value, dict) and value and all(_spellable(k) and len(k) < room for k in value):
         for k in sorted(value):
             _leaves(pos, f"{path}.{k}", value[k], out)
-    elif isinstance(value, list) and value:
+    elif isinstance(value, list) and value and len(str(len(value))) + 2 <= room:
         for i, v in enumerate(value):
             _leaves(pos, f"{path}[{i}]", v, out)
     else:
@@ -260,9 +284,13 @@ def span_literals(f: Facts, start: int, stop: int) -> list[Excerpt]:
     return out
 
 
+_SEPARATOR = re.compile(r"[.\[]")
+
+
 def _prefixes(path: str) -> list[str]:
     """Return the field paths that hold ``path``, itself included (``args``, ``args.a``, ``args.a[0]``)."""
-    return [path[:i] for i, c in enumerate(path) if c in ".[" and i] + [path]
+    # The separators are found in C: a loop over the characters cost a bytecode step per character.
+    return [path[:m.start()] for m in _SEPARATOR.finditer(path, 1)] + [path]
 
 
 def _provable(f: Facts, kept: Iterable[Excerpt]) -> set[tuple[int, str]]:
@@ -279,7 +307,7 @@ def _excerpt_matches(source: ev.Event | None, e: Excerpt) -> bool:
     if source is None:
         return False
     try:
-        return value_digest(extract(source, e.path)) == value_digest(e.value)
+        return same_value(extract(source, e.path), e.value)
     except (KeyError, InvalidArgument, TypeError):
         return False
 
@@ -678,12 +706,28 @@ def _child_tier_ok(i: int, kid: ev.Summary, count: int) -> bool:
     return kid.tier == 1 or (kid.tier == 2 and i == 0 and count > 1)
 
 
-def spill_position(handle: str) -> int | None:
-    """Return the position a spill handle (``spill:<pos>``) names, or None when it names none."""
-    prefix, _, digits = handle.partition(":")
-    if prefix != "spill" or not digits.isdigit() or int(digits) >= 2**63:
+def spill_position(handle: object) -> int | None:
+    """Return the position a spill handle (``spill:<pos>``, ASCII digits) names, or None when it names none."""
+    if type(handle) is not str:
         return None
-    return int(digits)
+    prefix, _, digits = handle.partition(":")
+    return ev.position_in(digits) if prefix == "spill" else None
+
+
+def spill_problem(spill: ev.Spill, source: ev.Event | None, handle: str) -> str | None:
+    """Return why ``spill`` does not hold the exact value it stands for, or None when it does.
+
+    It must be the value bound at its ``source`` (``source`` is the event there), under
+    its key, byte for byte, and carry that value's digest. What :meth:`Session.spilled`
+    returns is held to this, as admission and anchoring are.
+    """
+    if not isinstance(source, ev.Binding) or source.key != spill.key:
+        return f"{handle}: pos {spill.source} is not the binding of {spill.key!r} it names"
+    if not same_value(spill.value, source.value):
+        return f"{handle}: its value is not the value bound at pos {spill.source}"
+    if value_digest(spill.value) != spill.digest:
+        return f"{handle}: its value does not match its digest"
+    return None
 
 
 def _spill_matches(f: Facts, ref: ev.SpillRef, before: int) -> bool:
@@ -692,10 +736,10 @@ def _spill_matches(f: Facts, ref: ev.SpillRef, before: int) -> bool:
     source = f.event(ref.source) if 0 <= ref.source < before else None
     return (
         isinstance(spill, ev.Spill)
-        and isinstance(source, ev.Binding)
-        and spill.key == ref.key == source.key
-        and spill.value == source.value
-        and value_digest(spill.value) == spill.digest == ref.digest
+        and spill.source == ref.source
+        and spill.key == ref.key
+        and spill.digest == ref.digest
+        and spill_problem(spill, source, ref.handle) is None
     )
 
 
@@ -1005,8 +1049,8 @@ def admit_spill(f: Facts, spill: ev.Spill, pos: int) -> None:
         raise InvalidEvent("source", f"pos {spill.source} is not a binding before pos {pos}")
     if source.key != spill.key:
         raise InvalidEvent("key", f"got {spill.key!r}, the binding at pos {spill.source} binds {source.key!r}")
-    if source.value != spill.value:
-        raise InvalidEvent("value", f"is not the value bound at pos {spill.source}")
+    if not same_value(source.value, spill.value):
+        raise InvalidEvent("value", f"is not the value bound at pos {spill.source} (compared by canonical bytes)")
     if value_digest(spill.value) != spill.digest:
         raise InvalidEvent("digest", f"got {spill.digest[:16]}…, the value gives {value_digest(spill.value)[:16]}…")
 

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import NamedTuple, Protocol
 
 from . import events as ev
+from .errors import ForeignReference, InvalidArgument, shown
 from .events import Record, TreeHead
 from .facts import Facts
 
@@ -116,3 +117,66 @@ class SessionView(Protocol):
     def erased_by(self, pos: int) -> int:
         """Return the position of the logged redaction that erased the body at ``pos`` (IntegrityError if none did)."""
         ...
+
+
+class Logged(Protocol):
+    """A caller's copy of an event a session logged (a ``Node``, a ``Marker``): its session, position and leaf."""
+
+    @property
+    def session(self) -> str:
+        """Return the name of the session that logged it."""
+        ...
+
+    @property
+    def pos(self) -> int:
+        """Return its position there."""
+        ...
+
+    @property
+    def leaf(self) -> bytes:
+        """Return its leaf hash."""
+        ...
+
+
+def same_session(name: str, field: str, obj: Logged) -> None:
+    """Refuse a caller's copy of a logged event taken from a session other than ``name``, or not of exact types.
+
+    Its session must be a str equal to ``name``, its position an int, its leaf bytes,
+    each exactly: a subclass could call itself equal to anything, and every later
+    comparison of them would say what it likes.
+
+    Raises:
+        ForeignReference: it names another session, or its leaf is not bytes.
+        InvalidArgument: its position is not one (naming ``field``).
+    """
+    given, pos, leaf = obj.session, obj.pos, obj.leaf
+    if type(given) is not str or given != name:
+        raise ForeignReference(field, f"is from session {shown(given)}, not {name!r}", session=name,
+                               pos=pos if type(pos) is int else None)
+    if type(pos) is not int or not 0 <= pos <= ev.MAX_POSITION:
+        raise InvalidArgument(field, f"names no position: {shown(pos)}")
+    if type(leaf) is not bytes:
+        raise ForeignReference(field, f"its leaf is not bytes but {type(leaf).__name__}", session=name, pos=pos)
+
+
+def logged_position(view: SessionView, field: str, obj: Logged) -> int:
+    """Return the position of ``obj``, a caller's copy of an event, once its session and leaf are those ``view`` logged there.
+
+    Only the position is taken from such an object, and only then: everything else is
+    read again from the log, so an object edited in memory or taken from another
+    session is never trusted. Every path that takes a ``Node`` or a ``Marker`` goes
+    through here (or through :func:`same_session` first, then compares the leaf).
+
+    Raises:
+        ForeignReference: it names another session, or another event (its leaf differs).
+        InvalidArgument: its position is not one (naming ``field``), or there is no event there.
+    """
+    same_session(view.name, field, obj)
+    pos = obj.pos
+    record = view.read(pos)
+    if obj.leaf != record.leaf:
+        raise ForeignReference(
+            field, f"is not the {record.kind} logged at pos {pos}: its leaf differs (edited, or from another store)",
+            session=view.name, pos=pos,
+        )
+    return pos

@@ -115,17 +115,26 @@ def spans(draw: st.DrawFn, max_stop: int = 5000) -> tuple[int, int]:
 
 # --- events -------------------------------------------------------------------------
 
+#: A character an event may hold: any but a lone surrogate (not text) and NUL (refused on entry).
+_char = st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00")
+
+
+def texts(min_size: int = 0, max_size: int | None = None) -> st.SearchStrategy[str]:
+    """Text an event may hold: no lone surrogate, no NUL."""
+    return st.text(_char, min_size=min_size, max_size=max_size)
+
+
 json_scalars = st.one_of(
     st.none(),
     st.booleans(),
     st.integers(-(2**63), 2**63 - 1),
     st.floats(allow_nan=False, allow_infinity=False),
-    st.text(max_size=20),
+    texts(max_size=20),
 )
 json_values = st.recursive(
     json_scalars,
     lambda children: st.one_of(
-        st.lists(children, max_size=4), st.dictionaries(st.text(max_size=6), children, max_size=4)
+        st.lists(children, max_size=4), st.dictionaries(texts(max_size=6), children, max_size=4)
     ),
     max_leaves=12,
 )
@@ -136,9 +145,9 @@ _common = {
     "status": _status,
     "supersedes": st.none() | st.integers(0, 10_000),
     "ts": st.none() | st.integers(0, 2**62),
-    "meta": st.none() | st.dictionaries(st.text(max_size=6), json_values, max_size=3),
+    "meta": st.none() | st.dictionaries(texts(max_size=6), json_values, max_size=3),
 }
-_ident = st.text(min_size=1, max_size=12)
+_ident = texts(min_size=1, max_size=12)
 
 
 def events() -> st.SearchStrategy[object]:
@@ -146,10 +155,10 @@ def events() -> st.SearchStrategy[object]:
     from compactstore.events import ToolCall, ToolResult, Turn
 
     return st.one_of(
-        st.builds(Turn, role=_ident, content=st.text(max_size=60), name=st.none() | _ident, **_common),
+        st.builds(Turn, role=_ident, content=texts(max_size=60), name=st.none() | _ident, **_common),
         st.builds(
             ToolCall, call_id=_ident, name=_ident,
-            args=st.dictionaries(st.text(max_size=6), json_values, max_size=4), **_common,
+            args=st.dictionaries(texts(max_size=6), json_values, max_size=4), **_common,
         ),
         st.builds(ToolResult, call_id=_ident, output=json_values, ok=st.booleans(), **_common),
     )
@@ -200,7 +209,7 @@ def _valid_for(t: object) -> st.SearchStrategy[object]:
     if isinstance(t, mi.NoneType):
         return st.none()
     if isinstance(t, mi.StrType):
-        return st.text(min_size=1, max_size=8)
+        return texts(min_size=1, max_size=8)
     if isinstance(t, mi.IntType):
         return st.integers(0, 2**62)
     if isinstance(t, mi.BoolType):
@@ -210,7 +219,7 @@ def _valid_for(t: object) -> st.SearchStrategy[object]:
     if isinstance(t, mi.ListType):
         return st.lists(_valid_for(t.item_type), max_size=3)
     if isinstance(t, mi.DictType):
-        return st.dictionaries(st.text(max_size=6), json_values, max_size=3)
+        return st.dictionaries(texts(max_size=6), json_values, max_size=3)
     if isinstance(t, mi.EnumType):
         return st.sampled_from(list(t.cls))
     return json_values
@@ -269,9 +278,9 @@ def wild_events(draw: st.DrawFn) -> object:
 
 #: Text a turn or a result may say: empty and blank ones included.
 _said = st.one_of(st.sampled_from(["", "  ", "ok", "ERROR: lock timeout"]),
-                  st.text(st.characters(blacklist_categories=("Cs",)), max_size=24))
+                  texts(max_size=24))
 #: A binding's value: short, or past the bound a note quotes verbatim.
-_bound_value = st.one_of(st.text(max_size=12), st.integers(), st.builds(lambda n: "x" * n, st.integers(190, 400)))
+_bound_value = st.one_of(texts(max_size=12), st.integers(), st.builds(lambda n: "x" * n, st.integers(190, 400)))
 
 Step = tuple[object, ...]
 

@@ -384,7 +384,8 @@ def test_proofs_print_json_that_check_verifies_offline(built: str, tmp_path: Pat
     doc = json.loads(proof.stdout)
     assert doc["proof"] == "inclusion" and doc["pos"] == 4 and "No. Do not backfill" in doc["entry"]
     checked = run("proof", "check", input=proof.stdout)
-    assert checked.exit_code == 0 and checked.stdout.startswith("ok: pos 4 is in 'm'")
+    assert checked.exit_code == 0 and checked.stdout.startswith("ok: pos 4 is in the tree at size")
+    assert "session 'm' is the proof's word (--key-env checks it by the head MAC)" in checked.stdout
     assert run("proof", "check", "--root", doc["root"], input=proof.stdout).exit_code == 0
     assert run("proof", "check", "--root", "ab" * 32, input=proof.stdout).exit_code == 1
     forged = dict(doc, entry=doc["entry"].replace("No.", "OK."))

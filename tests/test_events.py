@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 import compactstore as cs
 from compactstore import events as ev
 
-from strategies import events, json_values, wild_events
+from strategies import events, json_values, texts, wild_events
 
 
 @given(events())
@@ -29,7 +29,7 @@ def test_canonical_bytes_round_trip(event: cs.Event) -> None:
     assert ev.canonical(canon)[1] == body
 
 
-@given(st.dictionaries(st.text(max_size=8), json_values, max_size=8))
+@given(st.dictionaries(texts(max_size=8), json_values, max_size=8))
 @settings(max_examples=200, deadline=None)
 def test_map_order_does_not_change_the_bytes(args: dict[str, object]) -> None:
     """The same arguments inserted in another order encode identically."""

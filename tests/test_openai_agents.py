@@ -197,6 +197,15 @@ def test_items_that_are_not_json_are_refused_and_nothing_is_written(store: cs.St
     assert session.log.size == 0
 
 
+def test_a_nul_in_an_item_is_refused_alike(store: cs.Store) -> None:
+    """An item holding a NUL character is refused as the store refuses it on every backend, naming the field; nothing is written."""
+    session = CompactStoreSession("s", store)
+    with pytest.raises(cs.InvalidEvent) as info:
+        asyncio.run(session.add_items([{"role": "user", "content": "ok"}, {"role": "user", "content": "a\x00b"}]))
+    assert info.value.field.endswith("content") and "NUL" in info.value.reason
+    assert session.log.size == 0
+
+
 _anything = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
     lambda children: st.one_of(
@@ -635,7 +644,9 @@ def _round_tripped(item: Any) -> Item:
 
 _IDS = st.sampled_from(["c1", "c2", ""])
 _ID_FIELDS = frozenset({"call_id", "id", "approval_request_id"})
-_JSON_SCALARS = st.none() | st.booleans() | st.integers(-3, 3) | st.text(max_size=6)
+#: Text an item may hold: the store refuses a NUL character (test_a_nul_in_an_item_is_refused_alike).
+_TEXT = st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00")
+_JSON_SCALARS = st.none() | st.booleans() | st.integers(-3, 3) | st.text(_TEXT, max_size=6)
 
 
 def _from_type(tp: Any, depth: int) -> st.SearchStrategy[Any]:
@@ -655,7 +666,7 @@ def _from_type(tp: Any, depth: int) -> st.SearchStrategy[Any]:
     if tp is type(None):
         return st.none()
     if tp is str:
-        return st.text(max_size=6)
+        return st.text(_TEXT, max_size=6)
     if tp is bool:
         return st.booleans()
     if tp is int:
@@ -667,7 +678,7 @@ def _from_type(tp: Any, depth: int) -> st.SearchStrategy[Any]:
     if origin in (list, collections.abc.Iterable, collections.abc.Sequence):
         return st.lists(_from_type(args[0], depth + 1), max_size=2) if depth < 4 else st.just([])
     if origin in (dict, collections.abc.Mapping) or tp is dict:
-        return st.dictionaries(st.text(max_size=3), _JSON_SCALARS, max_size=2)
+        return st.dictionaries(st.text(_TEXT, max_size=3), _JSON_SCALARS, max_size=2)
     return _JSON_SCALARS
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hmac
 import json
 from typing import Any, Literal
 
@@ -9,7 +10,7 @@ import click
 import msgspec
 
 from .. import events as ev
-from .. import merkle
+from .. import merkle, seal
 from ..errors import IntegrityError, InvalidEvent
 from .app import (
     EXIT_REFUSED,
@@ -17,9 +18,11 @@ from .app import (
     Failure,
     emit,
     json_option,
+    key_option,
     main,
     opened,
     pick_session,
+    read_key,
     reporting,
     store_options,
 )
@@ -137,39 +140,63 @@ def _unhex(value: str, name: str, as_json: bool) -> bytes:
         raise Failure(f"proof file: {name} is not hex: {value[:20]!r}", EXIT_USAGE, as_json=as_json) from None
 
 
-def check(doc: Proof, trusted_root: bytes | None = None) -> tuple[bool, str]:
-    """Return whether ``doc`` verifies (and proves against ``trusted_root`` when given), and why."""
+def check(doc: Proof, trusted_root: bytes | None = None, key: str | None = None) -> tuple[bool, str]:
+    """Return whether ``doc`` verifies (and proves against ``trusted_root`` when given), and why.
+
+    The hashes bind positions, sizes and roots; nothing in them names a session, and
+    anyone can relabel a proof. So the session the proof names is reported as the
+    proof's own word, unless ``key`` (the store's key) is given: then the head MAC,
+    which binds the session's name to the size and root, must verify, and the name is
+    reported as bound.
+    """
     root_hex = doc.root if isinstance(doc, InclusionProof) else doc.new_root
+    size = doc.size if isinstance(doc, InclusionProof) else doc.new_size
     path = [bytes.fromhex(h) for h in doc.path]
     if isinstance(doc, InclusionProof):
         leaf = bytes.fromhex(doc.leaf)
         if doc.entry is not None and merkle.leaf_hash(doc.entry.encode(), doc.algo) != leaf:
             return False, f"the entry at pos {doc.pos} does not hash to the leaf {doc.leaf[:16]}…"
         ok = merkle.verify_inclusion_hash(leaf, doc.pos, doc.size, path, bytes.fromhex(doc.root), doc.algo)
-        what = f"pos {doc.pos} is in {doc.session!r} at size {doc.size}, root {doc.root[:16]}…"
+        where = f"pos {doc.pos} is in {{}} at size {doc.size}, root {doc.root[:16]}…"
     else:
         ok = merkle.verify_consistency(doc.old_size, doc.new_size, bytes.fromhex(doc.old_root),
                                        bytes.fromhex(doc.new_root), path, doc.algo)
-        what = (f"{doc.session!r} at size {doc.old_size} (root {doc.old_root[:16]}…) is a prefix of size "
-                f"{doc.new_size} (root {doc.new_root[:16]}…)")
+        where = (f"{{}} at size {doc.old_size} (root {doc.old_root[:16]}…) is a prefix of size "
+                 f"{doc.new_size} (root {doc.new_root[:16]}…)")
     if not ok:
-        return False, f"the proof does not verify: it does not show that {what}"
+        return False, f"the proof does not verify: it does not show that {where.format('the tree')}"
     if trusted_root is not None and trusted_root.hex() != root_hex:
         return False, f"the proof verifies, but against root {root_hex[:16]}…, not the trusted {trusted_root.hex()[:16]}…"
-    return True, what + (" (the trusted root)" if trusted_root is not None else "")
+    trusted = " (the trusted root)" if trusted_root is not None else ""
+    if key is None:
+        return True, (where.format("the tree") + trusted
+                      + f"; session {doc.session!r} is the proof's word (--key-env checks it by the head MAC)")
+    if doc.mac is None:
+        return False, f"the proof carries no head MAC: nothing binds it to session {doc.session!r}"
+    try:
+        want = seal.head_mac(seal.derive_key(key), doc.session, size, bytes.fromhex(root_hex))
+    except UnicodeEncodeError:
+        return False, f"the proof names no session a store could hold: {doc.session!r}"
+    if not hmac.compare_digest(want, bytes.fromhex(doc.mac)):
+        return False, (f"the head MAC does not verify under this key: the tree at size {size} is not a head of "
+                       f"session {doc.session!r} (relabelled, or another store's)")
+    return True, where.format(repr(doc.session)) + trusted + " (its head MAC verifies)"
 
 
 @proof_group.command("check")
 @click.argument("file", type=click.File("rb"), default="-")
 @click.option("--root", "trusted", metavar="HEX",
               help="Also require the proof to end at this root (a tree head you saved or were given).")
+@key_option
 @json_option
-def check_command(file: Any, trusted: str | None, as_json: bool) -> None:
+def check_command(file: Any, trusted: str | None, key_env: str | None, as_json: bool) -> None:
     """Verify a proof from FILE (or stdin) offline: no store is opened.
 
     Exit status 0 when it verifies, 1 when it does not, 2 when FILE is no proof. A
     proof carries the root it proves against, so it only says something about a store
-    when that root is one you trust: pass it with --root.
+    when that root is one you trust: pass it with --root. Nothing in the hashes names
+    a session: the session is reported as the proof's own word, unless --key-env gives
+    the store's key, with which the head MAC binding the session's name must verify.
     """
     raw = file.read()
     try:
@@ -180,10 +207,11 @@ def check_command(file: Any, trusted: str | None, as_json: bool) -> None:
     except InvalidEvent as exc:
         raise Failure(f"proof file: {exc}", EXIT_USAGE, as_json=as_json) from exc
     hashes = [doc.root, doc.leaf] if isinstance(doc, InclusionProof) else [doc.old_root, doc.new_root]
+    hashes += [] if doc.mac is None else [doc.mac]
     for i, h in enumerate([*hashes, *doc.path]):
-        _unhex(h, "path" if i >= len(hashes) else "a root or leaf", as_json)
-    ok, why = check(doc, _unhex(trusted, "--root", as_json) if trusted else None)
+        _unhex(h, "path" if i >= len(hashes) else "a root, leaf or MAC", as_json)
+    ok, why = check(doc, _unhex(trusted, "--root", as_json) if trusted else None, read_key(key_env))
     if not ok:
         raise Failure(why, EXIT_REFUSED, error="ProofInvalid", as_json=as_json)
     emit(as_json, {"ok": True, "proof": "inclusion" if isinstance(doc, InclusionProof) else "consistency",
-                   "message": why}, f"ok: {why}")
+                   "session": doc.session if key_env is not None else None, "message": why}, f"ok: {why}")
