@@ -209,6 +209,21 @@ class NotAStore(CompactStoreError):
         self.reason = reason
 
 
+class SchemaOutdatedError(CompactStoreError):
+    """The store was made by an earlier release, and was not opened to be migrated; nothing was written.
+
+    Attributes:
+        found: the schema version the store records.
+        wanted: the version this release reads.
+        command: the command that migrates it (``cs.open(..., migrate=True)`` does the same).
+    """
+
+    def __init__(self, target: str, found: str, wanted: str, command: str) -> None:
+        super().__init__(f"{target} is a store of schema {found}; this release reads {wanted}",
+                         hint=f"run: {command} (or open it with migrate=True); it keeps every event and proof")
+        self.found, self.wanted, self.command = found, wanted, command
+
+
 class StoreClosed(CompactStoreError, ValueError):
     """The store was closed: the call was refused before it touched the database, and nothing was written.
 

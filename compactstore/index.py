@@ -285,6 +285,25 @@ def derive(backend: Backend, session_id: int, size: int) -> list[IndexRow]:
     return deriver.rows
 
 
+def missing_rows(backend: Backend, session_id: int, size: int) -> list[IndexRow]:
+    """Return the rows the index of a session's first ``size`` positions lacks, derived from its log (a migration's).
+
+    The index is insert-only, so what a schema adds to it is new rows; a stored row the
+    derivation does not give is not the store's own.
+
+    Raises:
+        IntegrityError: the index holds a row the log does not give (it was altered).
+        InvalidEvent: a body is not a valid event.
+    """
+    want = set(derive(backend, session_id, size))
+    stored = _stream(backend, session_id)
+    extra = [r for r in stored if r not in want]
+    if extra:
+        raise IntegrityError(f"structural index row {tuple(extra[0])} is not what the log gives", pos=extra[0].pos)
+    have = set(stored)
+    return sorted((r for r in want if r not in have), key=_order)
+
+
 def event_of(body: bytes | None, kind: str) -> ev.Event | None:
     """Return a stored row's event as :func:`derive` reads it, or None for one that gives no index row.
 

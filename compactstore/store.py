@@ -19,6 +19,7 @@ from types import TracebackType
 import msgspec
 
 from . import compaction, markers, resolver, restore, rules
+from . import migrate as migrations
 from . import events as ev
 from . import policy as policies
 from . import witness as witnesses
@@ -28,6 +29,7 @@ from .errors import (
     CompactStoreError,
     IntegrityError,
     InvalidArgument,
+    SchemaOutdatedError,
     shown,
 )
 from .events import LossClass, Record as Record, TreeHead as TreeHead
@@ -54,6 +56,7 @@ def open(  # noqa: A001 - the public name the API promises
     durable: bool = False,
     witness: str | os.PathLike[str] | witnesses.Witness | None = None,
     create: bool = True,
+    migrate: bool = False,
 ) -> Store:
     """Open (creating if needed) the store at ``target``.
 
@@ -70,12 +73,16 @@ def open(  # noqa: A001 - the public name the API promises
             database without tables, a PostgreSQL database (or schema) without ours.
             Pass False to open only an existing store (as a reader or a checker
             should): anything else is then refused and left untouched.
+        migrate: bring a store made by an earlier release to this release's schema first
+            (:func:`compactstore.migrate.migrate`: every event, leaf and seal kept; on
+            SQLite a copy of the file is written first). Otherwise such a store is refused.
 
     Raises:
         NotAStore: no store is there and ``create`` is false; or the target is
             something else (not a SQLite file, or one holding other tables), whatever ``create``.
         IntegrityError: the key does not match the store's.
         WitnessMismatch: a session does not extend the head the witness holds for it.
+        SchemaOutdatedError: the store was made by an earlier release and ``migrate`` is false.
         CompactStoreError: the target is not a compactstore store, or is of a newer schema.
     """
     if isinstance(target, os.PathLike):
@@ -94,8 +101,19 @@ def open(  # noqa: A001 - the public name the API promises
             os.path.abspath(witness.path) == os.path.abspath(target)
         ):
             raise InvalidArgument("witness", "must be a file outside the store, not the store itself")
-    store = Store(open_backend(target, durable=durable, create=create), key=key, clock=clock, witness=witness,
-                  create=create)
+    ev.as_flag("migrate", migrate)
+    backend = open_backend(target, durable=durable, create=create)
+    try:
+        found = migrations.version_of(backend)
+        if migrations.needed(found):
+            assert found is not None
+            if not migrate:
+                raise SchemaOutdatedError(migrations.where(target), found, SCHEMA_VERSION, migrations.command(target))
+            migrations.migrate(backend, target)
+    except BaseException:
+        backend.close()
+        raise
+    store = Store(backend, key=key, clock=clock, witness=witness, create=create)
     store.target = target
     return store
 
@@ -169,8 +187,9 @@ class Store:
         meta = self.backend.init_meta(wanted, create=self._create)
         if meta.get("schema_version") != SCHEMA_VERSION:
             raise CompactStoreError(
-                f"unsupported schema version {meta.get('schema_version')!r}; this library reads {SCHEMA_VERSION!r}",
-                hint="open the store with the compactstore version that wrote it",
+                f"the store is of schema {meta.get('schema_version')!r}, which this release neither reads "
+                f"({SCHEMA_VERSION!r}) nor migrates (from {', '.join(migrations.MIGRATES_FROM)})",
+                hint="open it with the compactstore release that wrote it, or a later one",
             )
         if meta.get("hash") != HASH:
             raise CompactStoreError(f"unsupported hash {meta.get('hash')!r}; want {HASH!r}")

@@ -100,6 +100,18 @@ def _fold_sql(expr: str) -> str:
     return f"({low} - CASE WHEN {low} >= 2147483648 THEN 4294967296 ELSE 0 END)::int4"
 
 
+#: A head follows the head it extends (see the SQLite backend's heads_follow).
+_HEAD_FOLLOWS = (
+    "CREATE FUNCTION compactstore_head_follows() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+    "IF NEW.prev > 0 AND NOT EXISTS (SELECT 1 FROM heads h WHERE h.session_id = NEW.session_id "
+    "AND h.size = NEW.prev) THEN RAISE EXCEPTION 'compactstore: a head must follow the head it extends' "
+    "USING ERRCODE = 'restrict_violation'; END IF; RETURN NEW; END $$",
+    "CREATE TRIGGER heads_follow BEFORE INSERT ON heads FOR EACH ROW EXECUTE FUNCTION compactstore_head_follows()",
+)
+
+#: What each schema version adds to the one before: statements run in the upgrade's transaction.
+UPGRADES: dict[str, tuple[str, ...]] = {"6": _HEAD_FOLLOWS}
+
 #: The log's tables, triggers and view, created in one transaction.
 _SCHEMA = (
     'CREATE TABLE meta (name text COLLATE "C" PRIMARY KEY, value text COLLATE "C" NOT NULL)',
@@ -142,12 +154,7 @@ _SCHEMA = (
         for table in LOG_TABLES
         for op, spec in (("update", "UPDATE"), ("delete", "DELETE"), ("truncate", "TRUNCATE"))
     ),
-    # A head follows the head it extends (see the SQLite backend's heads_follow).
-    "CREATE FUNCTION compactstore_head_follows() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
-    "IF NEW.prev > 0 AND NOT EXISTS (SELECT 1 FROM heads h WHERE h.session_id = NEW.session_id "
-    "AND h.size = NEW.prev) THEN RAISE EXCEPTION 'compactstore: a head must follow the head it extends' "
-    "USING ERRCODE = 'restrict_violation'; END IF; RETURN NEW; END $$",
-    "CREATE TRIGGER heads_follow BEFORE INSERT ON heads FOR EACH ROW EXECUTE FUNCTION compactstore_head_follows()",
+    *_HEAD_FOLLOWS,
     # A readable view, like the SQLite backend's.
     "CREATE VIEW events_readable AS SELECT e.seq, s.name AS session, e.pos, e.kind, e.idem_key, "
     "encode(e.leaf, 'hex') AS leaf, convert_from(e.body, 'UTF8') AS body "
@@ -460,6 +467,47 @@ class PostgresBackend(Reads):
 
         self._run("initialise meta", go)
         return self.meta()
+
+    def upgrade(self, to: str, derive: Callable[[], Sequence[tuple[int, Sequence[IndexRow]]]], *, commit: bool) -> None:
+        self._gate.enter()
+        try:
+            with self._pool.connection() as conn:
+                try:
+                    with conn.transaction() as tx, conn.cursor() as cur:
+                        # Writers wait for the upgrade; readers do not. The schema lock keeps
+                        # out a first opener's creation, which this transaction is not.
+                        cur.execute("SELECT pg_advisory_xact_lock(%s, 0)", (_LOCK_SCHEMA,))
+                        cur.execute(f"LOCK TABLE {', '.join(LOG_TABLES)}, {queries.TABLE} IN EXCLUSIVE MODE")
+                        cur.execute("SELECT value FROM meta WHERE name = 'schema_version'")
+                        found = cur.fetchone()
+                        if found is None or str(found[0]) != str(int(to) - 1):
+                            raise ConflictError(f"PostgreSQL store {self._where}: the store is at schema "
+                                                f"{found and found[0]!r}, not {int(to) - 1}: another migration ran first")
+                        for sql in UPGRADES[to]:
+                            cur.execute(sql)
+                        # The derivation reads through this transaction's connection, as a snapshot's reads do.
+                        pin = _Pin(conn)
+                        token = _PINNED.set({**_PINNED.get(), self: pin})
+                        try:
+                            derived = derive()
+                        finally:
+                            pin.open = False
+                            _PINNED.reset(token)
+                        for sid, rows in derived:
+                            for i in range(0, len(rows), queries.INSERT_ROWS):
+                                chunk = rows[i : i + queries.INSERT_ROWS]
+                                cur.execute(queries.POSTGRES.insert_index(len(chunk)), [v for r in chunk for v in (sid, *r)])
+                        # meta is append-only: its trigger steps aside for this one change, in this transaction.
+                        cur.execute("ALTER TABLE meta DISABLE TRIGGER meta_no_update")
+                        cur.execute("UPDATE meta SET value = %s WHERE name = 'schema_version'", (to,))
+                        cur.execute("ALTER TABLE meta ENABLE TRIGGER meta_no_update")
+                        if not commit:
+                            raise psycopg.Rollback(tx)
+                except psycopg.Error as exc:
+                    raise _error(exc, f"upgrade the schema to {to}") from exc
+        finally:
+            self._gate.leave()
+        self._last.clear()
 
     def sessions(self) -> list[tuple[int, str]]:
         return [(int(i), str(n)) for i, n in self._all("SELECT id, name FROM sessions ORDER BY name")]

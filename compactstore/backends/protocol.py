@@ -15,11 +15,13 @@ from typing import Any, NamedTuple, Protocol, overload
 from ..errors import NotAStore, StaleHead
 from ..structure import IndexRow
 
-#: The schema this library writes and reads; a store of any other version is refused.
+#: The schema this library writes and reads; an older one is migrated (:mod:`compactstore.migrate`), a newer one refused.
 #: 4: a failed tool result's negative fact holds its exact output (3 cut it at 160
 #: characters), redactions blank the fact texts they erase, and a store carries its
 #: identity in meta; a store written by 3 no longer verifies. 5: each head stores and
 #: seals the global sequence numbers of the events its commit added (``heads.seqs``).
+#: 6: a head must follow the head it extends (a trigger), and the index snapshots the
+#: open items every 64 positions (512 before).
 SCHEMA_VERSION = "6"
 
 
@@ -224,6 +226,21 @@ class Backend(Protocol):
         ``create=False``: read only, without the write lock; an empty meta table (a store
         whose maker has made the schema and not yet its identity) raises
         :class:`~compactstore.errors.NotAStore`, and nothing is written.
+        """
+        ...
+
+    def upgrade(self, to: str, derive: Callable[[], Sequence[tuple[int, Sequence[IndexRow]]]], *, commit: bool) -> None:
+        """Move the store to schema ``to`` from the one before it, in one transaction that holds off writers.
+
+        Runs the backend's statements for ``to``, inserts the index rows ``derive()``
+        returns (``(session id, rows)``; it reads the store through this backend, inside
+        the transaction), and records ``to`` as the schema version. ``commit=False``
+        runs every step and rolls them all back (a dry run). Killed at any point, the
+        store is wholly at the one version or wholly at the other.
+
+        Raises:
+            ConflictError: the store is not at the version before ``to`` (another migration ran first).
+            IntegrityError: the store's tables are not those of that version.
         """
         ...
 

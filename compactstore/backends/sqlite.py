@@ -101,6 +101,38 @@ def _schema(db: sqlite3.Connection) -> None:
         db.execute(sql)
 
 
+#: What each schema version adds to the one before: statements run in the upgrade's transaction.
+UPGRADES: dict[str, tuple[str, ...]] = {"6": (_HEAD_FOLLOWS,)}
+
+
+def _layout_problems(conn: sqlite3.Connection) -> list[str]:
+    """Return how the file's tables and triggers differ from the log's (columns and names), read by sqlite-utils."""
+    import sqlite_utils  # only a migration reads the layout this way: opening a store never imports it
+
+    db = sqlite_utils.Database(conn, recursive_triggers=False, execute_plugins=False)
+    want = sqlite3.connect(":memory:")
+    try:
+        for sql in _TABLES:
+            want.execute(sql)
+        model = sqlite_utils.Database(want, recursive_triggers=False, execute_plugins=False)
+        problems = []
+        for table in model.table_names():
+            if not db[table].exists():
+                problems.append(f"table {table} is missing")
+            elif db[table].columns_dict != model[table].columns_dict:
+                problems.append(f"table {table} has columns {db[table].columns_dict}, want {model[table].columns_dict}")
+        triggers = {t.name for t in db.triggers}
+        problems += [f"trigger {table}_no_{op.lower()} is missing" for table in LOG_TABLES for op in ("UPDATE", "DELETE")
+                     if f"{table}_no_{op.lower()}" not in triggers]
+        return problems
+    finally:
+        want.close()
+
+
+class _DryRun(Exception):
+    """Rolls a dry run's upgrade back, once every step of it has run."""
+
+
 class SQLiteBackend(Reads):
     """A store in one SQLite file (or ``":memory:"``).
 
@@ -304,6 +336,49 @@ class SQLiteBackend(Reads):
         except (sqlite3.Error, UnicodeDecodeError) as exc:
             raise _error(exc, "read the meta table") from exc
         return self.meta()
+
+    def upgrade(self, to: str, derive: Callable[[], Sequence[tuple[int, Sequence[IndexRow]]]], *, commit: bool) -> None:
+        with self._lock:
+            try:
+                with self._write() as conn:
+                    found = conn.execute("SELECT value FROM meta WHERE name = 'schema_version'").fetchone()
+                    if found is None or str(found[0]) != str(int(to) - 1):
+                        raise ConflictError(f"SQLite: {self._path}: the store is at schema {found and found[0]!r}, "
+                                            f"not {int(to) - 1}: another migration ran first")
+                    problems = _layout_problems(conn)
+                    if problems:
+                        raise IntegrityError(f"SQLite: {self._path}: not the layout of schema {int(to) - 1}: {problems[0]}")
+                    for sql in UPGRADES[to]:
+                        conn.execute(sql)
+                    step = queries.INSERT_ROWS
+                    for sid, rows in derive():
+                        for i in range(0, len(rows), step):
+                            chunk = rows[i : i + step]
+                            conn.execute(queries.SQLITE.insert_index(len(chunk)), [v for r in chunk for v in (sid, *r)])
+                    # meta is append-only: its trigger steps aside for this one change, in this transaction.
+                    conn.execute("DROP TRIGGER meta_no_update")
+                    conn.execute("UPDATE meta SET value = ? WHERE name = 'schema_version'", (to,))
+                    conn.execute(_append_only("meta", "UPDATE"))
+                    if not commit:
+                        raise _DryRun
+            except _DryRun:
+                pass
+            except (sqlite3.Error, UnicodeDecodeError) as exc:
+                raise _error(exc, f"upgrade the schema to {to}") from exc
+            self._version = None  # the file changed: what this connection remembers is re-read
+
+    def backup(self, dest: str) -> None:
+        """Copy the whole store, as of one state, into a new SQLite file at ``dest`` (written whole, then renamed)."""
+        part = f"{dest}.part"
+        with self._lock:
+            out = sqlite3.connect(part)
+            try:
+                self._open().backup(out)
+            except sqlite3.Error as exc:
+                raise _error(exc, f"back up to {dest!r}") from exc
+            finally:
+                out.close()
+        os.replace(part, dest)
 
     def sessions(self) -> list[tuple[int, str]]:
         return [(int(i), str(n)) for i, n in self._all("SELECT id, name FROM sessions ORDER BY name")]

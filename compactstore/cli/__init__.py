@@ -5,7 +5,7 @@ See :mod:`compactstore.cli.app` for the options and exit codes every subcommand 
 
 from __future__ import annotations
 
-from . import append, audit, compact, copy, demo, export, mark, proof, show, verify  # noqa: F401 - registers
+from . import append, audit, compact, copy, demo, export, mark, migrate, proof, show, verify  # noqa: F401 - registers
 from .app import main
 
 __all__ = ["main"]

@@ -30,6 +30,7 @@ from ..errors import (
     MarkerInvalid,
     NotAStore,
     ReconstructionUnsoundError,
+    SchemaOutdatedError,
 )
 from ..backends import is_postgres
 from ..store import Session, Store
@@ -258,6 +259,8 @@ def opened(target: str, key_env: str | None, as_json: bool, *, create: bool = Fa
         hint = exc.hint if "other tables" in exc.reason else NO_STORE_HINT  # the file is left as it was
         raise Failure(f"no store at {exc.target}" if missing else str(exc), as_json=as_json, error="NotAStore",
                       hint=hint) from exc
+    except SchemaOutdatedError as exc:
+        raise Failure(str(exc), EXIT_REFUSED, error=type(exc).__name__, hint=exc.hint, as_json=as_json) from exc
     except IntegrityError as exc:
         raise Failure(f"the store {display(target)} does not verify: {exc}", EXIT_REFUSED, error=type(exc).__name__,
                       hint=exc.hint, as_json=as_json) from exc
