@@ -2,24 +2,55 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import tempfile
+from typing import IO
 
 import click
 
-from .. import merkle
+from .. import merkle, render
 from ..errors import IntegrityError, InvalidEvent
+from ..events import DERIVED_KINDS
+from ..resolver import RawItem
+from ..store import Session
 from .app import EXIT_REFUSED, Failure, emit, main, opened, pick_session, short, store_options
 
 SPOOL_BYTES = 16 * 1024 * 1024
+
+
+def _conversation(session: Session, context: bool) -> list[render.Message]:
+    """Return the session as chat messages: its whole raw log, or what a resumed agent loads now."""
+    if context:
+        return session.context().as_messages("chat")
+    raw = [RawItem(r.pos, r.event) for r in session.scan() if r.kind not in DERIVED_KINDS]
+    return render.messages(raw, "chat")
+
+
+def _write_chat(store_sessions: list[Session], context: bool, out: IO[bytes]) -> None:
+    for session in store_sessions:
+        line = json.dumps({"messages": _conversation(session, context)}, ensure_ascii=False, separators=(",", ":"))
+        out.write(line.encode() + b"\n")
 
 
 @main.command("export")
 @store_options
 @click.option("--output", "-o", default="-", type=click.Path(dir_okay=False, allow_dash=True),
               help="Write to this file instead of stdout; a summary is then printed.")
-def export_command(target: str, key_env: str | None, session_name: str | None, as_json: bool, output: str) -> None:
+@click.option("--format", "fmt", type=click.Choice(["events", "chat-jsonl"]), default="events", show_default=True,
+              help="events: the stored bytes, to re-append; chat-jsonl: chat messages, one conversation per line.")
+@click.option("--context", "current", is_flag=True,
+              help="With chat-jsonl: each session's current context (what a resumed agent loads), not its whole log.")
+def export_command(target: str, key_env: str | None, session_name: str | None, as_json: bool, output: str,
+                   fmt: str, current: bool) -> None:
     """Write a session's events as JSON Lines: each line is exactly the bytes its leaf hashes.
+
+    With --format chat-jsonl, write each session (the one --session names, else every
+    session) as one line, {"messages": [...]}: chat-completions messages (system, user,
+    assistant with tool_calls, tool), as OpenAI's fine-tuning and eval tooling reads
+    them. Its whole raw log, or with --context its current context: the certified
+    summaries' note first, then the raw events since. Every event is read through the
+    verified reads; redacted positions are left out.
 
     Each line carries the event's timestamp and idempotency key, and summary nodes,
     spills and markers are exported like any event, so appending the output to an
@@ -32,6 +63,25 @@ def export_command(target: str, key_env: str | None, session_name: str | None, a
     gone, so no re-append could give back the leaves its tree holds. Nothing is
     written then. With --output FILE a summary is printed (JSON with --json).
     """
+    if current and fmt != "chat-jsonl":
+        raise Failure("--context goes with --format chat-jsonl", as_json=as_json)
+    if fmt == "chat-jsonl":
+        with opened(target, key_env, as_json) as store:
+            chosen = ([pick_session(store, session_name, target, as_json)] if session_name
+                      else [store.session(n) for n in store.sessions()])
+            with tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES) as spool:
+                try:
+                    _write_chat(chosen, current, spool)
+                except IntegrityError as exc:
+                    raise Failure(f"{exc.args[0]}: the store was altered", EXIT_REFUSED, error="IntegrityError",
+                                  as_json=as_json, hint="run `compactstore verify`") from exc
+                spool.seek(0)
+                with click.open_file(output, "wb") as out:
+                    shutil.copyfileobj(spool, out)
+        if output != "-":
+            emit(as_json, {"ok": True, "sessions": [s.name for s in chosen], "output": output, "format": fmt},
+                 f"exported {len(chosen)} conversation{'s' * (len(chosen) != 1)} to {output}")
+        return
     with opened(target, key_env, as_json) as store:
         session = pick_session(store, session_name, target, as_json)
         head = session.head()
