@@ -174,11 +174,11 @@ def copy(
     redacted = []
     for name in names:
         sid = src.backend.session_id(name)
-        if sid is not None and src.backend.redactions(sid):
+        if sid is not None and src.backend.erasures(sid):
             redacted.append(name)
     if redacted:
         raise CompactStoreError(
-            f"sessions with redacted positions cannot be copied: {', '.join(map(repr, redacted))} "
+            f"sessions with redacted or dropped positions cannot be copied: {', '.join(map(repr, redacted))} "
             "(their erased bodies cannot be re-appended; only their leaves remain)",
             hint="copy the other sessions with sessions=[...]",
         )

@@ -173,6 +173,26 @@ class ReconstructionUnsoundError(CompactStoreError, RuntimeError):
     """A restoration was asked of an artifact that cannot support it."""
 
 
+class BodyDroppedError(ReconstructionUnsoundError):
+    """A body was dropped by retention (its leaf stays, so the tree still verifies): what it held cannot be given back.
+
+    Attributes:
+        pos: the dropped position.
+        by: the position of the retention event that dropped it.
+        when: that event's timestamp, in microseconds since the Unix epoch.
+    """
+
+    def __init__(self, pos: int, by: int, when: int | None, doing: str = "read") -> None:
+        import datetime as _dt
+
+        stamp = "" if when is None else " at " + _dt.datetime.fromtimestamp(when / 1e6, _dt.timezone.utc).isoformat(
+            timespec="seconds")
+        super().__init__(f"cannot {doing}: the body at pos {pos} was dropped by the retention event at pos {by}{stamp}; "
+                         "a certified summary stands for it",
+                         hint="read the summary that covers it (Session.context), or keep it out of retention")
+        self.pos, self.by, self.when = pos, by, when
+
+
 class KeyRequired(CompactStoreError):
     """A keyed store opened without its key was asked to certify or restore; nothing was certified.
 

@@ -11,6 +11,7 @@ position) lives inside those bytes, its timestamp and idempotency key included.
 from __future__ import annotations
 
 import enum
+from bisect import bisect_right
 import itertools
 import json
 import math
@@ -314,6 +315,62 @@ class Redacted(Event, frozen=True, tag="redacted"):
     by: int
 
 
+class Span(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
+    """The positions ``[start, stop)``."""
+
+    start: int
+    stop: int
+
+
+class SpanSet:
+    """The positions of sorted, disjoint ``spans``, as a container: membership in O(log n), iteration in order."""
+
+    def __init__(self, spans: Sequence[Span]) -> None:
+        self.starts = [s.start for s in spans]
+        self.stops = [s.stop for s in spans]
+
+    def __contains__(self, pos: object) -> bool:
+        if type(pos) is not int:
+            return False
+        i = bisect_right(self.starts, pos) - 1
+        return i >= 0 and pos < self.stops[i]
+
+    def __iter__(self) -> Iterator[int]:
+        for start, stop in zip(self.starts, self.stops):
+            yield from range(start, stop)
+
+    def __len__(self) -> int:
+        return sum(b - a for a, b in zip(self.starts, self.stops))
+
+
+class Retention(Event, frozen=True, tag="retention"):
+    """Drops the raw bodies at ``spans``, which the cover of certified ``marker`` stands for; their leaves stay.
+
+    Only raw conversation (turns, tool calls, tool results) inside the cover's spans is
+    dropped, never what a rule or a resumed context reads again (see
+    :func:`compactstore.rules.droppable`). ``index_digest`` is the digest of the
+    structural index's rows at those positions, which still give their facts:
+    ``verify`` holds the rows to it, as it holds bodies to their leaves.
+    """
+
+    marker: int
+    spans: list[Span]
+    index_digest: str
+
+
+class Dropped(Event, frozen=True, tag="dropped"):
+    """What reading a dropped position gives: its body was dropped by the retention event at ``by``.
+
+    Never stored: the store returns it in place of a dropped body.
+    """
+
+    by: int
+
+
+#: What reading a position whose body is gone gives: a redaction's or a retention's placeholder.
+ERASED: tuple[type[Event], ...] = (Redacted, Dropped)
+
+
 class GraphState(Event, frozen=True, tag="graph_state"):
     """Holds snapshot ``id`` of an agent framework's graph state in namespace ``ns``, taken after ``parent``.
 
@@ -362,9 +419,10 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     Redaction,
     GraphState,
     Write,
+    Retention,
 )
 #: Kinds the store derives from other events; the rest are raw (L0) events.
-DERIVED_KINDS: frozenset[str] = frozenset({"node", "spill", "marker", "attempt", "redaction"})
+DERIVED_KINDS: frozenset[str] = frozenset({"node", "spill", "marker", "attempt", "redaction", "retention"})
 KINDS: frozenset[str] = frozenset(str(t.__struct_config__.tag) for t in EVENT_TYPES)
 
 #: Text fields that identify something, and so must not be empty.
@@ -736,7 +794,7 @@ _NAMED: dict[type[Event], tuple[str, ...]] = {
     Turn: (), ToolCall: ("call_id",), ToolResult: ("call_id",), Binding: ("key",),
     Obligation: ("name", "needs"), Fulfilment: ("name",), HandleOpened: ("handle",),
     HandleClosed: ("handle",), Summary: (), Spill: ("key",), RecoveryMarker: (), Attempt: ("key",),
-    Redaction: (), GraphState: (), Write: (),
+    Redaction: (), GraphState: (), Write: (), Retention: (),
 }
 NAMES: dict[type[Event], tuple[str, ...]] = {t: ("idempotency_key", "uses", *extra) for t, extra in _NAMED.items()}
 
@@ -1013,7 +1071,7 @@ _INT_BOUND = 10**_INT_DIGITS
 
 
 #: The nested value types an event holds besides JSON: the parts of a summary node.
-_PARTS: frozenset[type] = frozenset({Fact, Item, Excerpt, SpillRef, Guard})
+_PARTS: frozenset[type] = frozenset({Fact, Item, Excerpt, SpillRef, Guard, Span})
 
 
 def _exact(value: object, trail: list[str], depth: int) -> object:

@@ -150,6 +150,12 @@ class Index:
         return out
 
 
+    def rows_at(self, positions: Sequence[int]) -> list[IndexRow]:
+        """Return every row at ``positions`` (any relation), by position."""
+        wanted = set(positions)
+        lo, hi = min(wanted), max(wanted) + 1
+        return [r for r in self._rows(sorted(_RELS), lo, hi) if r.pos in wanted]
+
     def attempt_positions(self, key: str, before: int) -> list[int]:
         """Return the positions of the attempts under idempotency key ``key`` before ``before``, in order.
 
@@ -412,4 +418,4 @@ def verify_stored_session(
 ) -> None:
     """Check the structural index of one session of ``backend``, against ``derived`` if given (see :func:`verify_session`)."""
     heads = [h.size for h in all_heads(backend, sid, _CHUNK)]
-    verify_session(backend, sid, heads, add, full=not backend.redactions(sid), derived=derived)
+    verify_session(backend, sid, heads, add, full=not backend.erasures(sid), derived=derived)

@@ -530,7 +530,8 @@ def _picture(session: Session, head: ev.TreeHead, sid: int) -> Picture:
         row = negative.get(r.pos)
         spans = [(p, n, kept) for p, n, kept in holders if n.start <= r.pos < n.stop]
         cells.append(Cell(
-            r.pos, r.kind, text_of(e) if r.kind != "redacted" else "redacted",
+            r.pos, r.kind, {"redacted": "redacted", "dropped": f"body dropped by the retention at pos {getattr(e, 'by', '?')}"}.get(
+                r.kind) or text_of(e),
             role=e.role if isinstance(e, ev.Turn) else None,
             negative=row.key if row is not None else None,
             open=r.pos in opened,

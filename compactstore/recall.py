@@ -168,6 +168,9 @@ def _shown(record: ev.Record) -> str:
     event = record.event
     if isinstance(event, ev.Redacted):
         return f"pos {record.pos}: redacted by the event at pos {event.by}: its content is gone"
+    if isinstance(event, ev.Dropped):
+        return (f"pos {record.pos}: its body was dropped by the retention at pos {event.by}: "
+                "the certified summary that covers it stands for it")
     body = record.body.decode("utf-8", "replace")
     status = f" [{event.status}]" if event.status not in (None, "ok") else ""
     return f"pos {record.pos} {record.kind}{status}: {body}"

@@ -244,7 +244,7 @@ def messages(context: Sequence[Entry], format: Format, *,  # noqa: A002 - the do
             talk.extend(_responses_pairs(pairs) if responses else _chat_pairs(pairs))
         elif isinstance(event, ev.ToolResult) and event.call_id in calls:
             continue  # written right after its call
-        elif isinstance(event, ev.Redacted):
+        elif isinstance(event, ev.ERASED):
             continue
         elif isinstance(event, ev.Turn):
             message = _turn(event, responses)

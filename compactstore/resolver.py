@@ -27,7 +27,7 @@ from blake3 import blake3
 from . import events as ev
 from . import merkle, render, rules
 from .compaction import Node
-from .errors import ForeignReference, IntegrityError, InvalidArgument, ReconstructionUnsoundError, shown
+from .errors import BodyDroppedError, ForeignReference, IntegrityError, InvalidArgument, ReconstructionUnsoundError, shown
 from .events import JSON, LossClass
 from .facts import Facts, FullFacts, IndexedFacts
 from .markers import Marker
@@ -130,7 +130,7 @@ def _verified_prefix(view: SessionView, marker_pos: int) -> tuple[list[ev.Event]
     events, leaves = [], []
     for r in view.scan(0, marker_pos + 1):
         # A redacted body is gone; its stored leaf is vouched for by the tree below.
-        leaf = r.leaf if isinstance(r.event, ev.Redacted) else merkle.leaf_hash(r.body)
+        leaf = r.leaf if isinstance(r.event, ev.ERASED) else merkle.leaf_hash(r.body)
         if leaf != r.leaf:
             raise IntegrityError(f"event at pos {r.pos} does not match its leaf", session=view.name, pos=r.pos)
         events.append(r.event)
@@ -909,6 +909,8 @@ def lookup(view: SessionView, name: str) -> JSON | None:
         record = view.proven(pos)
         if isinstance(record.event, ev.Redacted):
             return None
+        if isinstance(record.event, ev.Dropped):
+            raise BodyDroppedError(pos, record.event.by, view.read(record.event.by).event.ts, f"look up {name!r}")
         if path == RESTORABLE and isinstance(record.event, ev.Summary):
             # Not a field: whether the node's LOSSLESS claim holds against the log now.
             return not rules.restoration_problems(view.facts(pos), record.event, pos)
@@ -920,7 +922,7 @@ def lookup(view: SessionView, name: str) -> JSON | None:
     leaves = []
     for record in view.scan(0, head.size):
         event = record.event
-        leaf = record.leaf if isinstance(event, ev.Redacted) else merkle.leaf_hash(record.body)
+        leaf = record.leaf if isinstance(event, ev.ERASED) else merkle.leaf_hash(record.body)
         if leaf != record.leaf:
             raise IntegrityError(f"event at pos {record.pos} does not match its leaf", session=view.name, pos=record.pos)
         leaves.append(leaf)

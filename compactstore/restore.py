@@ -16,8 +16,8 @@ from typing import Literal
 from . import merkle, rules
 from .compaction import Node
 from .content import digester, unhex
-from .errors import IntegrityError, InvalidArgument, ReconstructionUnsoundError, shown
-from .events import JSON, Redacted, Spill, Summary
+from .errors import BodyDroppedError, IntegrityError, InvalidArgument, ReconstructionUnsoundError, shown
+from .events import JSON, Dropped, Redacted, Spill, Summary
 from .resolver import RestoredSpan, position_of
 from .view import SessionView
 
@@ -67,7 +67,9 @@ def restore_span(view: SessionView, node: Node | int) -> RestoredSpan:
         _counted(got, start, stop, name)
         erased = [start + i for i, b in enumerate(got) if b is None]
         for p in erased:
-            view.erased_by(p)  # erased behind the store's back: tampering, not a redaction
+            gone = view.read(p).event  # erased behind the store's back: tampering, not a redaction
+            if isinstance(gone, Dropped):
+                raise BodyDroppedError(p, gone.by, view.read(gone.by).event.ts, f"restore [{start}, {stop})") from None
         raise ReconstructionUnsoundError(
             f"[{start}, {stop}) cannot be restored: positions {erased} were redacted, only their leaves remain"
         ) from None

@@ -325,7 +325,7 @@ def lossless_problems(f: Facts, node: ev.Summary) -> list[str]:
         f"pos {lit.pos} {lit.path}" for lit in span_literals(f, start, stop)
         if not any((lit.pos, p) in kept for p in _prefixes(lit.path))
     ]
-    unread = [p for p in range(start, stop) if isinstance(f.event(p), ev.Redacted | type(None))]
+    unread = [p for p in range(start, stop) if isinstance(f.event(p), ev.Redacted | ev.Dropped | type(None))]
     missing_facts = [x.pos for x in retention_gaps(f, node)]
     items, done = set(node.unresolved), set(node.resolved)
     missing_items = [i.id for i in f.unresolved_at(start, stop) if i not in items]
@@ -400,8 +400,8 @@ def lost(f: Facts, node: ev.Summary, pos: int) -> list[ev.Lost]:
     out: list[ev.Lost] = []
     for p in range(node.start, min(node.stop, f.size)):
         event = f.event(p)
-        if event is None or isinstance(event, ev.Redacted):
-            out.append(ev.Lost(p, "", "redacted"))
+        if event is None or isinstance(event, ev.ERASED):
+            out.append(ev.Lost(p, "", "redacted" if not isinstance(event, ev.Dropped) else "dropped"))
             continue
         key = event.key if isinstance(event, ev.Binding) else None
         for lit in literals_of(p, event):

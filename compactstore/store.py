@@ -18,7 +18,7 @@ from types import TracebackType
 
 import msgspec
 
-from . import compaction, markers, resolver, restore, rules
+from . import compaction, markers, resolver, restore, retention, rules
 from . import migrate as migrations
 from . import events as ev
 from . import policy as policies
@@ -26,6 +26,7 @@ from . import witness as witnesses
 from .backends import SCHEMA_VERSION, Backend, open_backend
 from .compaction import AUTO, Auto, Finding, Node, OnRisk
 from .errors import (
+    BodyDroppedError,
     CompactStoreError,
     IntegrityError,
     InvalidArgument,
@@ -211,6 +212,16 @@ class Store:
     def __exit__(self, *exc: tuple[type[BaseException] | None, BaseException | None, TracebackType | None]) -> None:
         self.close()
 
+    def reclaim(self) -> int:
+        """Give the space of dropped and redacted bodies back; return the bytes freed.
+
+        On SQLite the file is rewritten from its live rows (``VACUUM``: it waits for, and
+        holds off, other writers while it runs, and needs room for a second copy); on
+        PostgreSQL the log's tables are vacuumed (autovacuum gets there on its own too).
+        Every event, leaf, head and seal stays as it was.
+        """
+        return self.backend.reclaim()
+
     def close(self) -> None:
         """Close the store's connections, once the backend calls in flight have finished.
 
@@ -383,6 +394,35 @@ class Session:
         """
         return self._writer.redact(positions, reason)
 
+    def retain(self, *, keep_last: int = 0) -> Record | None:
+        """Drop the raw bodies that the certified context's summaries stand for; return the retention logged (None: nothing to drop).
+
+        The marker that gives :meth:`context` now names the cover; of its spans, the raw
+        conversation that gives no fact of its own (turns, tool calls with their results;
+        never bindings, obligations, handles, failures, rejections, cited events, derived
+        events, or the newest ``keep_last`` positions: see :mod:`compactstore.retention`)
+        loses its body and keeps its leaf, so every tree, proof, seal and certification
+        holds and :meth:`context` is byte-identical after. A dropped body reads as dropped
+        (:class:`~compactstore.errors.BodyDroppedError` from :meth:`read` and
+        :meth:`restore_span`). The index keeps the facts. :meth:`Store.reclaim` gives the
+        freed space back to the file system.
+
+        Raises:
+            InvalidArgument: ``keep_last`` is not a non-negative int.
+        """
+        ev.as_position("keep_last", keep_last)
+        got = self.context()
+        if got.mode != "certified" or got.marker < 0:
+            return None
+        view = self.view
+
+        def build(size: int) -> list[ev.Event]:
+            plan = retention.planned(view, view.facts(size), got.marker, keep_last)
+            return [] if plan is None else [plan]
+
+        made = self._writer.built(build)
+        return made[-1] if made else None
+
     def rule_problems(self) -> list[tuple[int, str]]:
         """Return ``(position, why)`` for each stored derived event that breaks a rule of its log (what ``verify`` reports)."""
         return self._writer.admission.rule_problems()
@@ -401,7 +441,10 @@ class Session:
                 position missing under the head.
             WitnessMismatch: the stored head does not extend the witness's.
         """
-        return self.view.read(pos, verify=verify)
+        record = self.view.read(pos, verify=verify)
+        if isinstance(record.event, ev.Dropped):
+            raise BodyDroppedError(pos, record.event.by, self.view.read(record.event.by).event.ts)
+        return record
 
     def scan(self, start: int = 0, stop: int | None = None, *, verify: bool = True) -> Iterator[Record]:
         """Yield the records of ``[start, stop)`` in order, streaming, each checked as :meth:`read` checks it.
@@ -701,8 +744,8 @@ class Session:
         sid = self.view.sid()
         if sid is None:
             return resolver.empty_context(self.name)
-        redactions = len(self.store.backend.redactions(sid))
-        kept = self.store.caches.kept("certified", sid, redactions, resolver.Certified)
+        erasures = len(self.store.backend.erasures(sid))
+        kept = self.store.caches.kept("certified", sid, erasures, resolver.Certified)
         return resolver.context(self.view, self._latest_markers(), kept)
 
     def latest_marker(self) -> Marker | None:

@@ -39,7 +39,7 @@ import msgspec
 
 from . import events as ev
 from . import index as structure_index
-from . import merkle
+from . import merkle, retention
 from . import structure
 from .backends.queries import TABLE
 from .backends import Backend, HeadRow, Row, all_heads, is_postgres, open_backend
@@ -201,6 +201,8 @@ def _check_rows(rows: list[Row], spans: tuple[Backend, int] | None) -> _Checked:
             indexed.append((row.pos, row.kind, row.body))
         if isinstance(event, ev.Redaction):
             redacts[row.pos] = list(event.positions)
+        elif isinstance(event, ev.Retention):
+            redacts[row.pos] = list(ev.SpanSet(event.spans))
         elif spans is not None and row.kind == "node" and isinstance(event, ev.Summary) and event.content_digest is not None:
             if (what := _content_digest_problem(*spans, row.pos, event)) is not None:
                 digests.append((row.pos, what))
@@ -250,20 +252,57 @@ def _check_pages(
 
 
 class _Redactions(NamedTuple):
-    """A session's redaction records."""
+    """A session's erasure records: what redactions erased and retentions dropped."""
 
-    #: erased position -> the position of the redaction event that erased it
+    #: erased position -> the position of the redaction or retention event that erased it
     erased: dict[int, int]
-    #: redaction event position -> the positions recorded as erased by it
+    #: eraser position -> the positions recorded as erased by it
     by: dict[int, set[int]]
+    #: eraser position -> the kind its erased rows must have (``redacted`` or ``dropped``), by the eraser's kind column
+    kinds: dict[int, str]
 
     @classmethod
     def of(cls, backend: Backend, sid: int) -> _Redactions:
-        erased = backend.redactions(sid)
+        erased = backend.erasures(sid)
         by: dict[int, set[int]] = defaultdict(set)
         for p, b in erased.items():
             by[b].add(p)
-        return cls(erased, dict(by))
+        kinds = {}
+        for b in by:
+            row = backend.row(sid, b)
+            kinds[b] = "dropped" if row is not None and row.kind == "retention" else "redacted"
+        return cls(erased, dict(by), kinds)
+
+    def kind(self, pos: int) -> str:
+        """Return the kind the erased row at ``pos`` must have."""
+        return self.kinds.get(self.erased.get(pos, -1), "redacted")
+
+    def dropped_only(self) -> bool:
+        """Return whether every erasure is a retention's (the index still gives every fact)."""
+        return all(k == "dropped" for k in self.kinds.values())
+
+
+def _retained_rows(backend: Backend, sid: int, reds: _Redactions) -> list[tuple[int, str]]:
+    """Return ``(pos, what)`` for each retention whose dropped positions' index rows are not those it recorded.
+
+    A dropped body no longer gives its facts again; the index still gives them, held to
+    the digest the retention took of them (whose own body the tree vouches for).
+    """
+    out = []
+    for by, kind in sorted(reds.kinds.items()):
+        row = backend.row(sid, by) if kind == "dropped" else None
+        if row is None or row.body is None:
+            continue
+        try:
+            event = ev.decode(row.body)
+        except InvalidEvent:
+            continue  # the row's own check names it
+        if isinstance(event, ev.Retention):
+            positions = list(ev.SpanSet(event.spans))
+            got = retention.index_digest(structure_index.Index(backend, sid).rows_at(positions)) if positions else ""
+            if got != event.index_digest:
+                out.append((by, "the structural index's rows at the positions this retention dropped are not those it recorded"))
+    return out
 
 
 class _Chunk(NamedTuple):
@@ -319,7 +358,7 @@ def _check_chunk(backend: Backend, sid: int, start: int, reds: _Redactions, keep
     if clean and (checked.erased or reds.erased):
         # The redaction checks of the per-row path, for a chunk whose positions are exact.
         for p, (kind, idem_key) in checked.erased.items():
-            clean = clean and p in reds.erased and kind == "redacted" and idem_key is None
+            clean = clean and p in reds.erased and kind == reds.kind(p) and idem_key is None
             redacted += 1
         stop = start + n
         clean = clean and not any(start <= p < stop and p not in checked.erased for p in reds.erased)
@@ -463,7 +502,7 @@ def _verify_in_snapshot(store: Sealed, progress: Callable[[int, int], None] | No
             head = backend.head(sid)
             derived = (None if session.reds.erased
                        else structure_index.Rederivation(backend, sid, 0 if head is None else head.size))
-            digests: list[tuple[int, str]] = []
+            digests: list[tuple[int, str]] = _retained_rows(backend, sid, session.reds)
             for part in _session_parts(backend, sid, session.reds, pool, workers):
                 if isinstance(part, _Checked):
                     n = session.rows(part)
@@ -741,12 +780,13 @@ class _SessionCheck:
                 found.add(name, table, row_pos, what)
             if row_pos in chunk.erased:
                 kind, idem_key = chunk.erased[row_pos]
-                if row_pos in redacted and kind == "redacted" and idem_key is None:
+                want = self.reds.kind(row_pos)
+                if row_pos in redacted and kind == want and idem_key is None:
                     found.redacted += 1
                 elif row_pos in redacted:
-                    found.add(name, "events", row_pos, "a redacted row must have kind 'redacted' and no idem_key")
+                    found.add(name, "events", row_pos, f"an erased row must have kind {want!r} and no idem_key")
                 else:
-                    found.add(name, "events", row_pos, "body is missing and no redaction erased it")
+                    found.add(name, "events", row_pos, "body is missing and no redaction or retention erased it")
             else:
                 if row_pos in redacted:
                     found.add(name, "redactions", row_pos, f"recorded as erased by pos {redacted[row_pos]}, but the body is there")
@@ -782,7 +822,8 @@ class _SessionCheck:
         if size == 0:
             found.add(name, "sessions", None, "session has no events")
         for by, erased in sorted(self.erased_by.items()):
-            found.add(name, "redactions", by, f"positions {sorted(erased)} are recorded as erased by pos {by}, which is no redaction")
+            found.add(name, "redactions", by, f"positions {sorted(erased)} are recorded as erased by pos {by}, "
+                      "which is no redaction or retention")
         latest = None
         while (head := self.heads.pop()) is not None:
             found.add(name, "heads", head.size, f"head of size {head.size} beyond the log's {size} events")

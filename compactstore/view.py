@@ -9,13 +9,14 @@ only writer.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import NamedTuple, Protocol
 
 from . import events as ev
 from .errors import ForeignReference, InvalidArgument, shown
 from .events import Record, TreeHead
 from .facts import Facts
+from .structure import IndexRow
 
 
 class SpanRead(NamedTuple):
@@ -112,6 +113,14 @@ class SessionView(Protocol):
 
     def bodies(self, start: int, stop: int, sink: Callable[[list[bytes]], object] | None = None) -> list[bytes | None]:
         """Return the stored bodies of ``[start, stop)`` unchecked, for a caller that holds them to a digest it trusts."""
+        ...
+
+    def erasures(self) -> dict[int, int]:
+        """Return every erased position (redacted or dropped) with the position of the event that erased it."""
+        ...
+
+    def index_rows(self, positions: Sequence[int]) -> list[IndexRow]:
+        """Return the structural index's rows at ``positions``."""
         ...
 
     def erased_by(self, pos: int) -> int:

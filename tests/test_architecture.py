@@ -37,12 +37,13 @@ LAYERS = {
     "rules": 3,
     # 4. Builders: read through the view protocol, return events; never commit.
     "compaction": 4, "markers": 4, "resolver": 4, "restore": 4, "summarize": 4, "render": 4, "policy": 4,
+    "retention": 4,
     # 5. Backends: rows and typed verbs; no hashing, no events.
     "backends.*": 5,
     # Storage outside the store: the heads a witness holds, and the checks against them.
     "witness": 5,
     # 6. Checkers over a backend's rows alone: the structural index and whole-store verification.
-    "index": 6, "verify": 6,
+    "index": 6, "verify": 6, "migrate": 6,
     # 7. The store: the one write path, the verifying reader, the sealed heads, the caches.
     "store": 7, "log.*": 7,
     # 8. Uses of the store's public API.

@@ -187,7 +187,7 @@ TEXT = {
     ev.HandleOpened: {"detail"}, ev.Summary: {"span_root", "summary", "contract", "content_digest"},
     ev.Spill: {"digest"}, ev.RecoveryMarker: {"root", "mac", "conditions"}, ev.Attempt: {"operation"},
     ev.Redaction: {"reason"}, ev.GraphState: {"id", "ns", "parent"},
-    ev.Write: {"checkpoint", "task", "channel", "path", "ns"},
+    ev.Write: {"checkpoint", "task", "channel", "path", "ns"}, ev.Retention: {"index_digest"},
 }
 
 

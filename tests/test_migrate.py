@@ -100,13 +100,17 @@ def test_a_migrated_sqlite_store_reads_as_its_own_code_read_it(version: str, tmp
     assert _schema_of(path) == SCHEMA_VERSION
     backup = f"{path}.schema-{version}.bak"
     assert _schema_of(backup) == version if version != SCHEMA_VERSION else not Path(backup).exists()
+    fresh = str(tmp_path / "fresh.db")
+    cs.open(fresh).close()
+    layout = "SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY name"
+    assert sqlite3.connect(path).execute(layout).fetchall() == sqlite3.connect(fresh).execute(layout).fetchall()
     keyed = load_sqlite(version, tmp_path / "keyed.db", "sqlite-keyed")
     with cs.open(keyed, key=KEY, migrate=True) as store:
         _held_to(store, _expected(version)["keyed"])
 
 
 @pytest.mark.parametrize("version", SCHEMAS)
-def test_a_migrated_postgres_store_reads_as_its_own_code_read_it(version: str, pg_url: str) -> None:
+def test_a_migrated_postgres_store_reads_as_its_own_code_read_it(version: str, pg_url: str, pg_databases: object) -> None:
     url = load_postgres(version, pg_url)
     if version != SCHEMA_VERSION:
         with pytest.raises(cs.errors.SchemaOutdatedError):
@@ -118,6 +122,26 @@ def test_a_migrated_postgres_store_reads_as_its_own_code_read_it(version: str, p
     with cs.open(url, migrate=True) as store:
         _held_to(store, _expected(version)["postgres"])
     assert _schema_of(url) == SCHEMA_VERSION
+    fresh = pg_databases.create()  # type: ignore[attr-defined]
+    try:
+        cs.open(fresh).close()
+        assert _pg_layout(url) == _pg_layout(fresh)
+    finally:
+        pg_databases.drop(fresh)  # type: ignore[attr-defined]
+
+
+def _pg_layout(url: str) -> list[tuple[str, ...]]:
+    """Return the schema's tables' columns, its triggers and its functions' sources, as PostgreSQL keeps them."""
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        cols = conn.execute("SELECT table_name, column_name, data_type FROM information_schema.columns "
+                            "WHERE table_schema = current_schema() ORDER BY 1, 2").fetchall()
+        triggers = conn.execute("SELECT tgname, tgrelid::regclass::text FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid "
+                                "WHERE NOT tgisinternal AND c.relnamespace = current_schema()::regnamespace ORDER BY 1, 2").fetchall()
+        funcs = conn.execute("SELECT proname, prosrc FROM pg_proc WHERE pronamespace = current_schema()::regnamespace "
+                             "ORDER BY 1").fetchall()
+    return [tuple(map(str, r)) for r in [*cols, *triggers, *funcs]]
 
 
 @pytest.mark.parametrize("version", OLDER)

@@ -100,6 +100,20 @@ def _fold_sql(expr: str) -> str:
     return f"({low} - CASE WHEN {low} >= 2147483648 THEN 4294967296 ELSE 0 END)::int4"
 
 
+#: The one change the log allows: erasing the body (and with it the kind and the
+#: idempotency key) of a position already recorded as erased (redacted, or dropped by
+#: retention); seq, position and leaf stay.
+_ERASE_ONLY = (
+    "CREATE OR REPLACE FUNCTION compactstore_erase_only() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+    "IF NEW.body IS NULL AND OLD.body IS NOT NULL AND NEW.seq = OLD.seq "
+    "AND NEW.session_id = OLD.session_id AND NEW.pos = OLD.pos AND NEW.kind IN ('redacted', 'dropped') "
+    "AND NEW.idem_key IS NULL AND NEW.leaf = OLD.leaf "
+    "AND EXISTS (SELECT 1 FROM redactions r WHERE r.session_id = OLD.session_id AND r.pos = OLD.pos) "
+    "THEN RETURN NEW; END IF; "
+    "RAISE EXCEPTION 'compactstore: % is append-only', TG_TABLE_NAME "
+    "USING ERRCODE = 'restrict_violation'; END $$"
+)
+
 #: A head follows the head it extends (see the SQLite backend's heads_follow).
 _HEAD_FOLLOWS = (
     "CREATE FUNCTION compactstore_head_follows() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
@@ -110,7 +124,7 @@ _HEAD_FOLLOWS = (
 )
 
 #: What each schema version adds to the one before: statements run in the upgrade's transaction.
-UPGRADES: dict[str, tuple[str, ...]] = {"6": _HEAD_FOLLOWS}
+UPGRADES: dict[str, tuple[str, ...]] = {"6": (*_HEAD_FOLLOWS, _ERASE_ONLY)}
 
 #: The log's tables, triggers and view, created in one transaction.
 _SCHEMA = (
@@ -136,17 +150,7 @@ _SCHEMA = (
     "CREATE FUNCTION compactstore_append_only() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
     "RAISE EXCEPTION 'compactstore: % is append-only', TG_TABLE_NAME "
     "USING ERRCODE = 'restrict_violation'; END $$",
-    # The one change the log allows: erasing the body (and with it the kind and the
-    # idempotency key) of a position already recorded as redacted; seq, position and
-    # leaf stay.
-    "CREATE FUNCTION compactstore_erase_only() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
-    "IF NEW.body IS NULL AND OLD.body IS NOT NULL AND NEW.seq = OLD.seq "
-    "AND NEW.session_id = OLD.session_id AND NEW.pos = OLD.pos AND NEW.kind = 'redacted' "
-    "AND NEW.idem_key IS NULL AND NEW.leaf = OLD.leaf "
-    "AND EXISTS (SELECT 1 FROM redactions r WHERE r.session_id = OLD.session_id AND r.pos = OLD.pos) "
-    "THEN RETURN NEW; END IF; "
-    "RAISE EXCEPTION 'compactstore: % is append-only', TG_TABLE_NAME "
-    "USING ERRCODE = 'restrict_violation'; END $$",
+    _ERASE_ONLY,
     *(
         f"CREATE TRIGGER {table}_no_{op} BEFORE {spec} ON {table} "
         f"FOR EACH {'STATEMENT' if op == 'truncate' else 'ROW'} EXECUTE FUNCTION "
@@ -509,6 +513,20 @@ class PostgresBackend(Reads):
             self._gate.leave()
         self._last.clear()
 
+    def reclaim(self) -> int:
+        def go(cur: psycopg.Cursor[tuple[Any, ...]]) -> int:
+            cur.execute("SELECT pg_total_relation_size('events')")
+            row = cur.fetchone()
+            before = int(row[0]) if row else 0
+            # Outside a transaction (the pool's connections are in autocommit): what autovacuum
+            # would do, now, and the space of the erased bodies' TOAST freed for reuse.
+            cur.execute(f"VACUUM events, {queries.TABLE}")
+            cur.execute("SELECT pg_total_relation_size('events')")
+            row = cur.fetchone()
+            return max(0, before - (int(row[0]) if row else 0))
+
+        return self._run("reclaim space (VACUUM)", go)
+
     def sessions(self) -> list[tuple[int, str]]:
         return [(int(i), str(n)) for i, n in self._all("SELECT id, name FROM sessions ORDER BY name")]
 
@@ -643,6 +661,11 @@ class PostgresBackend(Reads):
         return []
 
     def redactions(self, session_id: int) -> dict[int, int]:
+        got = self._all("SELECT r.pos, r.by FROM redactions r LEFT JOIN events e ON e.session_id = r.session_id "
+                        "AND e.pos = r.pos WHERE r.session_id = %s AND e.kind IS DISTINCT FROM 'dropped'", (session_id,))
+        return {int(p): int(b) for p, b in got}
+
+    def erasures(self, session_id: int) -> dict[int, int]:
         got = self._all("SELECT pos, by FROM redactions WHERE session_id = %s", (session_id,))
         return {int(p): int(b) for p, b in got}
 
@@ -698,8 +721,8 @@ def _hashes(cur: psycopg.Cursor[tuple[Any, ...]], session_id: int, coords: Seque
     return out
 
 
-#: The kind of the event whose erasures follow its insert in the same transaction.
-_ERASING_KIND = "redaction"
+#: The kinds of the events whose erasures follow their insert in the same transaction.
+_ERASING_KINDS = frozenset({"redaction", "retention"})
 
 #: The SQL types of ``compactstore_insert_indexed``'s arguments, in order.
 _INSERT_TYPES = ("bigint", "bigint[]", "bigint[]", "text[]", "text[]", "int4[]", "int4", "bytea", "bytea",
@@ -962,7 +985,7 @@ class _PGWriter:
         if self.committed:
             raise CompactStoreError(
                 "PostgreSQL: insert() committed the append; nothing may run in its writer after it",
-                hint="only a redaction's erase() may follow insert() (see Writer.insert)",
+                hint="only a redaction's or a retention's erase() may follow insert() (see Writer.insert)",
             )
 
     def _do(self, doing: str, sql: str, args: Sequence[object] | Mapping[str, object], fetch: bool = True) -> list[tuple[Any, ...]]:
@@ -1032,7 +1055,7 @@ class _PGWriter:
         # protocol's promise), so the insert may commit.
         self._open()
         rows = list(rows)  # read below column by column: each row made once
-        final = not any(r.kind == _ERASING_KIND for r in rows)
+        final = not any(r.kind in _ERASING_KINDS for r in rows)
         conn, text = self._text.connection, self._text
         index, self._index = self._index, []
         args = _insert_args(self.session_id, rows, subtrees, head, index)
@@ -1117,21 +1140,23 @@ class _PGWriter:
         self._open()
         self._index.extend(rows)
 
-    def erase(self, positions: Sequence[int], by: int) -> None:
+    def erase(self, positions: Sequence[int], by: int, *, kind: str = "redacted") -> None:
         sid, positions = self.session_id, list(positions)
         self._do(
-            "record redactions",
+            "record erasures",
             "INSERT INTO redactions (session_id, pos, by) SELECT %s, p, %s FROM unnest(%s::bigint[]) AS p",
             (sid, by, positions),
             fetch=False,
         )
         self._do(
-            "erase redacted bodies",
-            "UPDATE events SET body = NULL, kind = 'redacted', idem_key = NULL "
+            "erase bodies",
+            "UPDATE events SET body = NULL, kind = %s, idem_key = NULL "
             "WHERE session_id = %s AND pos = ANY(%s::bigint[])",
-            (sid, positions),
+            (kind, sid, positions),
             fetch=False,
         )
+        if kind != "redacted":  # a dropped body's facts stay: what it was is known, only its bytes go
+            return
         self._do(
             "erase the negative facts' texts",
             f"UPDATE {queries.TABLE} SET text = '' WHERE session_id = %s AND pos = ANY(%s::bigint[]) "

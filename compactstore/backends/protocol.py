@@ -157,16 +157,17 @@ class Writer(Protocol):
     ) -> list[int]:
         """Insert events (their seqs from :meth:`next_seqs`), completed subtree roots and the new head; return the seqs.
 
-        The last write of the transaction, but for the ``erase`` of a redaction among
-        ``rows``: without one, a writer may commit here, in the same round trip.
+        The last write of the transaction, but for the ``erase`` of a redaction or a
+        retention among ``rows``: without one, a writer may commit here, in the same round trip.
         """
         ...
 
-    def erase(self, positions: Sequence[int], by: int) -> None:
-        """Record ``positions`` as redacted by the event at ``by``: body and idem_key NULL, kind ``redacted``.
+    def erase(self, positions: Sequence[int], by: int, *, kind: str = "redacted") -> None:
+        """Record ``positions`` as erased by the event at ``by``: body and idem_key NULL, kind ``kind``.
 
-        The texts of the negative facts at those positions in the structural index (renderings
-        of the erased events) are blanked too; every other row and column stays.
+        ``redacted`` (by a redaction): the texts of the negative facts at those positions in
+        the structural index (renderings of the erased events) are blanked too. ``dropped``
+        (by retention): the index keeps them. Every other row and column stays.
         """
         ...
 
@@ -241,6 +242,13 @@ class Backend(Protocol):
         Raises:
             ConflictError: the store is not at the version before ``to`` (another migration ran first).
             IntegrityError: the store's tables are not those of that version.
+        """
+        ...
+
+    def reclaim(self) -> int:
+        """Give the space of erased bodies back: SQLite rewrites its file (VACUUM), PostgreSQL vacuums the log's tables.
+
+        Returns the bytes the store's files or tables shrank by (0 when nothing was freed).
         """
         ...
 
@@ -358,6 +366,10 @@ class Backend(Protocol):
 
     def redactions(self, session_id: int) -> dict[int, int]:
         """Return the session's redacted positions, each with the position of its redaction event."""
+        ...
+
+    def erasures(self, session_id: int) -> dict[int, int]:
+        """Return every position whose body is erased (redacted or dropped), each with the position of the event that erased it."""
         ...
 
     def orphans(self) -> list[tuple[str, object]]:

@@ -36,10 +36,11 @@ LOG_TABLES = ("meta", "sessions", "events", "subtrees", "heads", "redactions")
 
 def _append_only(table: str, op: str) -> str:
     """Return the trigger that refuses ``op`` (UPDATE or DELETE) on a log table."""
-    # One change is allowed: erasing the body of a position already recorded as redacted.
+    # One change is allowed: erasing the body of a position already recorded as erased (by
+    # a redaction, or dropped by retention; the event at ``by`` says which, and the reads hold it).
     allowed = (
         " WHEN NOT (NEW.body IS NULL AND OLD.body IS NOT NULL AND NEW.seq = OLD.seq"
-        " AND NEW.session_id = OLD.session_id AND NEW.pos = OLD.pos AND NEW.kind = 'redacted'"
+        " AND NEW.session_id = OLD.session_id AND NEW.pos = OLD.pos AND NEW.kind IN ('redacted', 'dropped')"
         " AND NEW.idem_key IS NULL AND NEW.leaf = OLD.leaf AND EXISTS (SELECT 1 FROM redactions r"
         " WHERE r.session_id = OLD.session_id AND r.pos = OLD.pos))"
         if (table, op) == ("events", "UPDATE")
@@ -102,7 +103,7 @@ def _schema(db: sqlite3.Connection) -> None:
 
 
 #: What each schema version adds to the one before: statements run in the upgrade's transaction.
-UPGRADES: dict[str, tuple[str, ...]] = {"6": (_HEAD_FOLLOWS,)}
+UPGRADES: dict[str, tuple[str, ...]] = {"6": (_HEAD_FOLLOWS, "DROP TRIGGER events_no_update", _append_only("events", "UPDATE"))}
 
 
 def _layout_problems(conn: sqlite3.Connection) -> list[str]:
@@ -367,6 +368,19 @@ class SQLiteBackend(Reads):
                 raise _error(exc, f"upgrade the schema to {to}") from exc
             self._version = None  # the file changed: what this connection remembers is re-read
 
+    def reclaim(self) -> int:
+        with self._lock:
+            conn = self._open()
+            self._refuse_in_snapshot()
+            before = _file_size(self._path)
+            try:
+                conn.execute("VACUUM")  # rewrites the file from its live rows: freed space leaves it
+            except sqlite3.Error as exc:
+                raise _error(exc, "reclaim space (VACUUM)") from exc
+            _drop_old_pages(conn)
+            self._version = None
+            return max(0, before - _file_size(self._path))
+
     def backup(self, dest: str) -> None:
         """Copy the whole store, as of one state, into a new SQLite file at ``dest`` (written whole, then renamed)."""
         part = f"{dest}.part"
@@ -473,6 +487,11 @@ class SQLiteBackend(Reads):
         return [HeadRow(*r) for r in got]
 
     def redactions(self, session_id: int) -> dict[int, int]:
+        got = self._all("SELECT r.pos, r.by FROM redactions r LEFT JOIN events e ON e.session_id = r.session_id "
+                        "AND e.pos = r.pos WHERE r.session_id = ? AND e.kind IS NOT 'dropped'", (session_id,))
+        return {int(p): int(b) for p, b in got}
+
+    def erasures(self, session_id: int) -> dict[int, int]:
         got = self._all("SELECT pos, by FROM redactions WHERE session_id = ?", (session_id,))
         return {int(p): int(b) for p, b in got}
 
@@ -511,6 +530,13 @@ def _refuse_foreign(conn: sqlite3.Connection, path: str, create: bool) -> bool:
         raise NotAStore(path, "the file is empty" if empty else "the database is empty",
                         hint="open it with create=True to make a store there")
     return True
+
+
+def _file_size(path: str) -> int:
+    """Return the bytes the store's file and its write-ahead log take (0 in memory)."""
+    if path == ":memory:":
+        return 0
+    return sum(os.path.getsize(p) for p in (path, f"{path}-wal") if os.path.exists(p))
 
 
 def _drop_old_pages(conn: sqlite3.Connection) -> None:
@@ -860,14 +886,15 @@ class _SQLiteWriter:
             chunk = rows[i : i + step]
             self._conn.execute(queries.SQLITE.insert_index(len(chunk)), [v for r in chunk for v in (sid, *r)])
 
-    def erase(self, positions: Sequence[int], by: int) -> None:
+    def erase(self, positions: Sequence[int], by: int, *, kind: str = "redacted") -> None:
         sid = self.session_id
         self._conn.executemany("INSERT INTO redactions (session_id, pos, by) VALUES (?, ?, ?)", [(sid, p, by) for p in positions])
         self._conn.executemany(
-            "UPDATE events SET body = NULL, kind = 'redacted', idem_key = NULL WHERE session_id = ? AND pos = ?",
-            [(sid, p) for p in positions],
+            "UPDATE events SET body = NULL, kind = ?, idem_key = NULL WHERE session_id = ? AND pos = ?",
+            [(kind, sid, p) for p in positions],
         )
-        self._conn.executemany(queries.SQLITE.erase_text, [(sid, p) for p in positions])
+        if kind == "redacted":  # a dropped body's facts stay: what it was is known, only its bytes go
+            self._conn.executemany(queries.SQLITE.erase_text, [(sid, p) for p in positions])
         self.erased = True
 
 

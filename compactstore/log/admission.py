@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from .. import events as ev
-from .. import merkle, rules
+from .. import merkle, retention, rules
 from ..backends import Row
 from ..content import content_digest_of
 from ..errors import CompactStoreError, IntegrityError, InvalidEvent
@@ -22,7 +22,7 @@ from .heads import HASH
 from .reader import Reader
 
 #: Derived events the store admits only if they keep the rules (see :mod:`compactstore.rules`).
-ADMITTED = (ev.Summary, ev.Spill, ev.RecoveryMarker, ev.Redaction, ev.Attempt)
+ADMITTED = (ev.Summary, ev.Spill, ev.RecoveryMarker, ev.Redaction, ev.Attempt, ev.Retention)
 #: The same as exact types: a prepared event is always of a registered type (none subclasses
 #: another), and ``type(e) in`` a set costs far less than ``isinstance`` through msgspec's metaclass.
 ADMITTED_TYPES = frozenset(ADMITTED)
@@ -105,6 +105,8 @@ class Admission:
                 if passed is not None:
                     passed.erase(*erased[-1])
                 continue
+            if isinstance(event, ev.Retention) and len(events) > 1:
+                raise InvalidEvent(f"events[{j}]", "a retention is appended alone: what it drops is read as the log stands")
             gone = {p for positions, _ in erased for p in positions}
             if gone and rules.built_from(event, gone, {}):
                 # Built before the erasure it follows (a later commit reads the erased body as gone).
@@ -156,6 +158,8 @@ class Admission:
             rules.admit_spill(f, event, pos)
         elif isinstance(event, ev.Attempt):
             rules.admit_attempt(f, event, pos)
+        elif isinstance(event, ev.Retention):
+            retention.check(self.reader, f, event, pos)
         elif isinstance(event, ev.RecoveryMarker):
             rules.admit_marker(f, event, pos, settled if settled is not None else ())
             if settled is not None:
@@ -175,8 +179,8 @@ class Admission:
         sid = self.reader.sid()
         if sid is None:
             return set()
-        redactions = len(self.host.backend.redactions(sid))
-        return self.host.caches.kept("settled", sid, redactions, set)
+        erasures = len(self.host.backend.erasures(sid))
+        return self.host.caches.kept("settled", sid, erasures, set)
 
     def rule_problems(self) -> list[tuple[int, str]]:
         """Return ``(position, why)`` for each stored derived event that breaks a rule of its log.
@@ -191,13 +195,27 @@ class Admission:
         if sid is None:
             return []
         size = self.reader.size
+        # What a redaction or a retention erased is read as gone since: the events before
+        # the last of them were admitted on bodies that no pass can read again.
         erased = self.host.backend.redactions(sid)
-        after = max(erased.values()) + 1 if erased else 0
+        erasers = self.host.backend.erasures(sid)
+        after = max(erasers.values()) + 1 if erasers else 0
         found: list[tuple[int, str]] = []
         try:
             passed = Pass(self.reader, size, (), ()) if erased else None
         except CompactStoreError as exc:
             return [(-1, f"the log does not read: {exc}")]
+        # A retention, once its bodies are gone, is held to what its facts still say.
+        for by in sorted(set(erasers.values()) - set(erased.values())):
+            try:
+                event = self.reader.read(by).event
+                if isinstance(event, ev.Retention):
+                    at: Facts = passed.facts(by) if passed is not None else IndexedFacts(
+                        self.reader.index(), by, self.reader.reader(by), self.reader.span_root, self.reader.nodes_before)
+                    rows = self.reader.index_rows(list(ev.SpanSet(event.spans)))
+                    found += [(by, why) for why in retention.stored_problems(at, event, by, rows)]
+            except CompactStoreError as exc:
+                found.append((by, str(exc)))
         for pos in self.host.backend.derived_positions(sid, after, size):
             try:
                 event = self.reader.read(pos).event
@@ -260,9 +278,9 @@ class Admission:
         positions = redaction.positions
         if not positions or len(set(positions)) != len(positions):
             raise InvalidEvent("positions", "must list distinct positions, at least one")
-        done = self.host.backend.redactions(self.reader.require_sid())
+        done = self.host.backend.erasures(self.reader.require_sid())
         for p in positions:
             if not 0 <= p < by:
                 raise InvalidEvent("positions", f"{p} is not an earlier position (< {by})")
             if p in done:
-                raise InvalidEvent("positions", f"{p} was already redacted by the event at pos {done[p]}")
+                raise InvalidEvent("positions", f"{p} was already redacted or dropped by the event at pos {done[p]}")

@@ -158,7 +158,7 @@ class Writer:
             # Retries of idempotent appends replay their first record and write nothing.
             replays: dict[int, Record] = {}
             fresh: list[ev.Prepared] = []
-            erasures: list[tuple[ev.Redaction, int]] = []
+            erasures: list[tuple[ev.Redaction | ev.Retention, int]] = []
             first = frontier.size
             admitted, admit_types = False, ADMITTED_TYPES
             events = list(map(EVENT, prepared))
@@ -181,7 +181,7 @@ class Writer:
                 fresh.append(p)
                 if type(event) in admit_types:
                     admitted = True
-                    if isinstance(event, ev.Redaction):
+                    if isinstance(event, ev.Redaction | ev.Retention):
                         erasures.append((event, pos))
             if plain:
                 fresh = list(prepared)
@@ -221,9 +221,12 @@ class Writer:
                 # commits in the same message on PostgreSQL).
                 structure_index.extend(w, sid, prev, events)
                 w.insert(rows, nodes, new_head)
-                for redaction, by in erasures:
-                    self.admission.check_erasable(redaction, by)
-                    w.erase(redaction.positions, by)
+                for eraser, by in erasures:
+                    if isinstance(eraser, ev.Retention):  # admitted against the log as it stands
+                        w.erase(list(ev.SpanSet(eraser.spans)), by, kind="dropped")
+                        continue
+                    self.admission.check_erasable(eraser, by)
+                    w.erase(eraser.positions, by)
         if rows:
             self.host.caches.keep_frontier(sid, frontier)
             if proven is not None:

@@ -65,7 +65,7 @@ def run(view: Reader, writer: Writer, policy: CompactionPolicy, progress: Callab
                     repaired = True
                 continue
             # Kept per redaction count: a summary of a span redacted since may quote what it erased.
-            said = msgspec.json.encode(step) + str(len(view.host.backend.redactions(view.require_sid()))).encode()
+            said = msgspec.json.encode(step) + str(len(view.host.backend.erasures(view.require_sid()))).encode()
             if said not in texts:
                 texts[said] = yield policies.inputs(view, step)
             text = texts[said]
@@ -92,8 +92,8 @@ def _plan(view: Reader) -> policies.Plan | None:
     sid = view.sid()
     if sid is None:
         return None
-    redactions = len(view.host.backend.redactions(sid))
-    return view.host.caches.kept("plans", sid, redactions, policies.Plan)
+    erasures = len(view.host.backend.erasures(sid))
+    return view.host.caches.kept("plans", sid, erasures, policies.Plan)
 
 def _step(writer: Writer, size: int, events: list[ev.Event]) -> int:
     """Append what a maintenance step built at ``size``, only at that size; return the last position."""

@@ -10,7 +10,7 @@ and so do compaction, restoration, resume, copy, lookup and the proofs.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from contextvars import ContextVar, Token
 from itertools import islice
@@ -23,6 +23,7 @@ from ..errors import IntegrityError, InvalidArgument, InvalidEvent, shown
 from ..events import Record
 from ..facts import Facts, FullFacts, IndexedFacts
 from ..index import Index
+from ..structure import IndexRow
 from ..seal import seq_lookup
 from ..view import EventReader, SpanRead
 from .caches import Prefix
@@ -46,8 +47,13 @@ class Reader(Heads):
                 is missing and no redaction event accounts for it.
         """
         if row.body is None:
-            by = (erasures or Erasures(self, row.session_id)).by(row.pos)
-            return Record(self.name, row.seq, row.pos, "redacted", ev.Redacted(by=by), b"", row.leaf)
+            by, kind = (erasures or Erasures(self, row.session_id)).by(row.pos)
+            if kind != row.kind:
+                raise IntegrityError(f"the body at pos {row.pos} is missing, its row says {row.kind!r}, and the event "
+                                     f"at pos {by} that erased it {'dropped' if kind == 'dropped' else 'redacted'} it",
+                                     session=self.name, pos=row.pos)
+            gone: ev.Event = ev.Redacted(by=by) if kind == "redacted" else ev.Dropped(by=by)
+            return Record(self.name, row.seq, row.pos, kind, gone, b"", row.leaf)
         if merkle.leaf_hash(row.body) != row.leaf:
             raise IntegrityError(f"event at pos {row.pos} does not match its leaf", session=self.name, pos=row.pos)
         return Record(self.name, row.seq, row.pos, row.kind, ev.decode_canonical(row.body), row.body, row.leaf)
@@ -150,13 +156,13 @@ class Reader(Heads):
         digest = content_digest_of(stream())
         # The span's root from the leaves just proven, not from stored subtree roots.
         got = SpanRead(out, None if redacted else digest, merkle.span_root_of_leaves(leaves, start, stop, first=start))
-        self.host.caches.keep_span((sid, start, stop), len(backend.redactions(sid)), got)
+        self.host.caches.keep_span((sid, start, stop), len(backend.erasures(sid)), got)
         return got
 
     def span(self, start: int, stop: int) -> SpanRead:
         """Return :meth:`read_span` of ``[start, stop)`` without records, from the last read when nothing was redacted since."""
         sid = self.require_sid()
-        kept = self.host.caches.span((sid, start, stop), len(self.host.backend.redactions(sid)))
+        kept = self.host.caches.span((sid, start, stop), len(self.host.backend.erasures(sid)))
         return kept if kept is not None else self.read_span(start, stop)
 
     def root_with(self, leaves: Mapping[int, bytes], size: int) -> bytes:
@@ -357,13 +363,22 @@ class Reader(Heads):
         got: list[bytes | None] = self.host.backend.bodies(sid, start, stop, sink)  # type: ignore[arg-type]
         return got
 
+    def erasures(self) -> dict[int, int]:
+        """Return every erased position (redacted or dropped) with the position of the event that erased it."""
+        sid = self.sid()
+        return {} if sid is None else self.host.backend.erasures(sid)
+
+    def index_rows(self, positions: Sequence[int]) -> list[IndexRow]:
+        """Return the structural index's rows at ``positions``."""
+        return self.index().rows_at(positions) if positions else []
+
     def erased_by(self, pos: int) -> int:
-        """Return the position of the logged redaction that erased the body at ``pos``.
+        """Return the position of the logged redaction or retention that erased the body at ``pos``.
 
         Raises:
-            IntegrityError: no logged redaction erased it: it was erased behind the store's back.
+            IntegrityError: no logged redaction or retention erased it: it was erased behind the store's back.
         """
-        return Erasures(self, self.require_sid()).by(pos)
+        return Erasures(self, self.require_sid()).by(pos)[0]
 
 
 class CheckedEvents:
@@ -418,7 +433,7 @@ class CheckedEvents:
         Raises:
             IntegrityError: its body does not match its leaf.
         """
-        leaf = record.leaf if isinstance(record.event, ev.Redacted) else merkle.leaf_hash(record.body)
+        leaf = record.leaf if isinstance(record.event, ev.ERASED) else merkle.leaf_hash(record.body)
         if leaf != record.leaf:
             raise IntegrityError(
                 f"event at pos {record.pos} does not match its leaf", session=self.session.name, pos=record.pos
@@ -698,40 +713,45 @@ class ReadCheck:
 
 
 class Erasures:
-    """Which erased bodies of a session a logged redaction accounts for, read as they come up.
+    """Which erased bodies of a session a logged redaction or retention accounts for, read as they come up.
 
-    A body may be missing only where the redactions table names the redaction event
-    that erased it, and that event, itself matching its leaf, lists the position.
+    A body may be missing only where the redactions table names the event that erased
+    it, and that event, itself matching its leaf, lists the position: a redaction among
+    its ``positions``, a retention in its ``spans``.
     """
 
     def __init__(self, session: Reader, sid: int) -> None:
         self.session, self.sid = session, sid
         self.table: dict[int, int] | None = None
-        self.listed: dict[int, frozenset[int]] = {}
+        #: eraser position -> (the positions it lists, "redacted" or "dropped")
+        self.listed: dict[int, tuple[Container[int], str]] = {}
 
-    def by(self, pos: int) -> int:
-        """Return the position of the redaction event that erased ``pos``.
+    def by(self, pos: int) -> tuple[int, str]:
+        """Return the position of the event that erased ``pos``, and ``redacted`` or ``dropped`` (what it did).
 
         Raises:
-            IntegrityError: no logged redaction erased it: the body was erased behind the store's back.
+            IntegrityError: no logged redaction or retention erased it: the body was erased behind the store's back.
         """
         backend = self.session.host.backend
         if self.table is None:
-            self.table = backend.redactions(self.sid)
+            self.table = backend.erasures(self.sid)
         by = self.table.get(pos)
         if by is not None and by not in self.listed:
             row = backend.row(self.sid, by)
-            listed: frozenset[int] = frozenset()
+            listed: tuple[Container[int], str] = (frozenset(), "")
             if row is not None and row.body is not None and merkle.leaf_hash(row.body) == row.leaf:
                 try:
                     event: ev.Event | None = ev.decode(row.body)
                 except InvalidEvent:
                     event = None
                 if isinstance(event, ev.Redaction):
-                    listed = frozenset(event.positions)
+                    listed = (frozenset(event.positions), "redacted")
+                elif isinstance(event, ev.Retention):
+                    listed = (ev.SpanSet(event.spans), "dropped")
             self.listed[by] = listed
-        if by is None or not pos < by or pos not in self.listed[by]:
+        if by is None or not pos < by or pos not in self.listed[by][0]:
             raise IntegrityError(
-                f"the body at pos {pos} is missing and no redaction event erased it", session=self.session.name, pos=pos
+                f"the body at pos {pos} is missing and no redaction or retention event erased it",
+                session=self.session.name, pos=pos,
             )
-        return by
+        return by, self.listed[by][1]

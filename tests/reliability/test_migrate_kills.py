@@ -28,14 +28,22 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 CHILD = "import sys, compactstore as cs; cs.open(sys.argv[1], migrate=True).close()"
 
 
+def _schema5_sql(name: str) -> str:
+    """Return the statement that made ``name`` in schema 5's fixture, as its own code wrote it."""
+    fixture = sqlite3.connect(":memory:")
+    fixture.executescript((FIXTURES / "schema5" / "sqlite.sql").read_text(encoding="utf-8"))
+    return str(fixture.execute("SELECT sql FROM sqlite_master WHERE name = ?", (name,)).fetchone()[0])
+
+
 def as_schema5(path: str) -> None:
     """Put a store made by today's code into schema 5's layout and version."""
     conn = sqlite3.connect(path)
     conn.executescript(
-        "DROP TRIGGER heads_follow; DROP TRIGGER structure_index_no_delete; "
+        "DROP TRIGGER heads_follow; DROP TRIGGER structure_index_no_delete; DROP TRIGGER events_no_update; "
         "DELETE FROM structure_index WHERE rel = 'open_at' AND pos % 512 != 0; "
         "DROP TRIGGER meta_no_update; UPDATE meta SET value = '5' WHERE name = 'schema_version';"
     )
+    conn.execute(_schema5_sql("events_no_update"))
     conn.execute(sqlite_backend._append_only("meta", "UPDATE"))
     conn.execute(next(q for q in queries.SQLITE_SCHEMA if "_no_delete" in q))
     conn.commit()

@@ -83,6 +83,10 @@ def golden() -> list[ev.Event]:
         ev.Write(checkpoint="1ef-01", task="t1", channel="messages", **COMMON),
         ev.Write(checkpoint="1ef-02", task="t2", channel="messages", idx=-1, path="a.b", ns="child", value=[1, "two"],
                  **FULL),  # type: ignore[arg-type]
+        # Added in 0.2.0 after the first 30: a golden body is appended, never rewritten.
+        ev.Retention(marker=12, spans=[ev.Span(start=0, stop=4)], index_digest="78" * 32, **COMMON),
+        ev.Retention(marker=12, spans=[ev.Span(start=0, stop=4), ev.Span(start=6, stop=9)], index_digest="78" * 32,
+                     **FULL),  # type: ignore[arg-type]
     ]
 
 
