@@ -82,6 +82,9 @@ class CompactionPolicy:
             tail (under ``every`` raw events, or ``budget``) plus one note per node of
             the cover (the digest and at most ``roll_up_every`` L1 nodes), each its
             summary and capped lists.
+        retain_last: after a marker is emitted, drop the raw bodies its cover stands for
+            (:meth:`Session.retain`), keeping those of the newest this many positions; None
+            (the default) keeps every body. :meth:`Store.reclaim` gives the space back.
 
     Raises:
         InvalidArgument: naming the field, for a bad value or when neither ``every`` nor
@@ -96,9 +99,11 @@ class CompactionPolicy:
     on_risk: OnRisk = "spill"
     measure: Measure | None = None
     summary_limit: int = 2000
+    retain_last: int | None = None
 
     def __post_init__(self) -> None:
         _count("every", self.every, 1)
+        _count("retain_last", self.retain_last, 0)
         _count("summary_limit", self.summary_limit, 1)
         if self.summary_limit is None:
             raise InvalidArgument("summary_limit", "want an int >= 1, got None")
@@ -156,12 +161,14 @@ class Maintenance(msgspec.Struct, frozen=True):
         rolled_up: positions of the session digests written.
         marker: position of the marker emitted, or None.
         refused: each due step that was refused, with why (the gate, a marker condition).
+        retained: position of the retention logged (``retain_last``), or None.
     """
 
     compacted: list[int] = []
     rolled_up: list[int] = []
     marker: int | None = None
     refused: list[str] = []
+    retained: int | None = None
 
 
 class Plan:

@@ -20,7 +20,7 @@ what the rules, the recall tool and a restoration's refusal read.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Container, Iterable, Sequence
 
 import msgspec
 from blake3 import blake3
@@ -53,11 +53,13 @@ def index_digest(rows: Sequence[IndexRow]) -> str:
     return blake3(_TAG + msgspec.json.encode(sorted(tuple(r) for r in rows))).hexdigest()
 
 
-def droppable(view: SessionView, f: Facts, cover: Sequence[int], before: int) -> list[int]:
-    """Return the positions whose bodies the nodes at ``cover`` stand for and retention may drop, before ``before``.
+def droppable(view: SessionView, f: Facts, cover: Sequence[int], before: int, since: int = 0) -> list[int]:
+    """Return the positions whose bodies the nodes at ``cover`` stand for and retention may drop, in ``[since, before)``.
 
     ``f``: the session's facts now; ``before``: the first position kept whatever it holds
-    (the marker's checkpoint, or the newest positions a caller keeps).
+    (the marker's checkpoint, or the newest positions a caller keeps); ``since``: where to
+    start looking (a maintenance run looks past what earlier retentions reached). A node
+    is read whole or not at all, so what may be dropped of it does not depend on ``since``.
     """
     cited: set[int] = set()
     for _, n in f.nodes():
@@ -70,7 +72,7 @@ def droppable(view: SessionView, f: Facts, cover: Sequence[int], before: int) ->
         if not isinstance(node, ev.Summary):
             continue
         start, stop = node.start, min(node.stop, before)
-        if start >= stop:
+        if start >= stop or stop <= since:
             continue
         negative = {x.pos for x in f.negatives_in(start, stop)}
         closes_earlier = {i.id for i in f.resolved_in(start, stop) if i.kind == "tool_call"}
@@ -98,7 +100,7 @@ def droppable(view: SessionView, f: Facts, cover: Sequence[int], before: int) ->
     return sorted(out)
 
 
-def planned(view: SessionView, f: Facts, marker_pos: int, keep_last: int) -> ev.Retention | None:
+def planned(view: SessionView, f: Facts, marker_pos: int, keep_last: int, *, since: int = 0) -> ev.Retention | None:
     """Return the retention of what the cover of the marker at ``marker_pos`` stands for (None: nothing to drop).
 
     The newest ``keep_last`` positions of the session keep their bodies.
@@ -109,7 +111,7 @@ def planned(view: SessionView, f: Facts, marker_pos: int, keep_last: int) -> ev.
     m = f.event(marker_pos)
     if not isinstance(m, ev.RecoveryMarker) or m.node is None:
         raise InvalidArgument("marker", f"pos {marker_pos} is not a marker with a summary cover")
-    dropped = droppable(view, f, m.cover or [m.node], min(m.size, f.size - keep_last))
+    dropped = droppable(view, f, m.cover or [m.node], min(m.size, f.size - keep_last), since)
     erased = set(view.erasures()) if dropped else set()
     dropped = [p for p in dropped if p not in erased]
     if not dropped:
@@ -117,7 +119,7 @@ def planned(view: SessionView, f: Facts, marker_pos: int, keep_last: int) -> ev.
     return ev.Retention(marker=marker_pos, spans=runs(dropped), index_digest=index_digest(view.index_rows(dropped)))
 
 
-def check(view: SessionView, f: Facts, event: ev.Retention, pos: int) -> None:
+def check(view: SessionView, f: Facts, event: ev.Retention, pos: int, settled: Container[int] = ()) -> None:
     """Refuse the retention ``event`` at ``pos`` unless every position it drops is one :func:`droppable` gives.
 
     Raises:
@@ -136,11 +138,11 @@ def check(view: SessionView, f: Facts, event: ev.Retention, pos: int) -> None:
     if not event.spans:
         raise InvalidEvent("spans", "must name at least one position")
     cover = m.cover or [m.node]
-    violations, _ = rules.check_cover(f, cover)
+    violations, _ = rules.check_cover(f, cover, settled)
     if violations:
         raise InvalidEvent("marker", f"the cover of marker {event.marker} does not certify now: {violations[0]}")
     listed = list(ev.SpanSet(event.spans))
-    allowed = set(droppable(view, f, cover, m.size))
+    allowed = set(droppable(view, f, cover, m.size, since=listed[0]))
     erased = view.erasures()
     for p in listed:
         if p in erased:
@@ -162,18 +164,22 @@ def stored_problems(f: Facts, event: ev.Retention, pos: int, rows: Sequence[Inde
     hold every position, which no node cites.
     """
     out: list[str] = []
-    m = f.event(event.marker) if 0 <= event.marker < pos else None
-    if not isinstance(m, ev.RecoveryMarker) or m.node is None:
-        return [f"pos {event.marker} is not a marker with a summary cover before pos {pos}"]
-    spans = []
-    for c in m.cover or [m.node]:
-        node = f.event(c)
-        if isinstance(node, ev.Summary):
-            spans.append((node.start, min(node.stop, m.size)))
     listed = ev.SpanSet(event.spans)
-    outside = [p for p in listed if not any(a <= p < b for a, b in spans)]
-    if outside:
-        out.append(f"positions {outside[:5]} are outside the spans marker {event.marker}'s cover stands for")
+    m = f.event(event.marker) if 0 <= event.marker < pos else None
+    # A marker or node redacted since (with what it was built from) no longer reads: the
+    # facts below still do.
+    if not isinstance(m, ev.Redacted):
+        if not isinstance(m, ev.RecoveryMarker) or m.node is None:
+            return [f"pos {event.marker} is not a marker with a summary cover before pos {pos}"]
+        spans, gone = [], False
+        for c in m.cover or [m.node]:
+            node = f.event(c)
+            gone = gone or isinstance(node, ev.Redacted)
+            if isinstance(node, ev.Summary):
+                spans.append((node.start, min(node.stop, m.size)))
+        outside = [] if gone else [p for p in listed if not any(a <= p < b for a, b in spans)]
+        if outside:
+            out.append(f"positions {outside[:5]} are outside the spans marker {event.marker}'s cover stands for")
     cited = {x.pos for _, n in f.nodes() for x in n.kept} | {x.pos for _, n in f.nodes() for x in n.negative_facts}
     cited |= {r.source for _, n in f.nodes() for r in n.spills}
     if any(p in listed for p in cited):

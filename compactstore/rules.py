@@ -886,6 +886,10 @@ def admit_redaction(held: Mapping[int, ev.Event], later: Iterable[tuple[int, ev.
     """
     later = list(later)
     named = set(redaction.positions)
+    kept = sorted(q for q, e in held.items() if isinstance(e, ev.Retention | ev.Redaction))
+    if kept:
+        raise InvalidEvent("positions", f"{kept[:10]} hold a redaction or a retention: they quote nothing, and "
+                           "account for the bodies they erased")
     left = [q for q in copies(held, later) if q not in named]
     if left:
         raise InvalidEvent(

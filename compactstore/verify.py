@@ -29,7 +29,7 @@ from __future__ import annotations
 import os
 import threading
 from collections import defaultdict, deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from itertools import islice
 from multiprocessing import get_all_start_methods, get_context
@@ -277,6 +277,13 @@ class _Redactions(NamedTuple):
         """Return the kind the erased row at ``pos`` must have."""
         return self.kinds.get(self.erased.get(pos, -1), "redacted")
 
+    def own(self, by: int, listed: Iterable[int]) -> set[int]:
+        """Return those of ``listed`` (what the event at ``by`` names) that it erased itself.
+
+        A redaction may name a position retention dropped earlier: it stays recorded as dropped.
+        """
+        return {p for p in listed if self.erased.get(p) in (None, by) or self.kinds.get(self.erased[p]) != "dropped"}
+
     def dropped_only(self) -> bool:
         """Return whether every erasure is a retention's (the index still gives every fact)."""
         return all(k == "dropped" for k in self.kinds.values())
@@ -365,7 +372,7 @@ def _check_chunk(backend: Backend, sid: int, start: int, reds: _Redactions, keep
         for p in set(checked.redacts).union(b for b in reds.by if start <= b < stop):
             if p in checked.erased:
                 continue  # an erased redaction event: its records are left over, reported at the end
-            clean = clean and set(checked.redacts.get(p, ())) == reds.by.get(p, set())
+            clean = clean and reds.own(p, checked.redacts.get(p, ())) == reds.by.get(p, set())
             if p in reds.by:
                 done.append(p)
     if not clean:
@@ -791,7 +798,7 @@ class _SessionCheck:
                 if row_pos in redacted:
                     found.add(name, "redactions", row_pos, f"recorded as erased by pos {redacted[row_pos]}, but the body is there")
                 if row_pos in chunk.redacts or row_pos in erased_by:
-                    listed = set(chunk.redacts.get(row_pos, ()))
+                    listed = self.reds.own(row_pos, chunk.redacts.get(row_pos, ()))
                     erased = erased_by.pop(row_pos, set())
                     if listed != erased:
                         found.add(name, "redactions", row_pos, f"redaction lists {sorted(listed)}, the store erased {sorted(erased)}")

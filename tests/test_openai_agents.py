@@ -886,3 +886,28 @@ def test_bad_session_settings_are_refused_naming_the_field_and_nothing_is_writte
         CompactStoreSession("s", store, compaction="often")  # type: ignore[arg-type]
     assert policy.value.field == "compaction"
     assert store.session("openai-agents:s").size == 0
+
+
+def test_clear_session_gives_the_space_back_and_retain_last_drops_what_a_summary_stands_for(tmp_path: Any) -> None:
+    import os
+
+    path = os.path.join(str(tmp_path), "agents.db")
+
+    async def run() -> tuple[int, int, int, bool]:
+        s = CompactStoreSession("a", path, compaction=cs.CompactionPolicy(every=10, retain_last=6))
+        for i in range(80):
+            await s.add_items([{"role": "user", "content": f"hello {i} " + "x" * 3000},
+                               {"role": "assistant", "content": f"hi {i}"}])
+        dropped = sum(1 for r in s.log.scan() if r.kind == "dropped")
+        items = await s.get_items()
+        s.store.reclaim()
+        before = os.path.getsize(path)
+        await s.clear_session()
+        after = os.path.getsize(path)
+        ok = s.store.verify().ok and bool(items) and await s.get_items() == []
+        s.close()
+        return dropped, before, after, ok
+
+    dropped, before, after, ok = asyncio.run(run())
+    assert dropped > 100 and ok
+    assert after < before, (before, after)

@@ -274,3 +274,40 @@ def test_a_retention_written_behind_the_rules_is_named_by_verify(sqlite_target: 
         assert any(pos == forged.pos and "binding" in why for pos, why in problems), problems
         report = store.verify()
     assert not report.ok and any(p.pos == forged.pos for p in report.problems)
+
+
+def test_a_policy_with_retain_last_keeps_the_store_to_what_its_cover_does_not_stand_for(store: cs.Store) -> None:
+    s = store.session("loop")
+    policy = cs.CompactionPolicy(retain_last=40)
+    retained = []
+    for t in range(150):
+        _turn(s, t)
+        got = s.maintain(policy)
+        if got.retained is not None:
+            retained.append(got.retained)
+    assert len(retained) >= 2 and s.context().mode == "certified"
+    dropped = {p for p in range(s.size) if s.view.read(p).kind == "dropped"}
+    assert dropped and max(dropped) < s.size - 40
+    # What a full retention would drop now, the runs have dropped, but for the newest nodes' spans.
+    rest = retention.planned(s.view, s.view.facts(), s.context().marker, 40)
+    assert rest is None or len(ev.SpanSet(rest.spans)) < len(dropped)
+    assert store.verify().ok and not s.rule_problems()
+    with pytest.raises(cs.InvalidArgument, match="retain_last"):
+        cs.CompactionPolicy(retain_last=-1)
+
+
+def test_a_redaction_after_retention_erases_what_was_built_from_the_dropped_bodies(store: cs.Store) -> None:
+    """Redacting a dropped position names it (it stays dropped) and erases the summaries built from it."""
+    s = _maintained(store, 60)
+    record = s.retain()
+    assert record is not None
+    pos = record.event.spans[0].start  # type: ignore[attr-defined]
+    built = [n.pos for n in s.nodes() if n.start <= pos < n.stop]
+    red = s.redact([pos], "forget it")
+    named = set(red.event.positions)  # type: ignore[attr-defined]
+    assert pos in named and set(built) <= named
+    assert s.view.read(pos).kind == "dropped"
+    assert all(s.view.read(p).kind == "redacted" for p in built)
+    assert store.verify().ok
+    with pytest.raises(cs.InvalidEvent, match="redaction or a retention"):
+        s.redact([record.pos], "no")

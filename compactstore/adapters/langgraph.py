@@ -136,11 +136,16 @@ class CompactStoreSaver(StoreUser, BaseCheckpointSaver[str]):
             seal check per call and the proof of rows not read before, and gives up noticing
             a checkpoint rewritten with its leaf, copied from another thread, or cut off
             with the tail: only bodies against their own leaves are checked then.
+        reclaim: after :meth:`delete_thread`, :meth:`delete_for_runs` and :meth:`prune`,
+            give the erased bodies' space back to the file system (:meth:`compactstore.Store.reclaim`:
+            on SQLite the file is rewritten). ``CompactionPolicy(retain_last=N)`` drops the
+            raw turns a certified summary stands for.
     """
 
     def __init__(self, store: Store | str, *, serde: SerializerProtocol | None = None, prefix: str = PREFIX,
                  witness: str | os.PathLike[str] | Witness | None = None, verify: bool = True,
-                 compaction: CompactionPolicy | None = None, messages_channel: str | None = MESSAGES) -> None:
+                 compaction: CompactionPolicy | None = None, messages_channel: str | None = MESSAGES,
+                 reclaim: bool = True) -> None:
         if compaction is not None and not isinstance(compaction, CompactionPolicy):
             raise TypeError(f"compaction: want a CompactionPolicy or None, got {type(compaction).__name__}")
         super().__init__(serde=serde)
@@ -149,6 +154,8 @@ class CompactStoreSaver(StoreUser, BaseCheckpointSaver[str]):
         self.prefix = prefix
         self.compaction = compaction
         self.messages_channel = messages_channel
+        #: whether delete_thread, delete_for_runs and prune give the erased bodies' space back (Store.reclaim)
+        self.reclaim = ev.as_flag("reclaim", reclaim)
         #: what the latest maintenance after a put did (None before the first)
         self.maintenance: Maintenance | None = None
         #: session name -> the lock that keeps this saver's async maintainers of it one at a time
@@ -648,6 +655,7 @@ class CompactStoreSaver(StoreUser, BaseCheckpointSaver[str]):
             with thread.lock:
                 thread.refresh()
                 thread.erase(set(thread.live), "langgraph delete_thread")
+            self._reclaim()
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Redact the checkpoints whose metadata names one of ``run_ids``, with their writes, in every thread."""
@@ -660,9 +668,14 @@ class CompactStoreSaver(StoreUser, BaseCheckpointSaver[str]):
                 doomed = thread.of_runs(runs)
                 if doomed:
                     self._remove(thread, doomed, "langgraph delete_for_runs")
+        self._reclaim()
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """Keep only the latest checkpoint of each namespace (``keep_latest``) or none (``delete``).
+
+        The pruned checkpoints are redacted (their leaves stay, so every tree verifies) and,
+        with ``reclaim`` (the default), their space goes back to the file system. The raw
+        turns a certified summary stands for are dropped by the policy's ``retain_last``.
 
         Raises:
             ValueError: an unknown strategy.
@@ -679,6 +692,12 @@ class CompactStoreSaver(StoreUser, BaseCheckpointSaver[str]):
                 if strategy == "keep_latest":
                     doomed -= thread.latest()
                 self._remove(thread, doomed, f"langgraph prune {strategy}")
+        self._reclaim()
+
+    def _reclaim(self) -> None:
+        """Give the space of what was just erased back to the file system, when the saver is set to."""
+        if self.reclaim:
+            self.store.reclaim()
 
     def _remove(self, thread: ThreadIndex, doomed: set[Key], reason: str) -> None:
         """Redact checkpoints ``doomed`` and their writes, keeping every value a survivor reads.

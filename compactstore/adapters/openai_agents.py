@@ -357,6 +357,9 @@ class CompactStoreSession(StoreUser):
             :meth:`compactstore.Session.scan`). ``False`` saves a head read and a seal check
             per call and the proof of rows not read before, and gives up noticing an item
             rewritten with its leaf, copied from another session, or cut off with the tail.
+        reclaim: after :meth:`clear_session`, give the erased items' space back to the
+            file system (:meth:`compactstore.Store.reclaim`). ``CompactionPolicy(retain_last=N)``
+            drops the items a certified summary stands for.
 
     Raises:
         InvalidType: ``session_settings`` is neither a ``SessionSettings``, a dict nor None,
@@ -379,12 +382,15 @@ class CompactStoreSession(StoreUser):
         tool_rejected: Callable[[Item], bool] = tool_rejected,
         witness: str | os.PathLike[str] | Witness | None = None,
         verify: bool = True,
+        reclaim: bool = True,
     ) -> None:
         if compaction is not None and not isinstance(compaction, CompactionPolicy):
             raise InvalidType("compaction", f"want a CompactionPolicy or None, got {type(compaction).__name__}")
         self.session_id = session_id
         self.session_settings = _settings(session_settings)
         self.compaction = compaction
+        #: whether clear_session gives the erased items' space back (Store.reclaim)
+        self.reclaim = ev.as_flag("reclaim", reclaim)
         self.tool_failed = tool_failed
         self.tool_rejected = tool_rejected
         #: what the latest maintenance after :meth:`add_items` did (None before the first)
@@ -522,6 +528,8 @@ class CompactStoreSession(StoreUser):
         with index.lock:
             index.refresh()
             index.erase(set(index.live), "openai-agents clear_session")
+        if self.reclaim:
+            self.store.reclaim()
 
 
 def _settings(value: object) -> SessionSettings:

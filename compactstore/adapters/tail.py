@@ -41,7 +41,7 @@ READ_GAP = 64
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _POS, _EVENT, _KIND = attrgetter("pos"), attrgetter("event"), attrgetter("kind")
 #: Event types whose record changes what earlier positions hold.
-_ERASING = frozenset({ev.Redaction})
+_ERASING = frozenset({ev.Redaction, ev.Retention})
 #: What a part of an idempotency key must not hold unquoted: separators, "%", controls, non-ASCII.
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.~:|\-]")
 
@@ -211,6 +211,8 @@ class Tail:
             erased = [p for p in event.positions if p in self.live]
             self.live.difference_update(erased)
             self.forget(erased)
+        elif isinstance(event, ev.Retention):
+            pass  # it holds nothing to erase; what it dropped stays live (its facts, its position), bodiless
         elif record.kind != "redacted":
             self.live.add(record.pos)
             self.apply(record)

@@ -159,7 +159,7 @@ class Admission:
         elif isinstance(event, ev.Attempt):
             rules.admit_attempt(f, event, pos)
         elif isinstance(event, ev.Retention):
-            retention.check(self.reader, f, event, pos)
+            retention.check(self.reader, f, event, pos, settled if settled is not None else ())
         elif isinstance(event, ev.RecoveryMarker):
             rules.admit_marker(f, event, pos, settled if settled is not None else ())
             if settled is not None:
@@ -274,13 +274,21 @@ class Admission:
         root = merkle.span_root_of_leaves(leaves, start, stop, first=start)
         return root, None if redacted else content_digest_of([bodies])
 
-    def check_erasable(self, redaction: ev.Redaction, by: int) -> None:
+    def check_erasable(self, redaction: ev.Redaction, by: int) -> list[int]:
+        """Refuse a redaction of positions already redacted; return those whose bodies it erases.
+
+        A position retention dropped may be named (what was built from it goes with the
+        redaction): its body is gone already, and it stays recorded as dropped.
+        """
         positions = redaction.positions
         if not positions or len(set(positions)) != len(positions):
             raise InvalidEvent("positions", "must list distinct positions, at least one")
-        done = self.host.backend.erasures(self.reader.require_sid())
+        sid = self.reader.require_sid()
+        done = self.host.backend.erasures(sid)
+        redacted = self.host.backend.redactions(sid) if done else {}
         for p in positions:
             if not 0 <= p < by:
                 raise InvalidEvent("positions", f"{p} is not an earlier position (< {by})")
-            if p in done:
-                raise InvalidEvent("positions", f"{p} was already redacted or dropped by the event at pos {done[p]}")
+            if p in redacted:
+                raise InvalidEvent("positions", f"{p} was already redacted by the event at pos {done[p]}")
+        return [p for p in positions if p not in done]

@@ -225,8 +225,9 @@ class Writer:
                     if isinstance(eraser, ev.Retention):  # admitted against the log as it stands
                         w.erase(list(ev.SpanSet(eraser.spans)), by, kind="dropped")
                         continue
-                    self.admission.check_erasable(eraser, by)
-                    w.erase(eraser.positions, by)
+                    erased = self.admission.check_erasable(eraser, by)
+                    if erased:
+                        w.erase(erased, by)
         if rows:
             self.host.caches.keep_frontier(sid, frontier)
             if proven is not None:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import msgspec
 
-from .. import compaction, markers
+from .. import compaction, markers, retention
 from .. import events as ev
 from .. import policy as policies
 from ..errors import CompactionInvariantError, ConflictError, InvalidArgument, MarkerInvalid, SessionMoved
@@ -85,7 +85,23 @@ def run(view: Reader, writer: Writer, policy: CompactionPolicy, progress: Callab
                 raise ConflictError(
                     f"session {view.name!r} kept moving while its maintenance was decided", session=view.name
                 ) from None
-    return Maintenance(compacted, rolled_up, marker, refused)
+    retained = None
+    if marker is not None and policy.retain_last is not None:
+        retained = _retain(view, writer, marker, policy.retain_last)
+    return Maintenance(compacted, rolled_up, marker, refused, retained)
+
+
+def _retain(view: Reader, writer: Writer, marker: int, keep_last: int) -> int | None:
+    """Drop what the cover of the marker just emitted stands for, past what earlier erasures reached; return the retention's position."""
+    erased = view.erasures()
+    since = max(erased) + 1 if erased else 0
+
+    def build(size: int) -> list[ev.Event]:
+        plan = retention.planned(view, view.facts(size), marker, keep_last, since=since)
+        return [] if plan is None else [plan]
+
+    made = writer.built(build)
+    return made[-1].pos if made else None
 
 def _plan(view: Reader) -> policies.Plan | None:
     """Return the session's maintenance plan kept by this handle (a new one after a redaction)."""
