@@ -6,6 +6,12 @@ body. Each session is copied in order, in batches (one transaction each), and ea
 batch is checked on arrival: same positions, same leaves. At the end the session's
 root at the copied size must equal the source's, or :class:`IntegrityError` is raised.
 
+A session with redacted or dropped positions cannot be re-appended (only the leaves of
+its erased bodies remain), so it is replicated instead: its rows as they are (erased
+ones as leaves without bodies, each with its eraser in the same transaction), its
+erasure records and its structural index rows; present bodies are still held to their
+leaves, and the root at the end to the source's.
+
 The destination's tree heads are the ones its own transactions made (one per batch),
 so its head chain differs from the source's; the roots at every size are the same.
 """
@@ -18,6 +24,7 @@ import msgspec
 
 from . import events as ev
 from .errors import CompactStoreError, IntegrityError, InvalidArgument, InvalidEvent, KeyRequired, shown
+from .index import Index
 from .store import Record, Session, Store
 
 #: Events per destination transaction.
@@ -62,13 +69,24 @@ def _copy_session(
 ) -> CopiedSession:
     size = src.size
     want = src.head(size).root
+    sid = src.store.backend.session_id(src.name)
+    erased = src.store.backend.erasures(sid) if sid is not None else {}
+    index = Index(src.store.backend, sid) if erased and sid is not None else None
     done = 0
     chunk: list[Record] = []
+    # An erased row is written with its eraser, in one transaction: the batch runs on
+    # to the last eraser of the erased rows it holds.
+    reach = -1
 
     def flush() -> None:
-        nonlocal done
-        got = dst.extend([r.event for r in chunk], idempotency_keys=[r.event.idempotency_key for r in chunk])
-        for mine, theirs in zip(got, chunk):
+        nonlocal done, reach
+        if index is None:
+            got = dst.extend([r.event for r in chunk], idempotency_keys=[r.event.idempotency_key for r in chunk])
+        else:
+            lo, hi = chunk[0].pos, chunk[-1].pos + 1
+            dst.replicate(chunk, {p: erased[p] for p in range(lo, hi) if p in erased}, index.rows_in(lo, hi))
+            got = list(dst.scan(lo, hi))
+        for mine, theirs in zip(got, chunk, strict=True):
             if mine.pos != theirs.pos:
                 raise IntegrityError(
                     f"session {dst.name!r}: event landed at pos {mine.pos}, want {theirs.pos} "
@@ -85,24 +103,26 @@ def _copy_session(
                 )
         done += len(chunk)
         chunk.clear()
+        reach = -1
         if progress is not None:
             progress(src.name, done, size)
 
     for record in _source_records(src, size):
-        if not record.body:  # a canonical event is never empty: this body was erased
-            raise CompactStoreError(
-                f"source session {src.name!r} pos {record.pos}: the body was erased by a redaction, "
-                "and a copy can only re-append whole events",
-                hint="copy the other sessions with sessions=[...]",
-            )
         if record.pos != done + len(chunk):
             raise IntegrityError(
                 f"source session {src.name!r}: pos {record.pos} follows pos {done + len(chunk) - 1}",
                 session=src.name,
                 pos=record.pos,
             )
+        if not record.body:  # a canonical event is never empty: this body was erased
+            by = erased.get(record.pos)
+            if by is None or by >= size:
+                raise IntegrityError(
+                    f"source session {src.name!r} pos {record.pos}: the body was erased by an event past the "
+                    f"copied size {size} (a redaction or retention during the copy)", session=src.name, pos=record.pos)
+            reach = max(reach, by)
         chunk.append(record)
-        if len(chunk) == batch:
+        if len(chunk) >= batch and record.pos >= reach:
             flush()
     if chunk:
         flush()
@@ -110,14 +130,14 @@ def _copy_session(
         raise IntegrityError(
             f"source session {src.name!r}: {done} events read, its head says {size}", session=src.name
         )
-    got = dst.head(size).root
-    if got != want:
+    got_root = dst.head(size).root
+    if got_root != want:
         raise IntegrityError(
-            f"session {src.name!r}: root at size {size} is {got.hex()[:16]} in the destination, "
+            f"session {src.name!r}: root at size {size} is {got_root.hex()[:16]} in the destination, "
             f"{want.hex()[:16]} in the source",
             session=src.name,
         )
-    return CopiedSession(src.name, size, got)
+    return CopiedSession(src.name, size, got_root)
 
 
 def copy(
@@ -132,8 +152,8 @@ def copy(
 
     Each session is copied up to the size it has when its copy starts, read as a plain
     read reads it (every leaf proven in the source's sealed head, under its key). Nothing
-    is written unless every destination session is empty, no source session has redacted
-    positions or a derived event that breaks a rule, and the destination can resume the
+    is written unless every destination session is empty, no source session has a derived
+    event that breaks a rule, and the destination can resume the
     source's markers (their checkpoint MACs are the source key's, so a keyed destination
     takes markers only from a source with the same key); a copy that fails part way
     (another writer, a source changed during the copy) leaves a verified prefix of the
@@ -152,8 +172,7 @@ def copy(
         KeyRequired: ``src`` is keyed and was opened without its key.
         IntegrityError: the source does not verify (a leaf, root or seal, or a derived
             event that breaks a rule), or another writer appended to a destination session.
-        CompactStoreError: ``dst`` is keyed and was opened without its key, or a source
-            session has redacted positions (erased bodies cannot be re-appended).
+        CompactStoreError: ``dst`` is keyed and was opened without its key.
     """
     for field, store in (("src", src), ("dst", dst)):
         if not isinstance(store, Store):
@@ -171,17 +190,6 @@ def copy(
         raise KeyRequired("copy", session=None)
     if dst.keyed and not dst.has_key:
         raise CompactStoreError("the destination store is keyed", hint="open it with its key")
-    redacted = []
-    for name in names:
-        sid = src.backend.session_id(name)
-        if sid is not None and src.backend.erasures(sid):
-            redacted.append(name)
-    if redacted:
-        raise CompactStoreError(
-            f"sessions with redacted or dropped positions cannot be copied: {', '.join(map(repr, redacted))} "
-            "(their erased bodies cannot be re-appended; only their leaves remain)",
-            hint="copy the other sessions with sessions=[...]",
-        )
     if dst.has_key and not dst.same_key(src):
         marked = [name for name in names if (sid := src.backend.session_id(name)) is not None
                   and src.backend.latest_markers(sid, src.session(name).size, 1)]

@@ -150,6 +150,10 @@ class Index:
         return out
 
 
+    def rows_in(self, lo: int, hi: int) -> list[IndexRow]:
+        """Return every row at positions ``[lo, hi)`` (any relation), by position."""
+        return self._rows(sorted(_RELS), lo, hi)
+
     def rows_at(self, positions: Sequence[int]) -> list[IndexRow]:
         """Return every row at ``positions`` (any relation), by position."""
         wanted = set(positions)

@@ -43,6 +43,7 @@ from .markers import Marker
 from .policy import CompactionPolicy, Maintenance, Step
 from .resolver import Artifact, Resolution, RestoredSpan
 from .seal import derive_key, head_mac, key_check, seal, store_id, store_id_ok
+from .structure import IndexRow
 from .summarize import Summarizer
 from .verify import Problem, VerifyReport, verify_store
 
@@ -393,6 +394,19 @@ class Session:
             InvalidEvent: a position is out of range or already redacted; nothing is written.
         """
         return self._writer.redact(positions, reason)
+
+    def replicate(self, records: Sequence[Record], erased: Mapping[int, int], index_rows: Sequence[IndexRow]) -> None:
+        """Append another store's ``records`` as they are, redacted and dropped rows included (what :func:`compactstore.copy` writes).
+
+        See :meth:`compactstore.log.commit.Writer.replicate`: each present body is held to
+        its leaf, erased rows keep their leaves, and the rules are not decided again; the
+        caller holds the copy's root to the source's.
+
+        Raises:
+            SessionMoved: the session does not end where ``records`` begin; nothing is written.
+            IntegrityError: a body does not match its leaf, or an eraser is not among the records.
+        """
+        self._writer.replicate(records, erased, index_rows)
 
     def retain(self, *, keep_last: int = 0) -> Record | None:
         """Drop the raw bodies that the certified context's summaries stand for; return the retention logged (None: nothing to drop).

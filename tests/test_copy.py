@@ -8,9 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import msgspec
 import pytest
 from click.testing import CliRunner
 from test_compaction import migration
+from test_retention import _maintained, _turn
 
 import compactstore as cs
 from compactstore.cli import main
@@ -99,15 +101,53 @@ def test_copy_into_a_keyed_store_needs_its_key(target: str, tmp_path: Path) -> N
         assert dst.check_head(dst.session("alpha").head()) and dst.verify().ok
 
 
-def test_sessions_with_redactions_are_refused_before_anything_is_written(target: str, tmp_path: Path) -> None:
-    """Erased bodies cannot be re-appended: such a session is named up front and nothing is copied."""
-    _fill(target)
-    with cs.open(target) as src, cs.open(str(tmp_path / "dst.db")) as dst:
-        src.session("beta").redact([3], "forget it")
-        with pytest.raises(cs.CompactStoreError, match="'beta'") as info:
-            cs.copy(src, dst)
-        assert "redacted" in str(info.value) and dst.sessions() == []
-        assert cs.copy(src, dst, sessions=["alpha", "migration"]).events == 25 + 13
+def test_redacted_and_retained_sessions_are_carried_leaf_for_leaf(target: str, other: str, tmp_path: Path) -> None:
+    """A session with dropped and redacted bodies is copied as it is, there and back: same rows, roots, context, markers and refusals."""
+    with cs.open(target, clock=cs.events.tick_clock()) as st:
+        s = _maintained(st, 60)
+        assert s.retain() is not None
+        last_turn = max(r.pos for r in s.scan() if r.kind == "turn")
+        s.redact([last_turn], "forget it")
+        _turn(s, 60)
+        s.maintain(cs.CompactionPolicy())
+        st.session("plain").extend([cs.Turn("user", f"plain {i}") for i in range(9)])
+    back = str(tmp_path / "back.db")
+    with cs.open(target) as src, cs.open(other) as dst:
+        report = cs.copy(src, dst, batch=5)
+        assert [c.name for c in report.sessions] == ["agent", "plain"]
+        a, b = src.session("agent"), dst.session("agent")
+        assert a.head().root == b.head().root and dst.verify().ok
+        assert msgspec.json.encode(a.context().as_messages("chat")) == msgspec.json.encode(b.context().as_messages("chat"))
+        markers = [r.pos for r in a.scan() if r.kind == "marker"]
+        assert [a.resume(p).digest for p in markers] == [b.resume(p).digest for p in markers]
+        dropped = [r.pos for r in a.scan() if r.kind == "dropped"]
+        assert dropped
+        for session in (a, b):
+            with pytest.raises(cs.errors.BodyDroppedError) as info:
+                session.read(dropped[0])
+            assert info.value.pos == dropped[0]
+            assert session.read(last_turn).kind == "redacted"
+        b.append(cs.Turn("user", "the copy goes on"))  # the copy is a live session, not an archive
+        assert dst.verify().ok
+    with cs.open(target) as src, cs.open(back) as dst:
+        cs.copy(src, dst, batch=1000)
+        assert dst.verify().ok
+    assert _snapshot(target) == _snapshot(back)
+
+
+def test_a_redaction_during_the_copy_fails_it_loudly(sqlite_target: str, tmp_path: Path) -> None:
+    """A body erased by an event past the size the copy took (a redaction during it) is IntegrityError naming the position."""
+    with cs.open(sqlite_target) as src, cs.open(str(tmp_path / "dst.db")) as dst:
+        beta = src.session("beta")
+        beta.extend([cs.Turn("user", f"beta {i}") for i in range(2100)])  # more than one read of the scan
+
+        def redact_once(name: str, done: int, total: int) -> None:
+            if done == 500:
+                beta.redact([2080], "forget it")
+
+        with pytest.raises(cs.IntegrityError, match="past the copied size") as info:
+            cs.copy(src, dst, batch=500, progress=redact_once)
+        assert info.value.pos == 2080 and dst.session("beta").size == 2000 and dst.verify().ok
 
 
 def _tamper(path: str) -> None:

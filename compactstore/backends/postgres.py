@@ -1140,6 +1140,14 @@ class _PGWriter:
         self._open()
         self._index.extend(rows)
 
+    def note_erased(self, positions: Sequence[int], by: int) -> None:
+        self._do(
+            "record erasures",
+            "INSERT INTO redactions (session_id, pos, by) SELECT %s, p, %s FROM unnest(%s::bigint[]) AS p",
+            (self.session_id, by, list(positions)),
+            fetch=False,
+        )
+
     def erase(self, positions: Sequence[int], by: int, *, kind: str = "redacted") -> None:
         sid, positions = self.session_id, list(positions)
         self._do(

@@ -162,6 +162,10 @@ class Writer(Protocol):
         """
         ...
 
+    def note_erased(self, positions: Sequence[int], by: int) -> None:
+        """Record ``positions``, inserted without bodies in this transaction, as erased by the event at ``by`` (a copy's)."""
+        ...
+
     def erase(self, positions: Sequence[int], by: int, *, kind: str = "redacted") -> None:
         """Record ``positions`` as erased by the event at ``by``: body and idem_key NULL, kind ``kind``.
 

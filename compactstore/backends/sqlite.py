@@ -886,6 +886,10 @@ class _SQLiteWriter:
             chunk = rows[i : i + step]
             self._conn.execute(queries.SQLITE.insert_index(len(chunk)), [v for r in chunk for v in (sid, *r)])
 
+    def note_erased(self, positions: Sequence[int], by: int) -> None:
+        sid = self.session_id
+        self._conn.executemany("INSERT INTO redactions (session_id, pos, by) VALUES (?, ?, ?)", [(sid, p, by) for p in positions])
+
     def erase(self, positions: Sequence[int], by: int, *, kind: str = "redacted") -> None:
         sid = self.session_id
         self._conn.executemany("INSERT INTO redactions (session_id, pos, by) VALUES (?, ?, ?)", [(sid, p, by) for p in positions])

@@ -11,7 +11,7 @@ index rows and a sealed head. A refusal raises the rule's typed error and writes
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from itertools import repeat
 
 import msgspec
@@ -31,6 +31,7 @@ from ..errors import (
 )
 from ..events import Record, as_list
 from ..seal import seq_runs
+from ..structure import IndexRow
 from .caches import Prefix
 from .heads import EMPTY_ROOT, HASH, position
 from .admission import ADMITTED_TYPES, Admission, is_position
@@ -351,6 +352,76 @@ class Writer:
         coords = merkle.cover(0, size)
         found = merkle.resolve(coords, lambda c: fetch(c), HASH)
         return merkle.Frontier(size, [found[c] for c in coords], HASH)
+
+    def replicate(self, records: Sequence[Record], erased: Mapping[int, int], index_rows: Sequence[IndexRow]) -> None:
+        """Append another store's records as they are, erased bodies included, in one transaction.
+
+        What :func:`compactstore.copy.copy` writes for a session with redacted or dropped
+        positions: no body can be re-appended for those, so the rows carry the source's
+        leaves without bodies, the erasure records (``erased``: position -> the eraser's
+        position, each eraser among ``records``) and the source's index rows at the
+        records' positions (``index_rows``; those of a dropped body cannot be derived
+        again). Every present body must hash to its leaf and be a canonical event; the
+        rules are not applied again: the source held its log to them, and the leaves make
+        the copy the same tree (the caller compares its root with the source's).
+
+        Raises:
+            SessionMoved: the session does not end where ``records`` begin; nothing is written.
+            IntegrityError: a body does not match its leaf, or an eraser is not among the records.
+        """
+        if self.host.keyed and not self.host.has_key:
+            raise KeyRequired("append", session=self.name)
+        first = records[0].pos
+        if [r.pos for r in records] != list(range(first, first + len(records))):
+            raise InvalidArgument("records", "want records of consecutive positions")
+        bodies: list[bytes | None] = []
+        kinds: list[str] = []
+        keys: list[str | None] = []
+        for r in records:
+            if not r.body:
+                if r.kind not in ("redacted", "dropped") or not first <= erased.get(r.pos, -1) < first + len(records):
+                    raise IntegrityError(f"pos {r.pos} has no body and no eraser among the records",
+                                         session=self.name, pos=r.pos)
+                bodies.append(None)
+                kinds.append(r.kind)
+                keys.append(None)
+                continue
+            if merkle.leaf_hash(r.body) != r.leaf:
+                raise IntegrityError(f"the body at pos {r.pos} does not match its leaf", session=self.name, pos=r.pos)
+            event = ev.decode_canonical(r.body)
+            ev.check_entry(event, r.body)
+            bodies.append(r.body)
+            kinds.append(event.kind)
+            keys.append(event.idempotency_key)
+        leaves = [r.leaf for r in records]
+        by: dict[int, list[int]] = {}
+        for r in records:
+            if not r.body:
+                by.setdefault(erased[r.pos], []).append(r.pos)
+        store, backend = self.host, self.host.backend
+        with backend.writer(self.name) as w:
+            sid = w.session_id
+            head = w.head()
+            self._not_behind(sid, head)
+            frontier = self._frontier(sid, head, w.hashes)
+            if frontier.size != first:
+                raise SessionMoved(session=self.name, got=frontier.size, want=first)
+            seqs = w.next_seqs(len(records))
+            # Rows one by one (a None body, which the column path of an append never holds).
+            rows = [Row(q, sid, p, k, key, leaf, b)
+                    for q, p, k, key, leaf, b in zip(seqs, range(first, first + len(records)), kinds, keys, leaves, bodies)]
+            prev = head.size if head else 0
+            nodes, root = frontier.extend_root(leaves, every=merkle.TILE_HEIGHT)
+            runs = seq_runs(seqs)
+            new_head = new_tuple(HeadRow, (frontier.size, root, prev,
+                                            store.seal_head(self.name, frontier.size, root, prev, runs), runs))
+            w.insert_index(index_rows)
+            w.insert(rows, nodes, new_head)
+            for eraser, positions in sorted(by.items()):
+                w.note_erased(positions, eraser)
+        self.host.caches.keep_frontier(sid, frontier)
+        if store.watch is not None:
+            store.watch.acknowledge(self.name, frontier.size, root)
 
     def built(self, build: Callable[[int], list[ev.Event]]) -> list[Record]:
         """Append what ``build(size)`` returns from the session at ``size``, building again if it moved meanwhile."""
