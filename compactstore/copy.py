@@ -18,7 +18,7 @@ so its head chain differs from the source's; the roots at every size are the sam
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 import msgspec
 
@@ -64,6 +64,26 @@ def _source_records(session: Session, size: int) -> Iterator[Record]:
         yield record
 
 
+def batches(records: Iterable[Record], erased: Mapping[int, int], batch: int) -> Iterator[list[Record]]:
+    """Group ``records`` (consecutive positions) into transactions of at least ``batch`` for a replica.
+
+    An erased row must be written with the event that erased it (``erased``: position ->
+    the eraser's position), so a batch runs on to the last eraser of the erased rows it
+    holds. Only the last batch may be shorter than ``batch``.
+    """
+    chunk: list[Record] = []
+    reach = -1
+    for record in records:
+        if not record.body:
+            reach = max(reach, erased.get(record.pos, -1))
+        chunk.append(record)
+        if len(chunk) >= batch and record.pos >= reach:
+            yield chunk
+            chunk, reach = [], -1
+    if chunk:
+        yield chunk
+
+
 def _copy_session(
     src: Session, dst: Session, batch: int, progress: Callable[[str, int, int], None] | None
 ) -> CopiedSession:
@@ -73,13 +93,19 @@ def _copy_session(
     erased = src.store.backend.erasures(sid) if sid is not None else {}
     index = Index(src.store.backend, sid) if erased and sid is not None else None
     done = 0
-    chunk: list[Record] = []
-    # An erased row is written with its eraser, in one transaction: the batch runs on
-    # to the last eraser of the erased rows it holds.
-    reach = -1
 
-    def flush() -> None:
-        nonlocal done, reach
+    def checked(records: Iterator[Record]) -> Iterator[Record]:
+        for pos, record in enumerate(records):
+            if record.pos != pos:
+                raise IntegrityError(f"source session {src.name!r}: pos {record.pos} follows pos {pos - 1}",
+                                     session=src.name, pos=record.pos)
+            if not record.body and not erased.get(record.pos, size) < size:  # never empty unless erased
+                raise IntegrityError(
+                    f"source session {src.name!r} pos {record.pos}: the body was erased by an event past the "
+                    f"copied size {size} (a redaction or retention during the copy)", session=src.name, pos=record.pos)
+            yield record
+
+    for chunk in batches(checked(_source_records(src, size)), erased, batch):
         if index is None:
             got = dst.extend([r.event for r in chunk], idempotency_keys=[r.event.idempotency_key for r in chunk])
         else:
@@ -102,30 +128,8 @@ def _copy_session(
                     pos=theirs.pos,
                 )
         done += len(chunk)
-        chunk.clear()
-        reach = -1
         if progress is not None:
             progress(src.name, done, size)
-
-    for record in _source_records(src, size):
-        if record.pos != done + len(chunk):
-            raise IntegrityError(
-                f"source session {src.name!r}: pos {record.pos} follows pos {done + len(chunk) - 1}",
-                session=src.name,
-                pos=record.pos,
-            )
-        if not record.body:  # a canonical event is never empty: this body was erased
-            by = erased.get(record.pos)
-            if by is None or by >= size:
-                raise IntegrityError(
-                    f"source session {src.name!r} pos {record.pos}: the body was erased by an event past the "
-                    f"copied size {size} (a redaction or retention during the copy)", session=src.name, pos=record.pos)
-            reach = max(reach, by)
-        chunk.append(record)
-        if len(chunk) >= batch and record.pos >= reach:
-            flush()
-    if chunk:
-        flush()
     if done != size:
         raise IntegrityError(
             f"source session {src.name!r}: {done} events read, its head says {size}", session=src.name

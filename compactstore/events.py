@@ -17,7 +17,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
 from itertools import repeat
 from operator import attrgetter, is_not
 from typing import Any, Literal, TypeAlias, Union, cast
@@ -369,6 +369,18 @@ class Dropped(Event, frozen=True, tag="dropped"):
 
 #: What reading a position whose body is gone gives: a redaction's or a retention's placeholder.
 ERASED: tuple[type[Event], ...] = (Redacted, Dropped)
+
+
+def erases(event: Event) -> tuple[Container[int], str]:
+    """Return the positions ``event`` erases and how (``redacted`` or ``dropped``); nothing for any other kind.
+
+    A redaction erases the positions it lists, a retention those its spans hold.
+    """
+    if isinstance(event, Redaction):
+        return frozenset(event.positions), "redacted"
+    if isinstance(event, Retention):
+        return SpanSet(event.spans), "dropped"
+    return frozenset(), ""
 
 
 class GraphState(Event, frozen=True, tag="graph_state"):

@@ -222,15 +222,40 @@ def test_export_round_trips_through_append_to_identical_roots(built: str, tmp_pa
     assert (tmp_path / "m.jsonl").read_text() == exported.stdout
 
 
-def test_export_refuses_a_session_with_redacted_positions(sqlite_built: str, tmp_path: Path) -> None:
-    """Erased bodies cannot be re-appended, so the export is refused (exit 1) and writes nothing."""
-    with cs.open(sqlite_built) as st:
-        st.session("m").redact([4], "forget the rejection")
-    out = tmp_path / "out.jsonl"
-    result = run("export", "-s", sqlite_built, "-o", str(out))
-    assert result.exit_code == 1 and "2 redacted positions (4, 12)" in result.stderr  # the node quoting it too
-    assert not out.exists()
-    assert run("export", "-s", sqlite_built).stdout == ""
+def test_export_carries_erased_bodies_as_leaves_and_append_writes_them_back(built: str, tmp_path: Path) -> None:
+    """A session with a redaction and a retention exports as a replica; appended to an empty session it has the same root, verifies and resumes alike."""
+    with cs.open(built, clock=cs.events.tick_clock()) as st:
+        s = st.session("m")
+        for t in range(40):
+            s.extend([cs.Turn("user", f"step {t} " + "x" * 100), cs.Turn("assistant", f"done {t}")])
+            s.maintain(cs.CompactionPolicy())
+        assert s.retain() is not None
+        s.redact([max(r.pos for r in s.scan() if r.kind == "turn")], "forget the last step")
+    exported = run("export", "-s", built)
+    assert exported.exit_code == 0
+    lines = exported.stdout.splitlines()
+    assert any(line.startswith('{"erased":{"by":') and '"kind":"dropped"' in line for line in lines)
+    assert any(line.startswith('{"erased":') and '"kind":"redacted"' in line for line in lines)
+    copy = str(tmp_path / "copy.db")
+    done = run("append", "-", "-s", copy, "--session", "m", "--batch", "7", "--json", input=exported.stdout)
+    assert done.exit_code == 0, done.stderr
+    with cs.open(built) as a, cs.open(copy) as b:
+        sa, sb = a.session("m"), b.session("m")
+        assert json.loads(done.stdout)["root"] == sa.head().root.hex() == sb.head().root.hex()
+        assert [(r.kind, r.body, r.leaf) for r in sa.scan()] == [(r.kind, r.body, r.leaf) for r in sb.scan()]
+        assert b.verify().ok
+        marker = [r.pos for r in sa.scan() if r.kind == "marker"][-1]
+        assert sa.resume(marker).digest == sb.resume(marker).digest
+    again = run("append", "-", "-s", copy, "--session", "m", input=exported.stdout)
+    assert again.exit_code == 2 and "only into an empty session" in again.stderr
+    forged = exported.stdout.replace('"kind":"dropped"', '"kind":"redacted"', 1)
+    bad = run("append", "-", "-s", str(tmp_path / "forged.db"), "--session", "m", input=forged)
+    assert bad.exit_code == 1 and "pos" in bad.stderr, bad.stderr
+    assert sqlite3.connect(tmp_path / "forged.db").execute("SELECT count(*) FROM events").fetchone() == (0,)
+    dropped = next(json.loads(line)["erased"]["pos"] for line in lines if '"kind":"dropped"' in line)
+    extra = exported.stdout + json.dumps({"index": [dropped, "negative", "failed", dropped, "a fact never stated"]}) + "\n"
+    bad = run("append", "-", "-s", str(tmp_path / "forged2.db"), "--session", "m", input=extra)
+    assert bad.exit_code == 1 and "not those it recorded the digest of" in bad.stderr, bad.stderr
 
 
 def test_export_refuses_a_tampered_session(sqlite_built: str) -> None:

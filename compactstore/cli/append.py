@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import re
+from bisect import bisect_left
 import tempfile
 from collections.abc import Iterator
-from typing import IO
+from typing import IO, Literal
 
 import click
 import msgspec
 
 from .. import events as ev
+from .. import merkle
+from ..copy import batches
 from ..errors import InvalidEvent
-from ..store import Session
+from ..store import Record, Session
+from ..structure import IndexRow
 from ..store import open as open_store
 from .app import (
     EXIT_REFUSED,
@@ -65,6 +69,45 @@ def parse_line(line: bytes, lineno: int, as_json: bool = False) -> ev.Event:
     return event
 
 
+class _Erased(msgspec.Struct, forbid_unknown_fields=True):
+    by: int
+    kind: Literal["redacted", "dropped"]
+    leaf: str
+    pos: int
+
+
+class _ErasedLine(msgspec.Struct, forbid_unknown_fields=True):
+    erased: _Erased
+
+
+class _IndexLine(msgspec.Struct, forbid_unknown_fields=True):
+    index: tuple[int, str, str, int, str]
+
+
+#: What a replica line gives: an erased row (position, kind, eraser, leaf) or an index row.
+ReplicaLine = tuple[int, str, int, bytes] | IndexRow
+
+
+def replica_line(line: bytes, lineno: int, as_json: bool = False) -> ReplicaLine | None:
+    """Return what a replica line of `compactstore export` holds (an erased row or an index row); None for an event line.
+
+    Raises:
+        Failure: exit 2, naming the line and what is wrong with it.
+    """
+    if not (line.startswith(b'{"erased":') or line.startswith(b'{"index":')):
+        return None
+    try:
+        if line.startswith(b'{"erased":'):
+            got = msgspec.json.decode(line, type=_ErasedLine).erased
+            leaf = bytes.fromhex(got.leaf)
+            if len(leaf) != 32 or not 0 <= got.pos < got.by:
+                raise ValueError("want a 32-byte leaf in hex and 0 <= pos < by")
+            return (got.pos, got.kind, got.by, leaf)
+        return IndexRow(*msgspec.json.decode(line, type=_IndexLine).index)
+    except (msgspec.DecodeError, msgspec.ValidationError, ValueError) as exc:
+        raise _bad(lineno, f"not a replica line of `compactstore export`: {exc}", as_json) from exc
+
+
 def _lines(stream: IO[bytes]) -> Iterator[tuple[int, bytes]]:
     """Yield ``(line number, line)`` for every non-blank line."""
     for lineno, raw in enumerate(stream, 1):
@@ -73,15 +116,21 @@ def _lines(stream: IO[bytes]) -> Iterator[tuple[int, bytes]]:
             yield lineno, line
 
 
-def _check_all(stream: IO[bytes], spool: IO[bytes] | None, as_json: bool) -> int:
-    """Check every line (copying it to ``spool`` when given); return the number of events."""
+def _check_all(stream: IO[bytes], spool: IO[bytes] | None, as_json: bool) -> tuple[int, bool]:
+    """Check every line (copying it to ``spool`` when given); return the number of events, and whether it is a replica."""
     count = 0
+    replica = False
     keys: dict[str, int] = {}
     for lineno, raw in enumerate(stream, 1):
         if spool is not None:
             spool.write(raw)
         line = raw.strip()
         if not line:
+            continue
+        got = replica_line(line, lineno, as_json)
+        if got is not None:
+            replica = True
+            count += not isinstance(got, IndexRow)
             continue
         event = parse_line(line, lineno, as_json)
         key = event.idempotency_key
@@ -90,7 +139,42 @@ def _check_all(stream: IO[bytes], spool: IO[bytes] | None, as_json: bool) -> int
                 raise _bad(lineno, f"idempotency key {key!r} is already used on line {keys[key]}", as_json)
             keys[key] = lineno
         count += 1
-    return count
+    return count, replica
+
+
+def _replicate(session: Session, lines: Iterator[tuple[int, bytes]], batch: int, as_json: bool) -> int:
+    """Write an export of a session with erased bodies into the empty ``session`` as it is; return the events written."""
+    if session.size:
+        raise Failure(f"session {session.name!r} holds {session.size} events: an export with erased bodies is written "
+                      "only into an empty session, as it was", EXIT_USAGE, as_json=as_json)
+    records: list[Record] = []
+    erased: dict[int, int] = {}
+    index: list[IndexRow] = []
+    for lineno, line in lines:
+        got = replica_line(line, lineno, as_json)
+        if isinstance(got, IndexRow):
+            index.append(got)
+            continue
+        pos = len(records)
+        if got is None:
+            event = parse_line(line, lineno, as_json)
+            body = ev.encode(event)
+            records.append(Record(session.name, 0, pos, event.kind, event, body, merkle.leaf_hash(body)))
+            continue
+        at, kind, by, leaf = got
+        if at != pos:
+            raise _bad(lineno, f"an erased row at pos {at} where the export is at pos {pos}", as_json)
+        gone: ev.Event = ev.Redacted(by=by) if kind == "redacted" else ev.Dropped(by=by)
+        records.append(Record(session.name, 0, pos, kind, gone, b"", leaf))
+        erased[pos] = by
+    index.sort(key=lambda r: r.pos)
+    starts = [r.pos for r in index]
+    for chunk in batches(records, erased, batch):
+        lo, hi = chunk[0].pos, chunk[-1].pos + 1
+        with reporting(as_json):
+            session.replicate(chunk, {p: erased[p] for p in range(lo, hi) if p in erased},
+                              index[bisect_left(starts, lo):bisect_left(starts, hi)])
+    return len(records)
 
 
 class _Batches:
@@ -166,6 +250,11 @@ def append_command(source: str, target: str, key_env: str | None, session_name: 
     holds for a different event, which exits 1) fails its whole batch, which writes
     nothing; earlier batches stay written, since the log is append-only, and the
     message says how many.
+
+    An export of a session with redacted or dropped bodies (its erased rows as
+    {"erased": ...} lines, its index rows as {"index": ...} lines) is written into an
+    empty session as it is: the present events' bytes, the erased rows' leaves, the
+    records of what erased them and the index rows, so the copy has the source's root.
     """
     with open_store(":memory:") as scratch:  # checks the name before anything is created
         with reporting(as_json):
@@ -175,7 +264,7 @@ def append_command(source: str, target: str, key_env: str | None, session_name: 
     try:
         if source == "-":
             spool = tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES)
-        count = _check_all(stream, spool, as_json)
+        count, replica = _check_all(stream, spool, as_json)
         if count == 0:
             emit(as_json, {"ok": True, "session": session_name, "appended": 0, "already_present": 0},
                  f"no events in {'stdin' if source == '-' else source}; nothing written")
@@ -190,8 +279,10 @@ def append_command(source: str, target: str, key_env: str | None, session_name: 
             session = store.session(session_name)
             first = session.size
             writer = _Batches(session, as_json)
+            if replica:
+                writer.appended = _replicate(session, _lines(reread), batch, as_json)
             pending: list[tuple[int, ev.Event]] = []
-            for lineno, line in _lines(reread):
+            for lineno, line in [] if replica else _lines(reread):
                 pending.append((lineno, parse_line(line, lineno, as_json)))
                 if len(pending) == batch:
                     writer.write(pending)

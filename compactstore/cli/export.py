@@ -8,15 +8,24 @@ import tempfile
 from typing import IO
 
 import click
+import msgspec
 
 from .. import merkle, render
 from ..errors import IntegrityError, InvalidEvent
-from ..events import DERIVED_KINDS
+from ..events import DERIVED_KINDS, Dropped, Record, Redacted
+from ..index import Index
 from ..resolver import RawItem
 from ..store import Session
 from .app import EXIT_REFUSED, Failure, emit, main, opened, pick_session, short, store_options
 
 SPOOL_BYTES = 16 * 1024 * 1024
+
+
+def erased_line(record: Record) -> bytes:
+    """Return the export line of an erased row: its position, its leaf, and what erased it (redacted or dropped, by which event)."""
+    event = record.event
+    by = event.by if isinstance(event, (Redacted, Dropped)) else -1
+    return msgspec.json.encode({"erased": {"by": by, "kind": record.kind, "leaf": record.leaf.hex(), "pos": record.pos}})
 
 
 def _conversation(session: Session, context: bool) -> list[render.Message]:
@@ -57,11 +66,15 @@ def export_command(target: str, key_env: str | None, session_name: str | None, a
     empty session (`compactstore append --session NAME FILE`) gives the same events
     at the same positions: the same leaves, and the same root at every size.
 
+    A session with redacted or dropped bodies is exported as a replica: each erased
+    row as {"erased": {"by", "kind", "leaf", "pos"}} (its leaf, and the event that
+    erased it), then its structural index rows as {"index": [pos, rel, key, num,
+    text]}; `compactstore append` writes such an export into an empty session as it
+    is, so the copy verifies, with the same root.
+
     Every line is checked against its stored leaf, and the leaves against the
     session's root, before anything is written: a session that does not verify is
-    refused (exit 1), and so is a session with redacted positions, whose bodies are
-    gone, so no re-append could give back the leaves its tree holds. Nothing is
-    written then. With --output FILE a summary is printed (JSON with --json).
+    refused (exit 1), and nothing is written then. With --output FILE a summary is printed (JSON with --json).
     """
     if current and fmt != "chat-jsonl":
         raise Failure("--context goes with --format chat-jsonl", as_json=as_json)
@@ -86,19 +99,25 @@ def export_command(target: str, key_env: str | None, session_name: str | None, a
         session = pick_session(store, session_name, target, as_json)
         head = session.head()
         frontier = merkle.Frontier(algo="blake3")
-        redacted: list[int] = []
+        erased = 0
         with tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES) as spool:
             try:
                 for record in session.scan(0, head.size):
                     frontier.append(record.leaf)
                     if not record.body:  # a canonical event is never empty: this body was erased
-                        redacted.append(record.pos)
+                        erased += 1
+                        spool.write(erased_line(record) + b"\n")
                         continue
                     if merkle.leaf_hash(record.body) != record.leaf:
                         raise Failure(f"pos {record.pos} of {session.name!r} does not match its leaf: the store "
                                       "was altered", EXIT_REFUSED, error="IntegrityError", as_json=as_json,
                                       hint="run `compactstore verify`")
                     spool.write(record.body + b"\n")
+                if erased:
+                    sid = store.backend.session_id(session.name)
+                    assert sid is not None  # it holds erased rows
+                    for row in Index(store.backend, sid).rows_in(0, head.size):
+                        spool.write(msgspec.json.encode({"index": list(row)}) + b"\n")
             except InvalidEvent as exc:
                 raise Failure(f"an event of {session.name!r} does not decode: {exc.reason}", EXIT_REFUSED,
                               error="IntegrityError", as_json=as_json, hint="run `compactstore verify`") from exc
@@ -108,14 +127,6 @@ def export_command(target: str, key_env: str | None, session_name: str | None, a
             if frontier.size != head.size or frontier.root() != head.root:
                 raise Failure(f"the leaves of {session.name!r} do not give its root {short(head.root)}…",
                               EXIT_REFUSED, error="IntegrityError", as_json=as_json, hint="run `compactstore verify`")
-            if redacted:
-                shown = ", ".join(map(str, redacted[:10])) + (", ..." if len(redacted) > 10 else "")
-                raise Failure(
-                    f"session {session.name!r} has {len(redacted)} redacted positions ({shown}): their bodies are "
-                    "gone, so no export could be re-appended to the same leaves and roots",
-                    EXIT_REFUSED, error="Redacted", as_json=as_json, details={"redacted": redacted},
-                    hint="export the other sessions with --session",
-                )
             spool.seek(0)
             with click.open_file(output, "wb") as out:
                 shutil.copyfileobj(spool, out)

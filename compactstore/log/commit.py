@@ -18,7 +18,7 @@ import msgspec
 
 from .. import events as ev
 from .. import index as structure_index
-from .. import merkle, rules
+from .. import merkle, retention, rules
 from ..backends import HeadRow, Row, Rows
 from ..errors import (
     ConflictError,
@@ -367,7 +367,9 @@ class Writer:
 
         Raises:
             SessionMoved: the session does not end where ``records`` begin; nothing is written.
-            IntegrityError: a body does not match its leaf, or an eraser is not among the records.
+            IntegrityError: a body does not match its leaf, an erased row's eraser is not
+                among the records or does not erase it so, or the index rows at what a
+                retention dropped are not those it recorded.
         """
         if self.host.keyed and not self.host.has_key:
             raise KeyRequired("append", session=self.name)
@@ -397,7 +399,18 @@ class Writer:
         by: dict[int, list[int]] = {}
         for r in records:
             if not r.body:
-                by.setdefault(erased[r.pos], []).append(r.pos)
+                eraser = erased[r.pos]
+                listed, how = ev.erases(records[eraser - first].event)
+                if r.pos not in listed or how != r.kind:
+                    raise IntegrityError(f"pos {r.pos} is {r.kind} by the event at pos {eraser}, which does not "
+                                         f"{'redact' if r.kind == 'redacted' else 'drop'} it", session=self.name, pos=r.pos)
+                by.setdefault(eraser, []).append(r.pos)
+        for r in records:  # what a retention dropped keeps the index rows it recorded the digest of
+            if isinstance(r.event, ev.Retention):
+                dropped = ev.SpanSet(r.event.spans)
+                if retention.index_digest([x for x in index_rows if x.pos in dropped]) != r.event.index_digest:
+                    raise IntegrityError(f"the index rows given for what the retention at pos {r.pos} dropped are not "
+                                         "those it recorded the digest of", session=self.name, pos=r.pos)
         store, backend = self.host, self.host.backend
         with backend.writer(self.name) as w:
             sid = w.session_id

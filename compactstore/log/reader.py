@@ -744,10 +744,8 @@ class Erasures:
                     event: ev.Event | None = ev.decode(row.body)
                 except InvalidEvent:
                     event = None
-                if isinstance(event, ev.Redaction):
-                    listed = (frozenset(event.positions), "redacted")
-                elif isinstance(event, ev.Retention):
-                    listed = (ev.SpanSet(event.spans), "dropped")
+                if event is not None:
+                    listed = ev.erases(event)
             self.listed[by] = listed
         if by is None or not pos < by or pos not in self.listed[by][0]:
             raise IntegrityError(
